@@ -1,0 +1,170 @@
+/*
+kernels/layernorm.cuh: LayerNorm over the channel dimension, eps 1e-5 (GPT-2).
+
+    forward:  mean, rstd = 1/sqrt(var + eps) per row;  out = (x - mean) * rstd * w + b
+    backward: with n = (x - mean) * rstd and g = dout * w,
+              dx += rstd * (g - mean(g) - n * mean(g * n));  dw += dout * n;  db += dout
+
+mean and rstd are kept in fp32 for the backward: they are B*T floats, cheap, and
+recomputing them would need the input again. dinp is accumulated (+=) because in
+GPT-2 the input of every LayerNorm is the residual stream, whose gradient is the
+sum of the branch gradient and the skip gradient.
+GPU kernels: one warp per row, shuffles for the reductions; the weight gradients
+are reduced over rows by one thread per channel in row order (deterministic).
+*/
+#pragma once
+// defines: layernorm_forward, layernorm_backward
+#include <math.h>  // defines: sqrtf
+#include "common.cuh"
+
+#define LAYERNORM_EPS 1e-5f
+
+inline void layernorm_forward_host(floatX* out, float* mean, float* rstd,       // (N,C), (N), (N)
+                                   const floatX* inp,                           // (N,C)
+                                   const floatX* weight, const floatX* bias,    // (C), (C)
+                                   int N, int C) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const floatX* x = inp + (size_t)i * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += to_float(x[c]);
+        m /= C;
+        float v = 0.0f;
+        for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+        floatX* y = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            float n = (to_float(x[c]) - m) * s;
+            y[c] = from_float(n * to_float(weight[c]) + to_float(bias[c]));
+        }
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias,  // (N,C) +=, (C) +=, (C) +=
+                                    const floatX* dout, const floatX* inp,         // (N,C), (N,C)
+                                    const floatX* weight,                          // (C)
+                                    const float* mean, const float* rstd,          // (N), (N)
+                                    int N, int C) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const floatX* dy = dout + (size_t)i * C;
+        const floatX* x = inp + (size_t)i * C;
+        floatX* dx = dinp + (size_t)i * C;
+        float g_mean = 0.0f, gn_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float n = (to_float(x[c]) - mean[i]) * rstd[i];
+            float g = to_float(dy[c]) * to_float(weight[c]);
+            g_mean += g;
+            gn_mean += g * n;
+        }
+        g_mean /= C;
+        gn_mean /= C;
+        for (int c = 0; c < C; c++) {
+            float n = (to_float(x[c]) - mean[i]) * rstd[i];
+            float g = to_float(dy[c]) * to_float(weight[c]);
+            dx[c] = from_float(to_float(dx[c]) + rstd[i] * (g - g_mean - n * gn_mean));
+        }
+    }
+    #pragma omp parallel for
+    for (int c = 0; c < C; c++) {  // rows in order per channel, as the GPU kernel
+        float dw = 0.0f, db = 0.0f;
+        for (int i = 0; i < N; i++) {
+            float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
+            float dy = to_float(dout[(size_t)i * C + c]);
+            dw += dy * n;
+            db += dy;
+        }
+        dweight[c] = from_float(to_float(dweight[c]) + dw);
+        dbias[c] = from_float(to_float(dbias[c]) + db);
+    }
+}
+
+#ifdef __CUDACC__
+__device__ inline float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
+    return v;
+}
+
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                         const floatX* weight, const floatX* bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    float s = rsqrtf(warp_sum(var) / C + LAYERNORM_EPS);
+    floatX* y = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) y[c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
+
+__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+                                                const float* mean, const float* rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const floatX* dy = dout + (size_t)row * C;
+    const floatX* x = inp + (size_t)row * C;
+    floatX* dx = dinp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float g_sum = 0.0f, gn_sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float n = (to_float(x[c]) - m) * s;
+        float g = to_float(dy[c]) * to_float(weight[c]);
+        g_sum += g;
+        gn_sum += g * n;
+    }
+    float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+    for (int c = lane; c < C; c += 32) {
+        float n = (to_float(x[c]) - m) * s;
+        float g = to_float(dy[c]) * to_float(weight[c]);
+        dx[c] = from_float(to_float(dx[c]) + s * (g - g_mean - n * gn_mean));
+    }
+}
+
+__global__ void layernorm_backward_params_kernel(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                                 const float* mean, const float* rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
+        float dy = to_float(dout[(size_t)i * C + c]);
+        dw += dy * n;
+        db += dy;
+    }
+    dweight[c] = from_float(to_float(dweight[c]) + dw);
+    dbias[c] = from_float(to_float(dbias[c]) + db);
+}
+
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                              const floatX* bias, int N, int C) {
+    const int block = 256, rows_per_block = block / 32;
+    layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
+    launchCheck();
+}
+inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    const int block = 256, rows_per_block = block / 32;
+    layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    launchCheck();
+    layernorm_backward_params_kernel<<<ceil_div(C, 128), 128>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+    launchCheck();
+}
+#else
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                              const floatX* bias, int N, int C) {
+    layernorm_forward_host(out, mean, rstd, inp, weight, bias, N, C);
+}
+inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_host(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+#endif

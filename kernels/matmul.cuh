@@ -1,0 +1,100 @@
+/*
+kernels/matmul.cuh: the linear layer y = x W^T + b and its backward, on a GEMM
+from a library: cuBLAS on the GPU, OpenBLAS sgemm on the CPU.
+
+Everything here is row-major, as PyTorch and llm.c lay tensors out; W is (out, in).
+    forward:  out(N,OC)   = inp(N,C) @ W^T(C,OC) + b
+    backward: dinp(N,C)   = dout(N,OC) @ W(OC,C)            (overwritten)
+              dW(OC,C)   += dout^T(OC,N) @ inp(N,C)         (accumulated over micro-steps)
+              db(OC)     += sum over rows of dout
+
+cuBLAS is column-major. A row-major matrix seen column-major is its transpose, so
+C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N,
+keep the transpose flags. gemm_batched below is the only place that knows this.
+*/
+#pragma once
+// defines: gemm_batched, matmul_forward, matmul_backward, bias_forward, bias_backward
+#include "common.cuh"
+#ifndef __CUDACC__
+#include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
+#endif
+
+// C(M,N) = alpha * op(A)(M,K) op(B)(K,N) + beta * C, row-major, `batch` times with strides
+#ifdef __CUDACC__
+inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                         const floatX* A, int lda, size_t stride_a, const floatX* B, int ldb, size_t stride_b,
+                         float beta, floatX* C, int ldc, size_t stride_c, int batch) {
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), op_b, op_a, N, M, K, &alpha,
+                                           B, CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda, stride_a, &beta,
+                                           C, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+#else
+inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                         const floatX* A, int lda, size_t stride_a, const floatX* B, int ldb, size_t stride_b,
+                         float beta, floatX* C, int ldc, size_t stride_c, int batch) {
+    for (int i = 0; i < batch; i++) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
+    }
+}
+#endif
+
+inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) {  // out(N,OC) += bias(OC)
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) out[(size_t)i * OC + o] = from_float(to_float(out[(size_t)i * OC + o]) + to_float(bias[o]));
+}
+inline void bias_backward_host(floatX* dbias, const floatX* dout, int N, int OC) {  // dbias(OC) += column sums
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float sum = 0.0f;
+        for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
+        dbias[o] = from_float(to_float(dbias[o]) + sum);
+    }
+}
+
+#ifdef __CUDACC__
+__global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < (size_t)N * OC) out[idx] = from_float(to_float(out[idx]) + to_float(bias[idx % OC]));
+}
+// one thread per output channel, rows in order: deterministic
+__global__ void bias_backward_kernel(floatX* dbias, const floatX* dout, int N, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
+    dbias[o] = from_float(to_float(dbias[o]) + sum);
+}
+inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
+    bias_forward_kernel<<<ceil_div((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
+    launchCheck();
+}
+inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) {
+    bias_backward_kernel<<<ceil_div(OC, 128), 128>>>(dbias, dout, N, OC);
+    launchCheck();
+}
+#else
+inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
+inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) { bias_backward_host(dbias, dout, N, OC); }
+#endif
+
+inline void matmul_forward(floatX* out,                               // (N,OC)
+                           const floatX* inp,                         // (N,C)
+                           const floatX* weight, const floatX* bias,  // (OC,C), (OC) or NULL
+                           int N, int C, int OC) {
+    gemm_batched(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1);
+    if (bias) bias_forward(out, bias, N, OC);
+}
+
+inline void matmul_backward(floatX* dinp,                          // (N,C) overwritten, or NULL
+                            floatX* dweight, floatX* dbias,        // (OC,C) +=, (OC) += or NULL
+                            const floatX* dout,                    // (N,OC)
+                            const floatX* inp, const floatX* weight,  // (N,C), (OC,C)
+                            int N, int C, int OC) {
+    if (dinp) gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
+    gemm_batched(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}

@@ -1,0 +1,130 @@
+/*
+tests/test_gpt2.cpp: the CPU trainer against tests/reference.py (PyTorch, float64).
+
+Loads the reference's model.bin through the trainer's own loader, runs one
+micro-batch and compares logits, loss and every gradient tensor; then runs the
+reference's AdamW steps through train_step (the code path of main, with the data
+loader over the reference's shard) and compares each step's loss and grad norm.
+The reference directory comes from $REFERENCE_DIR (default tests/build/ref).
+
+Tolerances: the trainer computes in fp32, the reference in float64 on the same
+fp32 weights, so the differences are fp32 rounding accumulated over sums of up to
+a few thousand terms: ~1e-6 relative per op, a few 1e-5 after the whole network.
+*/
+#define TESTING
+#include "../train_gpt.cu"
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+struct DebugState {
+    int B, T, steps, L, NH, C, maxT;
+    float lr, wd, clip, loss;
+    std::vector<int> inputs, targets;
+    std::vector<float> logits, grads, losses, norms;
+};
+
+static std::string reference_dir() {
+    const char* d = getenv("REFERENCE_DIR");
+    return d ? d : "tests/build/ref";
+}
+
+template <typename T> static void read_exact(FILE* f, T* dst, size_t n) {
+    REQUIRE(fread(dst, sizeof(T), n, f) == n);
+}
+
+static DebugState load_debug_state(size_t num_parameters, int Vp) {
+    std::string path = reference_dir() + "/debug_state.bin";
+    FILE* f = fopen(path.c_str(), "rb");
+    INFO("run tests/reference.py --out " << reference_dir() << " first");
+    REQUIRE(f != nullptr);
+    int32_t h[8];
+    read_exact(f, h, 8);
+    REQUIRE(h[0] == 20241122);
+    DebugState s;
+    s.B = h[1]; s.T = h[2]; s.steps = h[3]; s.L = h[4]; s.NH = h[5]; s.C = h[6]; s.maxT = h[7];
+    float hp[3];
+    read_exact(f, hp, 3);
+    s.lr = hp[0]; s.wd = hp[1]; s.clip = hp[2];
+    size_t N = (size_t)s.B * s.T;
+    s.inputs.resize(N); s.targets.resize(N); s.logits.resize(N * Vp); s.grads.resize(num_parameters);
+    s.losses.resize(s.steps); s.norms.resize(s.steps);
+    read_exact(f, s.inputs.data(), N);
+    read_exact(f, s.targets.data(), N);
+    read_exact(f, s.logits.data(), N * Vp);
+    read_exact(f, &s.loss, 1);
+    read_exact(f, s.grads.data(), num_parameters);
+    read_exact(f, s.losses.data(), s.steps);
+    read_exact(f, s.norms.data(), s.steps);
+    fclose(f);
+    return s;
+}
+
+static std::vector<float> device_floats(const floatX* p, size_t n) {
+    std::vector<floatX> raw(n);
+    device_to_host(raw.data(), p, n * sizeof(floatX));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = to_float(raw[i]);
+    return out;
+}
+
+static double relative_l2(const float* a, const float* ref, size_t n) {
+    double diff = 0, norm = 1e-30;
+    for (size_t i = 0; i < n; i++) { diff += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]); norm += (double)ref[i] * ref[i]; }
+    return sqrt(diff / norm);
+}
+
+TEST_CASE("forward, loss and every gradient match PyTorch float64") {
+    GPT2 model;
+    gpt2_build_from_file(&model, (reference_dir() + "/model.bin").c_str(), single_rank_layout);
+    const GPT2Config& c = model.config;
+    DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
+    REQUIRE(c.num_layers == s.L);
+    REQUIRE(c.channels == s.C);
+    gpt2_allocate_training_state(&model, s.B, s.T);
+    int N = s.B * s.T;
+
+    gpt2_forward(&model, s.inputs.data(), s.B, s.T);
+    auto logits = device_floats(model.acts.logits, (size_t)N * c.padded_vocab_size);
+    double max_diff = 0;
+    for (size_t i = 0; i < logits.size(); i++) max_diff = fmax(max_diff, fabs(logits[i] - s.logits[i]));
+    INFO("max |logit - reference| = " << max_diff);
+    CHECK(max_diff < 1e-5);
+
+    double loss = gpt2_loss(&model, s.targets.data(), s.B, s.T, 1.0f / N) / N;
+    INFO("loss " << loss << " reference " << s.loss);
+    CHECK(fabs(loss - s.loss) < 1e-5);
+
+    gpt2_backward(&model, s.B, s.T);
+    auto grads = device_floats(model.grads_memory, model.num_parameters);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t off = tensor_offset(&model, i), n = shape_elements(model.shapes[i]);
+        double err = relative_l2(grads.data() + off, s.grads.data() + off, n);
+        INFO("gradient of " << parameter_names[i] << ": relative L2 error " << err);
+        CHECK(err < 1e-4);
+    }
+    // padded vocabulary rows get exactly zero gradient
+    for (size_t i = (size_t)c.vocab_size * c.channels; i < (size_t)c.padded_vocab_size * c.channels; i++) REQUIRE(grads[i] == 0.0f);
+    gpt2_free(&model);
+}
+
+TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
+    GPT2 model;
+    gpt2_build_from_file(&model, (reference_dir() + "/model.bin").c_str(), single_rank_layout);
+    DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
+    gpt2_allocate_training_state(&model, s.B, s.T);
+    TrainConfig tc;
+    tc.B = s.B; tc.T = s.T; tc.lr = s.lr; tc.weight_decay = s.wd; tc.grad_clip = s.clip;
+    tc.warmup = 0; tc.final_fraction = 1.0f;
+    DataLoader loader;
+    dataloader_init(&loader, (reference_dir() + "/train.bin").c_str(), s.B, s.T, 0, 1, model.config.vocab_size, false, 0);
+    for (int step = 0; step < s.steps; step++) {
+        StepResult r = train_step(&model, &loader, tc, 1, step, s.steps);
+        INFO("step " << step + 1 << ": loss " << r.loss << " reference " << s.losses[step] << ", norm " << r.norm
+                     << " reference " << s.norms[step]);
+        CHECK(fabs(r.loss - s.losses[step]) < 1e-4);
+        CHECK(fabs(r.norm - s.norms[step]) / s.norms[step] < 1e-4);
+    }
+    dataloader_free(&loader);
+    gpt2_free(&model);
+}

@@ -1,0 +1,314 @@
+/*
+tests/test_kernels.cpp: every op's host twin (what the CPU build runs, and the
+oracle of the CUDA kernels) against an independent float64 computation: a plain
+double loop for forward passes, central finite differences of that double loop
+for backward passes. Also the AdamW element math, the LR schedule and the loader.
+*/
+#include <catch2/catch.hpp>
+#include <vector>
+#include <functional>
+#include <set>
+#include <string>
+#include "../kernels/encoder.cuh"
+#include "../kernels/layernorm.cuh"
+#include "../kernels/matmul.cuh"
+#include "../kernels/attention.cuh"
+#include "../kernels/gelu.cuh"
+#include "../kernels/crossentropy.cuh"
+#include "../kernels/norm.cuh"
+#include "../adamw.h"
+#include "../schedule.h"
+#include "../dataloader.h"
+
+using std::vector;
+typedef std::function<void(const vector<double>&, vector<double>&)> DoubleFn;
+
+static vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
+    Rng r = {seed};
+    vector<float> v(n);
+    for (auto& x : v) x = (float)(scale * rng_normal(&r));
+    return v;
+}
+static vector<double> to_double(const vector<float>& v) { return vector<double>(v.begin(), v.end()); }
+
+// max |a - b| / (max |b| + tiny): an error relative to the size of the reference
+static double rel_err(const vector<float>& a, const vector<double>& b) {
+    double err = 0, mag = 1e-12;
+    for (size_t i = 0; i < b.size(); i++) { err = fmax(err, fabs(a[i] - b[i])); mag = fmax(mag, fabs(b[i])); }
+    return err / mag;
+}
+
+// gradient of sum(f(x) * w) with respect to x by central differences, in double
+static vector<double> finite_diff(const DoubleFn& f, vector<double> x, const vector<double>& w) {
+    vector<double> grad(x.size()), out;
+    const double h = 1e-6;
+    for (size_t i = 0; i < x.size(); i++) {
+        double keep = x[i], plus = 0, minus = 0;
+        x[i] = keep + h; f(x, out); for (size_t j = 0; j < out.size(); j++) plus += out[j] * w[j];
+        x[i] = keep - h; f(x, out); for (size_t j = 0; j < out.size(); j++) minus += out[j] * w[j];
+        x[i] = keep;
+        grad[i] = (plus - minus) / (2 * h);
+    }
+    return grad;
+}
+
+TEST_CASE("encoder forward and backward, with repeated tokens") {
+    int B = 2, T = 3, C = 5, V = 7;
+    vector<int> tok = {1, 4, 1, 6, 1, 0};
+    auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
+    vector<float> out(B * T * C), dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+    encoder_forward_host(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_backward_host(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    vector<double> ref_out(B * T * C), ref_dwte(V * C, 0.0), ref_dwpe(T * C, 0.0);
+    for (int b = 0; b < B; b++) for (int t = 0; t < T; t++) for (int c = 0; c < C; c++) {
+        int i = (b * T + t) * C + c;
+        ref_out[i] = (double)wte[tok[b * T + t] * C + c] + wpe[t * C + c];
+        ref_dwte[tok[b * T + t] * C + c] += dout[i];
+        ref_dwpe[t * C + c] += dout[i];
+    }
+    CHECK(rel_err(out, ref_out) < 1e-6);
+    CHECK(rel_err(dwte, ref_dwte) < 1e-6);
+    CHECK(rel_err(dwpe, ref_dwpe) < 1e-6);
+}
+
+static void layernorm_double(const vector<double>& x, const vector<double>& w, const vector<double>& b,
+                             vector<double>& out, int N, int C) {
+    out.assign(N * C, 0.0);
+    for (int i = 0; i < N; i++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[i * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[i * C + c] - m) * (x[i * C + c] - m);
+        v /= C;
+        for (int c = 0; c < C; c++) out[i * C + c] = (x[i * C + c] - m) / sqrt(v + 1e-5) * w[c] + b[c];
+    }
+}
+
+TEST_CASE("layernorm forward against float64, backward against finite differences") {
+    int N = 4, C = 16;
+    auto x = randn(N * C, 10, 2.0), w = randn(C, 11), b = randn(C, 12), dout = randn(N * C, 13);
+    vector<float> out(N * C), mean(N), rstd(N), dinp(N * C, 0.5f), dw(C, 0.25f), db(C, -0.5f);
+    layernorm_forward_host(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    vector<double> ref;
+    layernorm_double(to_double(x), to_double(w), to_double(b), ref, N, C);
+    CHECK(rel_err(out, ref) < 1e-5);
+    layernorm_backward_host(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    auto xd = to_double(x), wd = to_double(w), bd = to_double(b), dd = to_double(dout);
+    auto gx = finite_diff([&](const vector<double>& v, vector<double>& o) { layernorm_double(v, wd, bd, o, N, C); }, xd, dd);
+    auto gw = finite_diff([&](const vector<double>& v, vector<double>& o) { layernorm_double(xd, v, bd, o, N, C); }, wd, dd);
+    auto gb = finite_diff([&](const vector<double>& v, vector<double>& o) { layernorm_double(xd, wd, v, o, N, C); }, bd, dd);
+    for (auto& g : gx) g += 0.5;   // the backward accumulates into what was there
+    for (auto& g : gw) g += 0.25;
+    for (auto& g : gb) g -= 0.5;
+    CHECK(rel_err(dinp, gx) < 1e-4);
+    CHECK(rel_err(dw, gw) < 1e-4);
+    CHECK(rel_err(db, gb) < 1e-4);
+}
+
+TEST_CASE("matmul forward and backward against float64 loops") {
+    int N = 6, C = 5, OC = 7;
+    auto x = randn(N * C, 20), w = randn(OC * C, 21), b = randn(OC, 22), dout = randn(N * OC, 23);
+    vector<float> out(N * OC), dinp(N * C, 9.0f), dw(OC * C, 1.0f), db(OC, 2.0f);
+    matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    vector<double> ro(N * OC, 0), rdi(N * C, 0), rdw(OC * C, 1.0), rdb(OC, 2.0);
+    for (int i = 0; i < N; i++) for (int o = 0; o < OC; o++) {
+        double s = b[o];
+        for (int c = 0; c < C; c++) {
+            s += (double)x[i * C + c] * w[o * C + c];
+            rdi[i * C + c] += (double)dout[i * OC + o] * w[o * C + c];   // dinp is overwritten
+            rdw[o * C + c] += (double)dout[i * OC + o] * x[i * C + c];   // dweight accumulates
+        }
+        ro[i * OC + o] = s;
+        rdb[o] += dout[i * OC + o];
+    }
+    CHECK(rel_err(out, ro) < 1e-5);
+    CHECK(rel_err(dinp, rdi) < 1e-5);
+    CHECK(rel_err(dw, rdw) < 1e-5);
+    CHECK(rel_err(db, rdb) < 1e-5);
+}
+
+static void attention_double(const vector<double>& qkv, vector<double>& out, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    out.assign(B * T * C, 0.0);
+    for (int b = 0; b < B; b++) for (int h = 0; h < NH; h++) for (int t = 0; t < T; t++) {
+        vector<double> s(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+            double d = 0;
+            for (int i = 0; i < hs; i++) d += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t2) * 3 * C + C + h * hs + i];
+            s[t2] = d / sqrt((double)hs);
+            mx = fmax(mx, s[t2]);
+        }
+        for (int t2 = 0; t2 <= t; t2++) { s[t2] = exp(s[t2] - mx); sum += s[t2]; }
+        for (int t2 = 0; t2 <= t; t2++)
+            for (int i = 0; i < hs; i++) out[(b * T + t) * C + h * hs + i] += s[t2] / sum * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+    }
+}
+
+TEST_CASE("attention forward against float64, backward against finite differences") {
+    int B = 2, T = 5, C = 8, NH = 2;
+    auto qkv = randn(B * T * 3 * C, 30), dout = randn(B * T * C, 31);
+    vector<float> out(B * T * C), att(B * NH * T * T), dqkv(B * T * 3 * C, 123.0f);
+    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    vector<double> ref;
+    attention_double(to_double(qkv), ref, B, T, C, NH);
+    CHECK(rel_err(out, ref) < 1e-5);
+    for (int row = 0; row < B * NH * T; row++) {  // rows are distributions, causal
+        int t = row % T;
+        double sum = 0;
+        for (int t2 = 0; t2 < T; t2++) { sum += att[row * T + t2]; if (t2 > t) CHECK(att[row * T + t2] == 0.0f); }
+        CHECK(fabs(sum - 1.0) < 1e-5);
+    }
+    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    auto g = finite_diff([&](const vector<double>& v, vector<double>& o) { attention_double(v, o, B, T, C, NH); },
+                         to_double(qkv), to_double(dout));
+    CHECK(rel_err(dqkv, g) < 1e-4);
+}
+
+TEST_CASE("gelu forward against float64, backward against finite differences; residual add") {
+    auto x = randn(64, 40, 3.0), dout = randn(64, 41);
+    vector<float> y(64), dx(64);
+    gelu_forward_host(y.data(), x.data(), 64);
+    auto f = [](const vector<double>& v, vector<double>& o) {
+        o.resize(v.size());
+        for (size_t i = 0; i < v.size(); i++) o[i] = 0.5 * v[i] * (1 + tanh(sqrt(2 / M_PI) * (v[i] + 0.044715 * pow(v[i], 3))));
+    };
+    vector<double> ref;
+    f(to_double(x), ref);
+    CHECK(rel_err(y, ref) < 1e-6);
+    gelu_backward_host(dx.data(), x.data(), dout.data(), 64);
+    CHECK(rel_err(dx, finite_diff(f, to_double(x), to_double(dout))) < 1e-5);
+    vector<float> sum(64);
+    residual_forward_host(sum.data(), x.data(), dout.data(), 64);
+    vector<double> rsum(64);
+    for (int i = 0; i < 64; i++) rsum[i] = (double)x[i] + dout[i];
+    CHECK(rel_err(sum, rsum) < 1e-7);
+}
+
+TEST_CASE("cross-entropy over the first V of Vp columns, and its gradient") {
+    int N = 3, V = 10, Vp = 16;
+    auto logits = randn(N * Vp, 50, 3.0);
+    vector<int> targets = {0, 9, 4};
+    vector<float> z = logits, losses(N);
+    float dloss = 0.25f;
+    crossentropy_forward_backward_host(z.data(), losses.data(), targets.data(), N, V, Vp, dloss);
+    vector<double> rl(N), rg(N * Vp, 0.0);
+    for (int i = 0; i < N; i++) {
+        double mx = -1e300, s = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, logits[i * Vp + j]);
+        for (int j = 0; j < V; j++) s += exp(logits[i * Vp + j] - mx);
+        rl[i] = log(s) + mx - logits[i * Vp + targets[i]];
+        for (int j = 0; j < V; j++) rg[i * Vp + j] = (exp(logits[i * Vp + j] - mx) / s - (j == targets[i])) * dloss;
+    }
+    CHECK(rel_err(losses, rl) < 1e-6);
+    CHECK(rel_err(z, rg) < 1e-6);  // includes the padded columns, which must be exactly 0
+    vector<float> z2 = logits;     // dloss = 0: loss only, logits untouched
+    crossentropy_forward_backward_host(z2.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
+    CHECK(z2 == logits);
+}
+
+TEST_CASE("global norm against a float64 sum") {
+    for (size_t n : {1ul, 1000ul, 123457ul}) {
+        auto x = randn(n, 60 + n);
+        vector<float> scratch(NORM_PARTS);
+        double ref = 0;
+        for (float v : x) ref += (double)v * v;
+        CHECK(fabs(global_norm_squared(x.data(), n, scratch.data()) - ref) / ref < 1e-6);
+    }
+}
+
+TEST_CASE("AdamW matches PyTorch's update written in float64") {
+    size_t n = 50;
+    auto p = randn(n, 70), g = randn(n, 71);
+    vector<float> m(n, 0.0f), v(n, 0.0f);
+    vector<double> pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+    AdamWConfig c;
+    c.lr = 0.01f; c.weight_decay = 0.1f;
+    float grad_scale = 0.5f;
+    for (int t = 1; t <= 5; t++) {
+        adamw_update(p.data(), g.data(), m.data(), v.data(), n, c, t, grad_scale);
+        double bc1 = 1 - pow(0.9, t), bc2 = 1 - pow(0.95, t);
+        for (size_t i = 0; i < n; i++) {  // torch.optim.AdamW: decay, then the Adam step
+            double gi = (double)g[i] * grad_scale;
+            pd[i] *= 1 - 0.01 * 0.1;
+            md[i] = 0.9 * md[i] + 0.1 * gi;
+            vd[i] = 0.95 * vd[i] + 0.05 * gi * gi;
+            pd[i] -= 0.01 / bc1 * md[i] / (sqrt(vd[i]) / sqrt(bc2) + 1e-8);
+        }
+    }
+    CHECK(rel_err(p, pd) < 1e-6);
+}
+
+TEST_CASE("learning rate: warmup, cosine to the final fraction, constant") {
+    CHECK(learning_rate_at(0, 1.0f, 4, 20, 0.1f) == Approx(0.25));
+    CHECK(learning_rate_at(3, 1.0f, 4, 20, 0.1f) == Approx(1.0));
+    CHECK(learning_rate_at(4, 1.0f, 4, 20, 0.1f) == Approx(1.0));
+    CHECK(learning_rate_at(12, 1.0f, 4, 20, 0.1f) == Approx(0.55));  // halfway: the mean of 1 and 0.1
+    CHECK(learning_rate_at(20, 1.0f, 4, 20, 0.1f) == Approx(0.1));
+    for (int s = 0; s < 30; s++) CHECK(learning_rate_at(s, 0.5f, 0, 30, 1.0f) == Approx(0.5));
+}
+
+// ---------------------------------------------------------------- data loader
+
+static std::string write_test_shard(const std::string& path, const vector<uint16_t>& tokens) {
+    int32_t header[256] = {SHARD_MAGIC, SHARD_VERSION, (int32_t)tokens.size()};
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(header, sizeof(header), 1, f);
+    fwrite(tokens.data(), 2, tokens.size(), f);
+    fclose(f);
+    return path;
+}
+
+TEST_CASE("loader: llm.c order without shuffling, ranks read disjoint slices, next shard") {
+    system("mkdir -p tests/build/loader && rm -f tests/build/loader/*");
+    vector<uint16_t> a(101), b(61);
+    for (size_t i = 0; i < a.size(); i++) a[i] = (uint16_t)i;
+    for (size_t i = 0; i < b.size(); i++) b[i] = (uint16_t)(1000 + i);
+    write_test_shard("tests/build/loader/s_000.bin", a);
+    write_test_shard("tests/build/loader/s_001.bin", b);
+    int B = 2, T = 5, ranks = 2;  // a global micro-batch is 20 tokens: 5 in shard a, 3 in shard b
+    for (int rank = 0; rank < ranks; rank++) {
+        DataLoader d;
+        dataloader_init(&d, "tests/build/loader/s_*.bin", B, T, rank, ranks, 2000, false, 0);
+        CHECK(d.total_tokens == 162);
+        for (int i = 0; i < 8 + 5; i++) {  // past the end: wraps to the first shard
+            dataloader_next_batch(&d);
+            int j = i % 8;
+            size_t start = j < 5 ? j * 20 + rank * 10 : (j - 5) * 20 + rank * 10;
+            int base = j < 5 ? 0 : 1000;
+            for (int k = 0; k < B * T; k++) {
+                REQUIRE(d.inputs[k] == base + (int)(start + k));
+                REQUIRE(d.targets[k] == base + (int)(start + k + 1));
+            }
+        }
+        dataloader_free(&d);
+    }
+}
+
+TEST_CASE("loader: shuffling visits every sample once per epoch, reproducibly, same order on every rank") {
+    system("mkdir -p tests/build/loader2 && rm -f tests/build/loader2/*");
+    for (int s = 0; s < 3; s++) {
+        vector<uint16_t> t(8 * 4 * 2 + 1);
+        for (size_t i = 0; i < t.size(); i++) t[i] = (uint16_t)(s * 100 + i);
+        write_test_shard("tests/build/loader2/s_" + std::to_string(s) + ".bin", t);
+    }
+    auto epoch_starts = [](uint64_t seed, int rank) {
+        DataLoader d;
+        dataloader_init(&d, "tests/build/loader2/s_*.bin", 1, 4, rank, 2, 1000, true, seed);
+        vector<int> starts;
+        for (int i = 0; i < 3 * 8; i++) { dataloader_next_batch(&d); starts.push_back(d.inputs[0]); }
+        dataloader_free(&d);
+        return starts;
+    };
+    auto r0 = epoch_starts(7, 0), r1 = epoch_starts(7, 1);
+    std::set<int> seen(r0.begin(), r0.end());
+    CHECK(seen.size() == 24);  // 8 samples in each of 3 shards, each exactly once
+    for (int x : r0) CHECK((x % 100) % 8 == 0);
+    for (size_t i = 0; i < r0.size(); i++) CHECK(r1[i] == r0[i] + 4);  // rank 1: the next B*T of the same sample
+    CHECK(epoch_starts(7, 0) == r0);  // same seed, same order
+    CHECK(epoch_starts(8, 0) != r0);  // another seed, another order
+    vector<int> sequential;
+    for (int s = 0; s < 3; s++) for (int j = 0; j < 8; j++) sequential.push_back(s * 100 + j * 8);
+    CHECK(r0 != sequential);
+}
