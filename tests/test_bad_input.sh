@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Bad input gets one line naming the problem and exit code 1: never a crash (signal),
+# never success, never a damaged output. Usage: test_bad_input.sh TRAINER REFERENCE_DIR
+set -u
+TRAINER=$1; REF=$2; PYTHON=${PYTHON:-/usr/bin/python3}
+D=tests/build/bad; rm -rf $D; mkdir -p $D
+fails=0
+GOOD="-e $REF/model.bin -i $REF/train.bin -b 2 -t 16 -x 1 -v 0 -s 0"
+
+expect_error() {  # expect_error "EXPECTED MESSAGE PART" ARGS...
+    local want=$1; shift
+    "$@" > $D/out.txt 2> $D/err.txt
+    local code=$?
+    if [ $code -ne 1 ] || ! grep -q -- "$want" $D/err.txt; then
+        echo "FAIL: $* -> exit $code, stderr: $(head -c 300 $D/err.txt)"; fails=$((fails + 1))
+    else
+        echo "ok: $(head -n 1 $D/err.txt)"
+    fi
+}
+
+# model files
+expect_error "cannot open model file" $TRAINER $GOOD -e $D/missing.bin
+head -c 3000 /dev/urandom > $D/random.bin
+expect_error "magic" $TRAINER $GOOD -e $D/random.bin
+head -c 100 $REF/model.bin > $D/short_header.bin
+expect_error "shorter than its 1024-byte header" $TRAINER $GOOD -e $D/short_header.bin
+$PYTHON - $REF/model.bin $D <<'PY'
+import sys, numpy as np
+src, d = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+h = np.frombuffer(raw[:1024], dtype=np.int32).copy()
+def put(name, header, body=raw[1024:]):
+    open(f"{d}/{name}", "wb").write(header.tobytes() + body)
+v = h.copy(); v[1] = 7; put("version7.bin", v)
+put("truncated.bin", h, raw[1024:-4096])
+c = h.copy(); c[5] = 5; put("heads.bin", c)   # C=64 with NH=5
+PY
+expect_error "version 7" $TRAINER $GOOD -e $D/version7.bin
+expect_error "should be" $TRAINER $GOOD -e $D/truncated.bin
+expect_error "not divisible by heads" $TRAINER $GOOD -e $D/heads.bin
+
+# token shards
+expect_error "no token shards match" $TRAINER $GOOD -i "$D/nothing_*.bin"
+expect_error "run \`make data\`" $TRAINER $GOOD -i $D/missing_train.bin
+cp $REF/train.bin $D/bad_magic.bin; printf '\x01\x02\x03\x04' | dd of=$D/bad_magic.bin conv=notrunc status=none
+expect_error "magic" $TRAINER $GOOD -i $D/bad_magic.bin
+head -c 2000 $REF/train.bin > $D/short_shard.bin
+expect_error "header says" $TRAINER $GOOD -i $D/short_shard.bin
+$PYTHON - $D <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, 100]
+toks = np.full(100, 7, dtype=np.uint16); toks[5::9] = 60000   # outside the vocabulary, in every sample
+open(f"{d}/oov.bin", "wb").write(h.tobytes() + toks.tobytes())
+h[2] = 10; open(f"{d}/tiny.bin", "wb").write(h.tobytes() + toks[:10].tobytes())
+h[1] = 3; h[2] = 100; open(f"{d}/version3.bin", "wb").write(h.tobytes() + toks.tobytes())
+PY
+expect_error "outside the vocabulary" $TRAINER $GOOD -i $D/oov.bin
+expect_error "fewer than one global micro-batch" $TRAINER $GOOD -i $D/tiny.bin
+expect_error "has version 3" $TRAINER $GOOD -i $D/version3.bin
+
+# flags
+expect_error "not a multiple of B\*T\*dp" $TRAINER $GOOD -d 100
+expect_error "unknown flag '-zz'" $TRAINER $GOOD -zz 1
+expect_error "expects an integer" $TRAINER $GOOD -b two
+expect_error "needs a value" $TRAINER $GOOD -b
+expect_error "exceeds the model's maximum sequence length" $TRAINER $GOOD -t 4096
+
+# a multi-rank launch of this single-rank stage: an error from every rank, no hang
+if command -v mpirun > /dev/null; then
+    expect_error "trains on one rank" timeout 60 mpirun -np 2 $TRAINER $GOOD
+    [ "$(grep -c 'trains on one rank' $D/err.txt)" -eq 2 ] || { echo "FAIL: not every rank reported"; fails=$((fails + 1)); }
+fi
+
+# a failing run leaves an existing model file alone
+mkdir -p $D/out
+$TRAINER $GOOD -o $D/out > /dev/null 2>&1 || { echo "FAIL: good run"; fails=$((fails + 1)); }
+sum_before=$(md5sum < $D/out/model_00000001.bin)
+expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
+[ "$(md5sum < $D/out/model_00000001.bin)" = "$sum_before" ] || { echo "FAIL: model file changed"; fails=$((fails + 1)); }
+
+# help lists every flag the parser knows
+$TRAINER -h > $D/help.txt || { echo "FAIL: -h exit code"; fails=$((fails + 1)); }
+for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -n -shuffle -seed -log -h; do
+    grep -q -- "^  $flag " $D/help.txt || { echo "FAIL: -h does not list $flag"; fails=$((fails + 1)); }
+done
+echo "$fails failures"
+[ $fails -eq 0 ]
