@@ -1,12 +1,13 @@
 # GPT-2 trainer: one source (train_gpt.cu), two builds. `make help` lists the targets.
 #
-#   make                    builds what this machine can: train_gpt_cpu, and train_gpt where nvcc exists
-#   make train_gpt          CUDA build (nvcc, cuBLAS, NCCL, MPI); GPU_ARCH=90 by default (sm_90 + PTX)
-#   make train_gpt_cpu      CPU build (g++ via mpicxx, OpenMP, OpenBLAS, MPI)
+#   make                    builds what this machine can: the CPU trainers, and train_gpt where nvcc exists
+#   make train_gpt          CUDA build (nvcc, cuBLAS, NCCL, MPI), PRECISION=BF16 by default; GPU_ARCH=90 (sm_90 + PTX)
+#   make train_gpt_cpu      CPU build (g++ via mpicxx, OpenMP, OpenBLAS, MPI), FP32;
+#                           train_gpt_cpu_bf16 and train_gpt_cpu_fp16 store bf16 / fp16 exactly as the GPU does
 #   make test               the whole CPU test suite (what CI runs)
 #   make test-gpu           the GPU build against the PyTorch reference (needs a GPU)
 
-PRECISION ?= FP32
+PRECISION ?= BF16
 GPU_ARCH ?= 90
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 MPICXX ?= mpicxx
@@ -28,27 +29,40 @@ else
   $(error PRECISION must be FP32, BF16 or FP16)
 endif
 
-CXXFLAGS = -O2 -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas $(PRECISION_FLAGS)
+CXXFLAGS = -O2 -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas
 CPU_LIBS = -lopenblas -lm
 NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=[sm_$(GPU_ARCH),compute_$(GPU_ARCH)] \
-             $(PRECISION_FLAGS) $(MPI_CFLAGS) $(NCCL_CFLAGS)
+             $(MPI_CFLAGS) $(NCCL_CFLAGS)
 NVCC_LIBS = -lcublas $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
 
 HEADERS = $(wildcard *.h kernels/*.cuh)
 CATCH_MAIN = tests/build/catch_main.o
 
+CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
 ifneq ($(NVCC),)
-all: train_gpt_cpu train_gpt
+all: $(CPU_TRAINERS) train_gpt
 else
-all: train_gpt_cpu
-	@echo "nvcc not found: built the CPU trainer only"
+all: $(CPU_TRAINERS)
+	@echo "nvcc not found: built the CPU trainers only"
 endif
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -x c++ $< -x none $(CPU_LIBS) -o $@
+train_gpt_cpu_bf16: train_gpt.cu $(HEADERS)
+	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 -x c++ $< -x none $(CPU_LIBS) -o $@
+train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
+	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 -x c++ $< -x none $(CPU_LIBS) -o $@
 
-train_gpt: train_gpt.cu $(HEADERS)
+# the precision is part of the build: a stamp file makes a PRECISION change rebuild train_gpt
+.precision-$(PRECISION):
+	@rm -f .precision-*; touch $@
+train_gpt: train_gpt.cu $(HEADERS) .precision-$(PRECISION)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) $< $(NVCC_LIBS) -o $@
+# fixed-precision GPU builds for the GPU tests
+train_gpt_fp32: train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(NVCC_LIBS) -o $@
+train_gpt_fp16: train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 $< $(NVCC_LIBS) -o $@
 
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
@@ -61,24 +75,32 @@ tests/build/test_kernels: tests/test_kernels.cpp $(HEADERS) $(CATCH_MAIN)
 tests/build/test_gpt2: tests/test_gpt2.cpp train_gpt.cu $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
 
-test: train_gpt_cpu tests/build/test_kernels tests/build/test_gpt2
+tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
+	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
+tests/build/test_precision_fp16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
+	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
+
+TEST_BINARIES = tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+test: $(CPU_TRAINERS) $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
-test-gpu: train_gpt
-	PYTHON=$(PYTHON) TRAINER=./train_gpt bash tests/run_tests_gpu.sh
+test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
+	PYTHON=$(PYTHON) bash tests/run_tests_gpu.sh
 
 help:
 	@echo "targets:"
 	@echo "  make                 build train_gpt_cpu, and train_gpt where nvcc exists"
-	@echo "  make train_gpt       CUDA build; GPU_ARCH=$(GPU_ARCH) (sm_XX + PTX), PRECISION=$(PRECISION)"
-	@echo "  make train_gpt_cpu   CPU build (OpenMP, OpenBLAS, MPI)"
+	@echo "  make train_gpt       CUDA build; GPU_ARCH=$(GPU_ARCH) (sm_XX + PTX), PRECISION=$(PRECISION) (BF16|FP16|FP32)"
+	@echo "  make train_gpt_fp32  CUDA build in FP32 (for make test-gpu); train_gpt_fp16 likewise"
+	@echo "  make train_gpt_cpu   CPU build, FP32 (OpenMP, OpenBLAS, MPI)"
+	@echo "  make train_gpt_cpu_bf16, train_gpt_cpu_fp16   CPU builds storing bf16 / fp16 as the GPU does"
 	@echo "  make test            the CPU test suite: kernels, PyTorch reference, trajectories, bad input"
 	@echo "  make test-gpu        train_gpt against the PyTorch reference (needs a GPU)"
 	@echo "  make clean           remove build outputs"
-	@echo "variables: PRECISION=FP32 (BF16/FP16 arrive with mixed precision), GPU_ARCH, NVCC, MPICXX, PYTHON,"
+	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:
-	rm -rf train_gpt train_gpt_cpu tests/build
+	rm -rf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
 
 .PHONY: all test test-gpu help clean

@@ -4,13 +4,14 @@ adamw.h: the AdamW optimizer, exactly as PyTorch's torch.optim.AdamW computes it
     m = b1 m + (1 - b1) g              v = b2 v + (1 - b2) g^2
     p = p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
-g is the gradient times grad_scale (the clip factor, later also 1/loss_scale), so
-clipping costs no extra pass. Memory: m and v are fp32, 8 bytes per parameter
-(plus a 4-byte fp32 master copy when parameters are stored in lower precision:
-the "16 bytes per parameter" of mixed-precision training, with 2+2 for bf16
-parameters and gradients). Weight decay is applied per tensor by the caller: to
-the 2-D matrices only (DESIGN). Read adamw_element first: the kernel and the host
-loop both call it, so they compute the same thing.
+g is the stored gradient times grad_scale (clip factor / loss scale), so clipping
+and unscaling cost no extra pass. Weight decay is applied per tensor by the caller:
+to the 2-D matrices only (DESIGN).
+
+Memory per parameter: m and v are fp32 (8 bytes). In a 16-bit build the update
+runs on an fp32 master copy (4 bytes) and writes the floatX parameter (2 bytes) by
+stochastic rounding; with the 2-byte gradient that is mixed precision's 16 bytes
+per parameter. Read adamw_element first: kernel and host loop both call it.
 */
 #pragma once
 // defines: AdamWConfig, adamw_element, adamw_update
@@ -21,7 +22,7 @@ struct AdamWConfig {
     float lr, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay;
 };
 
-// one parameter: updates p, m, v in place; returns the new parameter value
+// one parameter: updates m, v in place; returns the new parameter value
 HOST_DEVICE inline float adamw_element(float p, float g, float* m, float* v, float lr, float beta1, float beta2,
                                        float eps, float weight_decay, float bias_correction1, float bias_correction2) {
     *m = beta1 * *m + (1.0f - beta1) * g;
@@ -30,36 +31,43 @@ HOST_DEVICE inline float adamw_element(float p, float g, float* m, float* v, flo
     return p * (1.0f - lr * weight_decay) - (lr / bias_correction1) * (*m / denom);
 }
 
-inline void adamw_update_host(floatX* params, const floatX* grads, float* m, float* v, size_t n, AdamWConfig c,
-                              float bc1, float bc2, float grad_scale) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = to_float(grads[i]) * grad_scale;
-        params[i] = from_float(adamw_element(to_float(params[i]), g, &m[i], &v[i], c.lr, c.beta1, c.beta2, c.eps,
-                                             c.weight_decay, bc1, bc2));
+// element i of the update; master may be NULL (fp32 build: the parameters are the master)
+template <typename Grad>
+HOST_DEVICE inline void adamw_apply(size_t i, floatX* params, float* master, const Grad* grads, float* m, float* v,
+                                    AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
+                                    size_t index_offset) {
+    float p = master ? master[i] : to_float(params[i]);
+    float updated = adamw_element(p, to_float(grads[i]) * grad_scale, &m[i], &v[i], c.lr, c.beta1, c.beta2, c.eps,
+                                  c.weight_decay, bc1, bc2);
+    if (master) {
+        master[i] = updated;
+        params[i] = round_stochastic(updated, random_u32(seed, index_offset + i));
+    } else {
+        params[i] = from_float(updated);
     }
 }
 
 #ifdef __CUDACC__
-__global__ void adamw_kernel(floatX* params, const floatX* grads, float* m, float* v, size_t n, AdamWConfig c,
-                             float bc1, float bc2, float grad_scale) {
+template <typename Grad>
+__global__ void adamw_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
+                             AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = to_float(grads[i]) * grad_scale;
-    params[i] = from_float(adamw_element(to_float(params[i]), g, &m[i], &v[i], c.lr, c.beta1, c.beta2, c.eps,
-                                         c.weight_decay, bc1, bc2));
+    if (i < n) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 }
 #endif
 
-// t: the optimizer step, counting from 1 (bias correction)
-inline void adamw_update(floatX* params, const floatX* grads, float* m, float* v, size_t n, AdamWConfig c, int t,
-                         float grad_scale) {
+// t: optimizer steps applied so far, this one included (bias correction).
+// seed and index_offset (this buffer's first element in the whole model) pick the rounding bits.
+template <typename Grad>
+inline void adamw_update(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
+                         AdamWConfig c, int t, float grad_scale, uint64_t seed, size_t index_offset) {
     float bc1 = 1.0f - powf(c.beta1, (float)t);
     float bc2 = 1.0f - powf(c.beta2, (float)t);
 #ifdef __CUDACC__
-    adamw_kernel<<<ceil_div(n, 256), 256>>>(params, grads, m, v, n, c, bc1, bc2, grad_scale);
+    adamw_kernel<<<ceil_div(n, 256), 256>>>(params, master, grads, m, v, n, c, bc1, bc2, grad_scale, seed, index_offset);
     launchCheck();
 #else
-    adamw_update_host(params, grads, m, v, n, c, bc1, bc2, grad_scale);
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 #endif
 }

@@ -36,8 +36,10 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include "kernels/attention.cuh"   // defines: attention_forward, attention_backward
 #include "kernels/gelu.cuh"        // defines: gelu_forward, gelu_backward, residual_forward
 #include "kernels/crossentropy.cuh"// defines: crossentropy_forward_backward
-#include "kernels/norm.cuh"        // defines: global_norm_squared
+#include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 #include "adamw.h"                 // defines: adamw_update
+#include "loss_scale.h"            // defines: LossScaler, loss_scaler_update
+#include "recompute.h"             // defines: recompute_keeps, layer_activation_bytes
 #include "schedule.h"              // defines: learning_rate_at
 #include "random.h"                // defines: Rng, rng_normal
 #include "dataloader.h"            // defines: DataLoader
@@ -148,23 +150,12 @@ inline LayerParameters layer_parameters(const ParameterTensors& p, int l, int C,
 }
 
 // ----------------------------------------------------------------------------
-// activations: what the forward keeps for the backward, and transient scratch
+// activations: what the forward keeps for the backward (recompute.h decides which
+// per-layer tensors exist for every layer), and transient scratch
 
 struct ActivationTensors {
     floatX* encoded;    // (B,T,C)
-    floatX* ln1;        // (L,B,T,C)
-    float* ln1_mean;    // (L,B,T)
-    float* ln1_rstd;    // (L,B,T)
-    floatX* qkv;        // (L,B,T,3C/tp)
-    floatX* atty;       // (L,B,T,C/tp)
-    floatX* att;        // (L,B,NH/tp,T,T)
-    floatX* residual2;  // (L,B,T,C)
-    floatX* ln2;        // (L,B,T,C)
-    float* ln2_mean;    // (L,B,T)
-    float* ln2_rstd;    // (L,B,T)
-    floatX* fch;        // (L,B,T,4C/tp)
-    floatX* fch_gelu;   // (L,B,T,4C/tp)
-    floatX* residual3;  // (L,B,T,C)
+    void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: L layers if kept, else 1 reused layer
     floatX* lnf;        // (B,T,C)
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
@@ -185,29 +176,27 @@ struct ScratchTensors {  // reused by every layer
     int* targets;       // (B,T)
 };
 
-// one allocation request: the table form keeps sizes, allocation and accounting in one place
-struct BufferSpec { void** ptr; size_t elements, element_bytes; };
-
-inline size_t allocate_buffers(BufferSpec* specs, int n) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        size_t bytes = specs[i].elements * specs[i].element_bytes;
-        *specs[i].ptr = device_malloc(bytes);
-        total += bytes;
-    }
-    return total;
-}
-
+// one layer's view of the activations, as the forward and backward use them
 struct LayerActivations {
     floatX *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 };
-inline LayerActivations layer_activations(const ActivationTensors& a, int l, int B, int T, int C, int NH, int tp) {
-    size_t BT = (size_t)B * T, BTC = BT * C;
-    return LayerActivations{a.ln1 + l * BTC, a.qkv + l * 3 * BTC / tp, a.atty + l * BTC / tp,
-                            a.att + (size_t)l * B * (NH / tp) * T * T, a.residual2 + l * BTC, a.ln2 + l * BTC,
-                            a.fch + l * 4 * BTC / tp, a.fch_gelu + l * 4 * BTC / tp, a.residual3 + l * BTC,
-                            a.ln1_mean + l * BT, a.ln1_rstd + l * BT, a.ln2_mean + l * BT, a.ln2_rstd + l * BT};
+
+// ----------------------------------------------------------------------------
+// memory ledger: every device allocation is booked under one kind, so the program
+// can print what it holds (-plan) and tests can compare it with the formulas
+
+enum MemoryKind { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_SCRATCH, NUM_MEMORY_KINDS };
+static const char* memory_kind_names[NUM_MEMORY_KINDS] = {"parameters", "gradients", "optimizer", "activations", "scratch"};
+
+struct BufferSpec { void** ptr; size_t elements, element_bytes; MemoryKind kind; };
+
+inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_MEMORY_KINDS]) {
+    for (int i = 0; i < n; i++) {
+        size_t bytes = specs[i].elements * specs[i].element_bytes;
+        *specs[i].ptr = device_malloc(bytes);
+        ledger[specs[i].kind] += bytes;
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -220,13 +209,18 @@ struct GPT2 {
     size_t num_parameters;          // held by this rank
     ParameterTensors params, grads;
     floatX* params_memory;
+    float* master_memory;           // fp32 master weights; NULL in the fp32 build
     floatX* grads_memory;           // allocated with the training state
+    float* grads_fp32;              // -ga fp32: micro-step gradients accumulate here; else NULL
     float* m_memory;                // AdamW first moment
     float* v_memory;                // AdamW second moment
+    int adam_steps;                 // updates applied (skipped steps do not count)
+    int recompute;                  // -r level, recompute.h
     int B, T;                       // activation buffers hold up to (B,T)
     ActivationTensors acts;
     ScratchTensors scratch;
     float* host_losses;             // (B,T)
+    size_t memory[NUM_MEMORY_KINDS];  // bytes allocated, by kind
 };
 
 inline size_t tensor_offset(const GPT2* m, int index) {
@@ -235,13 +229,30 @@ inline size_t tensor_offset(const GPT2* m, int index) {
     return off;
 }
 
-// sizes the parameters for this layout and copies `values` (fp32, file order, this rank's part) to the device
+inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T) {
+    const GPT2Config& c = model->config;
+    void* at[NUM_LAYER_ACTIVATIONS];
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
+        size_t layer = recompute_keeps(model->recompute, t) ? l : 0;
+        at[t] = (char*)model->acts.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp);
+    }
+    return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
+                            (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
+                            (floatX*)at[RESIDUAL3], (float*)at[LN1_MEAN], (float*)at[LN1_RSTD],
+                            (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
+}
+
+// copies `values` (fp32, file order, this rank's part) to the device as floatX parameters,
+// and, in a 16-bit build, keeps them unrounded as the fp32 master copy
 inline void gpt2_set_parameters(GPT2* model, const float* values) {
     size_t n = model->num_parameters;
     floatX* host = (floatX*)malloc(n * sizeof(floatX));
     for (size_t i = 0; i < n; i++) host[i] = from_float(values[i]);
-    model->params_memory = (floatX*)device_malloc(n * sizeof(floatX));
+    BufferSpec specs[] = {{(void**)&model->params_memory, n, sizeof(floatX), MEM_PARAMETERS},
+                          {(void**)&model->master_memory, FLOATX_IS_FP32 ? 0 : n, sizeof(float), MEM_OPTIMIZER}};
+    allocate_buffers(specs, 2, model->memory);
     host_to_device(model->params_memory, host, n * sizeof(floatX));
+    if (model->master_memory) host_to_device(model->master_memory, values, n * sizeof(float));
     point_parameters(&model->params, model->params_memory, model->shapes);
     free(host);
 }
@@ -335,53 +346,65 @@ inline void gpt2_build_from_scratch(GPT2* model, const GPT2Config& c, uint64_t s
     free(values);
 }
 
-// writes an llm.c model file (fp32, version 3) through a temporary name, so a crash never leaves a torn file
+// writes an llm.c model file through a temporary name, so a crash never leaves a torn
+// file: bf16 builds write their parameters as version 5, the others fp32 as version 3
 inline void gpt2_write_file(const GPT2* model, const char* path) {
     size_t n = model->num_parameters;
     floatX* host = (floatX*)malloc(n * sizeof(floatX));
     device_to_host(host, model->params_memory, n * sizeof(floatX));
-    float* values = (float*)malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) values[i] = to_float(host[i]);
+    bool bf16 = strcmp(PRECISION_NAME, "bf16") == 0;
+    size_t bytes_per = bf16 ? 2 : 4;
+    char* body = (char*)malloc(n * bytes_per);
+    for (size_t i = 0; i < n; i++) {
+        if (bf16) memcpy(body + 2 * i, &host[i], 2);
+        else { float f = to_float(host[i]); memcpy(body + 4 * i, &f, 4); }
+    }
     const GPT2Config& c = model->config;
-    int32_t header[256] = {MODEL_MAGIC, MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
-                           c.num_heads, c.channels, c.padded_vocab_size};
+    int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
+                           c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
     if (!f) fail("cannot write model file %s", tmp);
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(values, sizeof(float), n, f) == n;
+    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body, bytes_per, n, f) == n;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
-    free(values);
+    free(body);
     free(host);
 }
 
 // gradients, optimizer state and activations for micro-batches of up to (B,T)
-inline void gpt2_allocate_training_state(GPT2* model, int B, int T) {
+inline void gpt2_allocate_training_state(GPT2* model, int B, int T, int recompute, bool grads_in_fp32) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin;
     size_t BT = (size_t)B * T, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, n = model->num_parameters;
-    model->B = B; model->T = T;
+    if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
+    model->B = B; model->T = T; model->recompute = recompute;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
     const size_t X = sizeof(floatX), F = sizeof(float);
-    BufferSpec specs[] = {
-        {(void**)&model->grads_memory, n, X}, {(void**)&model->m_memory, n, F}, {(void**)&model->v_memory, n, F},
-        {(void**)&a.encoded, BT * C, X},
-        {(void**)&a.ln1, L * BT * C, X}, {(void**)&a.ln1_mean, L * BT, F}, {(void**)&a.ln1_rstd, L * BT, F},
-        {(void**)&a.qkv, L * BT * 3 * Cl, X}, {(void**)&a.atty, L * BT * Cl, X},
-        {(void**)&a.att, L * B * NHl * T * T, X}, {(void**)&a.residual2, L * BT * C, X},
-        {(void**)&a.ln2, L * BT * C, X}, {(void**)&a.ln2_mean, L * BT, F}, {(void**)&a.ln2_rstd, L * BT, F},
-        {(void**)&a.fch, L * BT * 4 * Cl, X}, {(void**)&a.fch_gelu, L * BT * 4 * Cl, X},
-        {(void**)&a.residual3, L * BT * C, X},
-        {(void**)&a.lnf, BT * C, X}, {(void**)&a.lnf_mean, BT, F}, {(void**)&a.lnf_rstd, BT, F},
-        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X}, {(void**)&a.losses, BT, F},
-        {(void**)&s.proj, BT * C, X}, {(void**)&s.dresidual, BT * C, X}, {(void**)&s.dln, BT * C, X},
-        {(void**)&s.datty, BT * Cl, X}, {(void**)&s.dqkv, BT * 3 * Cl, X}, {(void**)&s.dfch, BT * 4 * Cl, X},
-        {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X}, {(void**)&s.norm, NORM_PARTS, F},
-        {(void**)&s.inputs, BT, sizeof(int)}, {(void**)&s.targets, BT, sizeof(int)},
+    BufferSpec specs[64] = {
+        {(void**)&model->grads_memory, n, X, MEM_GRADIENTS},
+        {(void**)&model->grads_fp32, grads_in_fp32 ? n : 0, F, MEM_GRADIENTS},
+        {(void**)&model->m_memory, n, F, MEM_OPTIMIZER}, {(void**)&model->v_memory, n, F, MEM_OPTIMIZER},
+        {(void**)&a.encoded, BT * C, X, MEM_ACTIVATIONS},
+        {(void**)&a.lnf, BT * C, X, MEM_ACTIVATIONS}, {(void**)&a.lnf_mean, BT, F, MEM_ACTIVATIONS},
+        {(void**)&a.lnf_rstd, BT, F, MEM_ACTIVATIONS},
+        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, MEM_ACTIVATIONS}, {(void**)&a.losses, BT, F, MEM_ACTIVATIONS},
+        {(void**)&s.proj, BT * C, X, MEM_SCRATCH}, {(void**)&s.dresidual, BT * C, X, MEM_SCRATCH},
+        {(void**)&s.dln, BT * C, X, MEM_SCRATCH}, {(void**)&s.datty, BT * Cl, X, MEM_SCRATCH},
+        {(void**)&s.dqkv, BT * 3 * Cl, X, MEM_SCRATCH}, {(void**)&s.dfch, BT * 4 * Cl, X, MEM_SCRATCH},
+        {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X, MEM_SCRATCH},
+        {(void**)&s.norm, NORM_PARTS, F, MEM_SCRATCH},
+        {(void**)&s.inputs, BT, sizeof(int), MEM_SCRATCH}, {(void**)&s.targets, BT, sizeof(int), MEM_SCRATCH},
     };
-    allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]));
+    int count = 20;
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer (activations); else one reused (scratch)
+        bool kept = recompute_keeps(recompute, t);
+        size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
+        specs[count++] = {&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? MEM_ACTIVATIONS : MEM_SCRATCH};
+    }
+    allocate_buffers(specs, count, model->memory);
     point_parameters(&model->grads, model->grads_memory, model->shapes);
     device_zero(model->grads_memory, n * X);
     device_zero(model->m_memory, n * F);
@@ -392,38 +415,42 @@ inline void gpt2_allocate_training_state(GPT2* model, int B, int T) {
 // ----------------------------------------------------------------------------
 // forward, loss, backward
 
+// block l (local index) on its input `residual`, writing the layer's activations
+inline void block_forward(GPT2* model, int l, int B, int T) {
+    const GPT2Config& c = model->config;
+    int tp = model->layout.tp, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
+    ActivationTensors& a = model->acts;
+    ScratchTensors& s = model->scratch;
+    LayerParameters w = layer_parameters(model->params, l, C, tp);
+    LayerActivations la = layer_activations(model, l, B, T);
+    floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
+    // attention: qkv is column-parallel (this rank's heads), attproj row-parallel
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+    matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * Cl);
+    attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, Cl, NHl);
+    matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, Cl, C);
+    bias_forward(s.proj, w.attprojb, N, C);  // after the sum over tp ranks: added once
+    residual_forward(la.residual2, residual, s.proj, (size_t)N * C);
+    // MLP: fc column-parallel, fcproj row-parallel
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, N, C);
+    matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * Cl);
+    gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * Cl);
+    matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * Cl, C);
+    bias_forward(s.proj, w.fcprojb, N, C);
+    residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
+}
+
 // runs the model on inputs (B,T) up to the logits
 inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin;
-    int C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
+    int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin, C = c.channels, N = B * T;
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
     ParameterTensors& p = model->params;
     ActivationTensors& a = model->acts;
-    ScratchTensors& s = model->scratch;
-    host_to_device(s.inputs, inputs, N * sizeof(int));
-
-    encoder_forward(a.encoded, s.inputs, p.wte, p.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
-        LayerParameters w = layer_parameters(p, l, C, tp);
-        LayerActivations la = layer_activations(a, l, B, T, C, c.num_heads, tp);
-        // attention: qkv is column-parallel (this rank's heads), attproj row-parallel
-        layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-        matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * Cl);
-        attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, Cl, NHl);
-        matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, Cl, C);
-        bias_forward(s.proj, w.attprojb, N, C);  // after the sum over tp ranks: added once
-        residual_forward(la.residual2, residual, s.proj, (size_t)N * C);
-        // MLP: fc column-parallel, fcproj row-parallel
-        layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, N, C);
-        matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * Cl);
-        gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * Cl);
-        matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * Cl, C);
-        bias_forward(s.proj, w.fcprojb, N, C);
-        residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
-    }
-    floatX* last = a.residual3 + (size_t)(L - 1) * N * C;
+    host_to_device(model->scratch.inputs, inputs, N * sizeof(int));
+    encoder_forward(a.encoded, model->scratch.inputs, p.wte, p.wpe, B, T, C);
+    for (int l = 0; l < L; l++) block_forward(model, l, B, T);
+    floatX* last = layer_activations(model, L - 1, B, T).residual3;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
     matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, c.padded_vocab_size / tp);  // tied LM head
 }
@@ -441,6 +468,21 @@ inline double gpt2_loss(GPT2* model, const int* targets, int B, int T, float dlo
     return sum;
 }
 
+// rebuilds what recompute level r did not keep of layer l, just before its backward
+inline void recompute_layer(GPT2* model, int l, int B, int T) {
+    if (model->recompute >= 3) { block_forward(model, l, B, T); return; }
+    const GPT2Config& c = model->config;
+    int C = c.channels, N = B * T;
+    LayerParameters w = layer_parameters(model->params, l, C, model->layout.tp);
+    LayerActivations la = layer_activations(model, l, B, T);
+    if (model->recompute >= 2) {
+        floatX* residual = l == 0 ? model->acts.encoded : layer_activations(model, l - 1, B, T).residual3;
+        layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+        layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, N, C);
+    }
+    if (model->recompute >= 1) gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * C / model->layout.tp);
+}
+
 // accumulates the gradients of the micro-batch whose forward and loss ran last
 inline void gpt2_backward(GPT2* model, int B, int T) {
     const GPT2Config& c = model->config;
@@ -452,16 +494,17 @@ inline void gpt2_backward(GPT2* model, int B, int T) {
     ScratchTensors& s = model->scratch;
 
     // LM head and final LayerNorm; a.logits holds dlogits now
-    floatX* last = a.residual3 + (size_t)(L - 1) * N * C;
+    floatX* last = layer_activations(model, L - 1, B, T).residual3;
     matmul_backward(s.dln, g.wte, NULL, a.logits, a.lnf, p.wte, N, C, c.padded_vocab_size / tp);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
     layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, last, p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * N * C;
+        recompute_layer(model, l, B, T);
+        floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
         LayerParameters w = layer_parameters(p, l, C, tp);
         LayerParameters dw = layer_parameters(g, l, C, tp);
-        LayerActivations la = layer_activations(a, l, B, T, C, c.num_heads, tp);
+        LayerActivations la = layer_activations(model, l, B, T);
         // MLP; s.dresidual is the gradient of residual3
         matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * Cl, C);
         gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * Cl);
@@ -476,29 +519,53 @@ inline void gpt2_backward(GPT2* model, int B, int T) {
     encoder_backward(g.wte, g.wpe, s.dresidual, s.inputs, B, T, C);
 }
 
-inline void gpt2_zero_grad(GPT2* model) { device_zero(model->grads_memory, model->num_parameters * sizeof(floatX)); }
-
-inline double gpt2_grad_norm(GPT2* model) {
-    return sqrt(global_norm_squared(model->grads_memory, model->num_parameters, model->scratch.norm));
+inline void gpt2_zero_grad(GPT2* model) {
+    device_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
+    if (model->grads_fp32) device_zero(model->grads_fp32, model->num_parameters * sizeof(float));
 }
 
-// one AdamW step over every tensor; t counts optimizer steps from 1
-inline void gpt2_update(GPT2* model, float lr, float weight_decay, int t, float grad_scale) {
+// after each micro-step's backward: with -ga fp32, move the floatX gradients into the fp32 sum
+inline void gpt2_accumulate_micro_step(GPT2* model) {
+    if (model->grads_fp32) gradient_accumulate(model->grads_fp32, model->grads_memory, model->num_parameters);
+}
+
+// the squared norm of the step's gradient (non-finite when any element is)
+inline double gpt2_grad_norm_squared(GPT2* model) {
+    if (model->grads_fp32) return global_norm_squared(model->grads_fp32, model->num_parameters, model->scratch.norm);
+    return global_norm_squared(model->grads_memory, model->num_parameters, model->scratch.norm);
+}
+
+// one AdamW step over every tensor; grad_scale multiplies the stored gradients (clip / loss scale)
+inline void gpt2_update(GPT2* model, float lr, float weight_decay, float grad_scale, uint64_t seed) {
+    int t = ++model->adam_steps;
+    uint64_t rounding_seed = random_u32(seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t off = tensor_offset(model, i), n = shape_elements(model->shapes[i]);
         AdamWConfig cfg;
         cfg.lr = lr;
         cfg.weight_decay = parameter_is_matrix[i] ? weight_decay : 0.0f;
-        adamw_update(model->params_memory + off, model->grads_memory + off, model->m_memory + off,
-                     model->v_memory + off, n, cfg, t, grad_scale);
+        float* master = model->master_memory ? model->master_memory + off : NULL;
+        if (model->grads_fp32)
+            adamw_update(model->params_memory + off, master, model->grads_fp32 + off, model->m_memory + off,
+                         model->v_memory + off, n, cfg, t, grad_scale, rounding_seed, off);
+        else
+            adamw_update(model->params_memory + off, master, model->grads_memory + off, model->m_memory + off,
+                         model->v_memory + off, n, cfg, t, grad_scale, rounding_seed, off);
     }
 }
 
+// makes this step's gradient non-finite: the testing aid TRAIN_GPT_INJECT_NONFINITE=STEP
+inline void gpt2_poison_gradients(GPT2* model) {
+    if (model->grads_fp32) { float inf = INFINITY; host_to_device(model->grads_fp32, &inf, sizeof(float)); }
+    else { floatX inf = from_float(INFINITY); host_to_device(model->grads_memory, &inf, sizeof(floatX)); }
+}
+
 inline void gpt2_free(GPT2* model) {
-    void* buffers[] = {model->params_memory, model->grads_memory, model->m_memory, model->v_memory};
+    void* buffers[] = {model->params_memory, model->master_memory, model->grads_memory, model->grads_fp32,
+                       model->m_memory, model->v_memory, model->acts.encoded, model->acts.lnf, model->acts.lnf_mean,
+                       model->acts.lnf_rstd, model->acts.logits, model->acts.losses};
     for (void* b : buffers) device_free(b);
-    void** acts = (void**)&model->acts;
-    for (size_t i = 0; i < sizeof(ActivationTensors) / sizeof(void*); i++) device_free(acts[i]);
+    for (void* b : model->acts.layer) device_free(b);
     void** scratch = (void**)&model->scratch;
     for (size_t i = 0; i < sizeof(ScratchTensors) / sizeof(void*); i++) device_free(scratch[i]);
     free(model->host_losses);
@@ -526,15 +593,25 @@ struct TrainConfig {
     int checkpoint_every = 0;
     int shuffle = 1;
     int seed = 1337;
+    int recompute = 0;
+    const char* loss_scale = "default";  // dynamic | off | VALUE; default: dynamic for FP16
+    int loss_scale_interval = 2000;
+    const char* grad_accum_type = "floatX";  // floatX | fp32
+    int plan = 0;
+    int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
 };
 
-struct StepResult { double loss, norm; float lr; };
+struct StepResult { double loss, norm; float lr, scale; bool skipped; };
 
-// one optimizer step: grad_accum micro-steps of forward, loss, backward, then clip and AdamW
-inline StepResult train_step(GPT2* model, DataLoader* loader, const TrainConfig& tc, int grad_accum, int step, int max_steps) {
+// one optimizer step: grad_accum micro-steps of forward, loss, backward, then the finite
+// check, unscaling, clipping and AdamW. `step` counts from 0.
+inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
+                             int grad_accum, int step, int max_steps) {
     int B = tc.B, T = tc.T;
     double tokens_per_step = (double)B * T * grad_accum;
-    float dloss = (float)(1.0 / tokens_per_step);  // the step's loss is the mean over all its tokens
+    StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false};
+    // the step's loss is the mean over all its tokens; its gradient is scaled by the loss scale
+    float dloss = (float)(scaler->scale / tokens_per_step);
     double loss_sum = 0.0;
     gpt2_zero_grad(model);
     for (int micro = 0; micro < grad_accum; micro++) {
@@ -542,13 +619,19 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, const TrainConfig&
         gpt2_forward(model, loader->inputs, B, T);
         loss_sum += gpt2_loss(model, loader->targets, B, T, dloss);
         gpt2_backward(model, B, T);
+        gpt2_accumulate_micro_step(model);
     }
-    StepResult r;
+    if (tc.inject_nonfinite_step == step + 1) gpt2_poison_gradients(model);
     r.loss = loss_sum / tokens_per_step;
-    r.norm = gpt2_grad_norm(model);
-    float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
     r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
-    gpt2_update(model, r.lr, tc.weight_decay, step + 1, clip_scale);
+    double norm_squared = gpt2_grad_norm_squared(model);
+    r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
+    if (!loss_scaler_update(scaler, isfinite(norm_squared))) {
+        r.skipped = true;
+        return r;
+    }
+    float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
+    gpt2_update(model, r.lr, tc.weight_decay, clip_scale / r.scale, (uint64_t)tc.seed);
     return r;
 }
 
@@ -619,7 +702,12 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample"},
         {"-n", OPT_INT, &tc->checkpoint_every, "write a model checkpoint into -o every N steps (0: off)"},
         {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order"},
-        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling and sampling"},
+        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding"},
+        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks"},
+        {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
+        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles"},
+        {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
+        {"-plan", OPT_INT, &tc->plan, "1: print the memory each rank holds (planned and allocated) and exit"},
     };
     int n = sizeof(table) / sizeof(table[0]);
     for (int i = 0; i < n; i++) o[i] = table[i];
@@ -668,6 +756,40 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
     return true;
 }
 
+// -plan: each kind of memory from its formula (recompute.h, adamw.h) beside what was allocated.
+// The last line is the same as JSON for scripts.
+inline void print_memory_plan(const GPT2* model, int B, int T, bool grads_in_fp32) {
+    const GPT2Config& c = model->config;
+    int L = model->layout.layer_end - model->layout.layer_begin, tp = model->layout.tp;
+    size_t n = model->num_parameters, X = sizeof(floatX), C = c.channels, N = (size_t)B * T;
+    size_t kept_per_layer = 0, reused = 0;
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
+        size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
+        if (recompute_keeps(model->recompute, t)) kept_per_layer += bytes; else reused += bytes;
+    }
+    size_t planned[NUM_MEMORY_KINDS] = {
+        n * X,                                                            // parameters
+        n * X + (grads_in_fp32 ? n * 4 : 0),                              // gradients (+ fp32 accumulator)
+        n * 8 + (FLOATX_IS_FP32 ? 0 : n * 4),                             // m, v (+ fp32 master)
+        L * kept_per_layer + N * C * X * 2 + N * 4 * 3 + N * c.padded_vocab_size / tp * X,  // + encoded, lnf, stats, logits, losses
+        model->memory[MEM_SCRATCH]};                                      // scratch: measured only
+    printf("parameter tensors held by this rank (layers x rows x cols):\n");
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
+    printf("memory per rank (%s, recompute %d, B=%d T=%d, %zu parameters):\n", PRECISION_NAME, model->recompute, B, T, n);
+    printf("  %-12s %16s %16s\n", "kind", "planned bytes", "allocated bytes");
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+        printf("  %-12s %16zu %16zu\n", memory_kind_names[k], planned[k], model->memory[k]);
+    printf("  bytes per parameter (parameters + gradients + optimizer): %.2f\n",
+           (double)(model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER]) / n);
+    printf("  activations kept per layer: %zu bytes; reused one-layer working set: %zu bytes\n", kept_per_layer, reused);
+    printf("{\"num_parameters\": %zu, \"precision\": \"%s\", \"recompute\": %d, \"activations_per_layer\": %zu",
+           n, PRECISION_NAME, model->recompute, kept_per_layer);
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+        printf(", \"%s\": {\"planned\": %zu, \"allocated\": %zu}", memory_kind_names[k], planned[k], model->memory[k]);
+    printf("}\n");
+}
+
 inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 // ----------------------------------------------------------------------------
@@ -684,6 +806,7 @@ int main(int argc, char** argv) {
     }
     if (comm.world != 1) fail("this build trains on one rank; run without mpirun -np (world size is %d)", comm.world);
     int dp = 1;
+    if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
     if (tc.B <= 0 || tc.T <= 0) fail("-b and -t must be positive (got %d, %d)", tc.B, tc.T);
     if (tc.total_batch_tokens == -1) tc.total_batch_tokens = tc.B * tc.T * dp;
     int tokens_per_micro = tc.B * tc.T * dp;
@@ -712,7 +835,15 @@ int main(int argc, char** argv) {
     if (tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);
 
-    gpt2_allocate_training_state(&model, tc.B, tc.T);
+    bool grads_in_fp32 = strcmp(tc.grad_accum_type, "fp32") == 0;
+    if (!grads_in_fp32 && strcmp(tc.grad_accum_type, "floatX") != 0) fail("-ga expects floatX or fp32, got '%s'", tc.grad_accum_type);
+    LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
+    gpt2_allocate_training_state(&model, tc.B, tc.T, tc.recompute, grads_in_fp32);
+    if (tc.plan) {
+        print_memory_plan(&model, tc.B, tc.T, grads_in_fp32);
+        comm_finalize();
+        return 0;
+    }
     printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters\n",
            device_name(), PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size,
            c.padded_vocab_size, c.max_seq_len, model.num_parameters);
@@ -726,13 +857,16 @@ int main(int argc, char** argv) {
     for (int step = 0; step < max_steps; step++) {
         device_synchronize();
         auto start = std::chrono::steady_clock::now();
-        StepResult r = train_step(&model, &train_loader, tc, grad_accum, step, max_steps);
+        StepResult r = train_step(&model, &train_loader, &scaler, tc, grad_accum, step, max_steps);
         device_synchronize();
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         int done = step + 1;
         bool last = done == max_steps;
-        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s\n", done, max_steps, r.loss,
+        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss,
                r.norm, r.lr, ms, tc.total_batch_tokens / (ms / 1000.0));
+        if (scaler.enabled) printf(" | scale %g", r.scale);
+        printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
+        if (r.skipped && !scaler.enabled) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
         double val_loss = 0.0;
         bool validated = validate && (done % tc.val_every == 0 || last);
         if (validated) {
@@ -746,8 +880,12 @@ int main(int argc, char** argv) {
             printf("\n");
         }
         if (log) {
-            fprintf(log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"norm\": %.9g, \"ms\": %.3f, \"tok_per_s\": %.1f",
-                    done, r.loss, r.lr, r.norm, ms, tc.total_batch_tokens / (ms / 1000.0));
+            char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
+            if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
+            fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f",
+                    done, r.loss, r.lr, norm, ms, tc.total_batch_tokens / (ms / 1000.0));
+            if (scaler.enabled) fprintf(log, ", \"scale\": %.9g", r.scale);
+            if (r.skipped) fprintf(log, ", \"skipped\": true");
             if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
             fprintf(log, "}\n");
             fflush(log);

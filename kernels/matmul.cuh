@@ -8,6 +8,10 @@ Everything here is row-major, as PyTorch and llm.c lay tensors out; W is (out, i
               dW(OC,C)   += dout^T(OC,N) @ inp(N,C)         (accumulated over micro-steps)
               db(OC)     += sum over rows of dout
 
+Storage is floatX, accumulation fp32 on both builds: cuBLAS reads bf16/fp16 and
+computes in fp32; the CPU build widens to fp32, calls sgemm, and rounds the result
+back once, as the GPU's epilogue does.
+
 cuBLAS is column-major. A row-major matrix seen column-major is its transpose, so
 C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N,
 keep the transpose flags. gemm_batched below is the only place that knows this.
@@ -17,6 +21,7 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 #include "common.cuh"
 #ifndef __CUDACC__
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
+#include <vector>   // defines: std::vector
 #endif
 
 // C(M,N) = alpha * op(A)(M,K) op(B)(K,N) + beta * C, row-major, `batch` times with strides
@@ -27,16 +32,34 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), op_b, op_a, N, M, K, &alpha,
-                                           B, CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F, lda, stride_a, &beta,
-                                           C, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                           B, CUBLAS_FLOATX, ldb, stride_b, A, CUBLAS_FLOATX, lda, stride_a, &beta,
+                                           C, CUBLAS_FLOATX, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 #else
+// rows x cols of a row-major matrix with leading dimension ld, widened to a dense fp32 copy
+inline std::vector<float> widen(const floatX* m, int rows, int cols, int ld) {
+    std::vector<float> out((size_t)rows * cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = to_float(m[(size_t)r * ld + c]);
+    return out;
+}
 inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                          const floatX* A, int lda, size_t stride_a, const floatX* B, int ldb, size_t stride_b,
                          float beta, floatX* C, int ldc, size_t stride_c, int batch) {
+    CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     for (int i = 0; i < batch; i++) {
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
+#if FLOATX_IS_FP32
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
+                    beta, C + i * stride_c, ldc);
+#else
+        std::vector<float> a = trans_a ? widen(A + i * stride_a, K, M, lda) : widen(A + i * stride_a, M, K, lda);
+        std::vector<float> b = trans_b ? widen(B + i * stride_b, N, K, ldb) : widen(B + i * stride_b, K, N, ldb);
+        std::vector<float> c = beta != 0.0f ? widen(C + i * stride_c, M, N, ldc) : std::vector<float>((size_t)M * N);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N,
+                    beta, c.data(), N);
+        for (int r = 0; r < M; r++)
+            for (int col = 0; col < N; col++) C[i * stride_c + (size_t)r * ldc + col] = from_float(c[(size_t)r * N + col]);
+#endif
     }
 }
 #endif

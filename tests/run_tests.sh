@@ -30,6 +30,18 @@ check gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2
 for K in 1 2 4; do
     check trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER --ref $REF --accum $K --tol 1e-4
 done
+# mixed precision against the same float64 trajectory. bf16 keeps 8 significant bits (relative
+# rounding 2^-9 = 2e-3 per store), fp16 11 bits (2^-12 = 2.4e-4); over a network, an optimizer
+# step and a loss of ~10 nats these bound the bars, 3e-2 and 1e-2 (measured: ~3e-4, ~5e-5)
+for K in 2 4; do
+    check bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum $K --tol 3e-2
+    check fp16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_fp16 --ref $REF --accum $K --tol 1e-2
+done
+check bf16_trajectory_fp32_accumulation $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 4 --tol 3e-2 --extra "-ga fp32"
+check precision_bf16 $BUILD/test_precision_bf16
+check precision_fp16 $BUILD/test_precision_fp16
+check recompute_identical_and_memory bash tests/test_recompute.sh $REF
+check loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF "$SHARED"
 check loss_falls_on_text bash tests/test_loss_falls.sh "$TRAINER" "$SHARED"
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
 

@@ -81,7 +81,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     REQUIRE(c.num_layers == s.L);
     REQUIRE(c.channels == s.C);
-    gpt2_allocate_training_state(&model, s.B, s.T);
+    gpt2_allocate_training_state(&model, s.B, s.T, 0, false);
     int N = s.B * s.T;
 
     gpt2_forward(&model, s.inputs.data(), s.B, s.T);
@@ -112,14 +112,15 @@ TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     GPT2 model;
     gpt2_build_from_file(&model, (reference_dir() + "/model.bin").c_str(), single_rank_layout);
     DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
-    gpt2_allocate_training_state(&model, s.B, s.T);
+    gpt2_allocate_training_state(&model, s.B, s.T, 0, false);
     TrainConfig tc;
     tc.B = s.B; tc.T = s.T; tc.lr = s.lr; tc.weight_decay = s.wd; tc.grad_clip = s.clip;
     tc.warmup = 0; tc.final_fraction = 1.0f;
+    LossScaler scaler = loss_scaler_init("off", false, 2000);
     DataLoader loader;
     dataloader_init(&loader, (reference_dir() + "/train.bin").c_str(), s.B, s.T, 0, 1, model.config.vocab_size, false, 0);
     for (int step = 0; step < s.steps; step++) {
-        StepResult r = train_step(&model, &loader, tc, 1, step, s.steps);
+        StepResult r = train_step(&model, &loader, &scaler, tc, 1, step, s.steps);
         INFO("step " << step + 1 << ": loss " << r.loss << " reference " << s.losses[step] << ", norm " << r.norm
                      << " reference " << s.norms[step]);
         CHECK(fabs(r.loss - s.losses[step]) < 1e-4);

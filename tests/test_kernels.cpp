@@ -15,7 +15,7 @@ for backward passes. Also the AdamW element math, the LR schedule and the loader
 #include "../kernels/attention.cuh"
 #include "../kernels/gelu.cuh"
 #include "../kernels/crossentropy.cuh"
-#include "../kernels/norm.cuh"
+#include "../kernels/gradients.cuh"
 #include "../adamw.h"
 #include "../schedule.h"
 #include "../dataloader.h"
@@ -218,6 +218,15 @@ TEST_CASE("global norm against a float64 sum") {
     }
 }
 
+TEST_CASE("gradient accumulation: acc += g, then g = 0") {
+    auto acc = randn(100, 80), g = randn(100, 81);
+    vector<double> want(100);
+    for (int i = 0; i < 100; i++) want[i] = (double)acc[i] + g[i];
+    gradient_accumulate_host(acc.data(), g.data(), 100);
+    CHECK(rel_err(acc, want) < 1e-7);
+    for (float x : g) CHECK(x == 0.0f);
+}
+
 TEST_CASE("AdamW matches PyTorch's update written in float64") {
     size_t n = 50;
     auto p = randn(n, 70), g = randn(n, 71);
@@ -227,7 +236,7 @@ TEST_CASE("AdamW matches PyTorch's update written in float64") {
     c.lr = 0.01f; c.weight_decay = 0.1f;
     float grad_scale = 0.5f;
     for (int t = 1; t <= 5; t++) {
-        adamw_update(p.data(), g.data(), m.data(), v.data(), n, c, t, grad_scale);
+        adamw_update(p.data(), (float*)NULL, g.data(), m.data(), v.data(), n, c, t, grad_scale, 0, 0);
         double bc1 = 1 - pow(0.9, t), bc2 = 1 - pow(0.95, t);
         for (size_t i = 0; i < n; i++) {  // torch.optim.AdamW: decay, then the Adam step
             double gi = (double)g[i] * grad_scale;

@@ -1,0 +1,81 @@
+/*
+kernels/gradients.cuh: operations on a whole gradient buffer.
+
+global_norm_squared: the squared L2 norm, for clipping and, since one non-finite
+element makes it non-finite, also the overflow check of loss scaling: one pass does
+both. The sum is split into NORM_PARTS fixed pieces, each summed on the device, and
+the pieces are added on the host in double, in order, so the result does not depend
+on thread scheduling and a resumed run sees the same norm bit for bit.
+
+gradient_accumulate: acc += g; g = 0. With -ga fp32 each micro-step's floatX
+gradients are folded into an fp32 buffer, so a long accumulation does not round in
+bf16 at every micro-step.
+*/
+#pragma once
+// defines: global_norm_squared, gradient_accumulate, NORM_PARTS
+#include "common.cuh"
+
+#define NORM_PARTS 1024
+
+// host twin: part p sums elements [p*chunk, (p+1)*chunk)
+template <typename T>
+inline void norm_partials_host(float* partials, const T* x, size_t n) {
+    size_t chunk = ceil_div(n, NORM_PARTS);
+    #pragma omp parallel for
+    for (int p = 0; p < NORM_PARTS; p++) {
+        float sum = 0.0f;
+        for (size_t i = p * chunk; i < n && i < (p + 1) * chunk; i++) sum += to_float(x[i]) * to_float(x[i]);
+        partials[p] = sum;
+    }
+}
+
+inline void gradient_accumulate_host(float* acc, floatX* g, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) { acc[i] += to_float(g[i]); g[i] = from_float(0.0f); }
+}
+
+#ifdef __CUDACC__
+// block p sums a grid-strided set of elements, then reduces in shared memory
+template <typename T>
+__global__ void norm_partials_kernel(float* partials, const T* x, size_t n) {
+    __shared__ float shared[256];
+    float sum = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sum += to_float(x[i]) * to_float(x[i]);
+    shared[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+__global__ void gradient_accumulate_kernel(float* acc, floatX* g, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { acc[i] += to_float(g[i]); g[i] = from_float(0.0f); }
+}
+template <typename T>
+inline void norm_partials(float* partials, const T* x, size_t n) {
+    norm_partials_kernel<<<NORM_PARTS, 256>>>(partials, x, n);
+    launchCheck();
+}
+inline void gradient_accumulate(float* acc, floatX* g, size_t n) {
+    gradient_accumulate_kernel<<<ceil_div(n, 256), 256>>>(acc, g, n);
+    launchCheck();
+}
+#else
+template <typename T>
+inline void norm_partials(float* partials, const T* x, size_t n) { norm_partials_host(partials, x, n); }
+inline void gradient_accumulate(float* acc, floatX* g, size_t n) { gradient_accumulate_host(acc, g, n); }
+#endif
+
+// scratch: NORM_PARTS floats of device memory; T is floatX or float
+template <typename T>
+inline double global_norm_squared(const T* x, size_t n, float* scratch) {
+    float partials[NORM_PARTS];
+    norm_partials(scratch, x, n);
+    device_to_host(partials, scratch, sizeof(partials));
+    double total = 0.0;
+    for (int p = 0; p < NORM_PARTS; p++) total += partials[p];
+    return total;
+}

@@ -1,0 +1,59 @@
+/*
+recompute.h: activation recompute: keep fewer activations, rebuild them in the backward.
+
+The forward of layer l produces 13 tensors that its backward reads. Keeping all
+of them for every layer is the largest memory cost of training at long sequence
+lengths; recomputing some of them costs a little compute instead.
+    -r 0  keep everything
+    -r 1  GELU outputs are recomputed from the fc outputs (llm.c's -r 1)
+    -r 2  also the LayerNorm outputs, from their inputs (mean and rstd are recomputed too)
+    -r 3  keep only each block's output (the next block's input): the backward of a
+          block first runs its whole forward again
+A tensor that is not kept is allocated once, for one layer, and every layer reuses
+it. Recomputation runs the same kernels on the same inputs, so the losses are
+bit-identical across levels.
+
+Bytes kept per layer, with N = B*T tokens, X = sizeof(floatX), heads and channels
+per tensor-parallel rank NH/tp and C/tp, stats (mean, rstd) in fp32:
+    -r 0: X*(4*N*C + 12*N*C/tp + B*(NH/tp)*T*T) + 16*N
+    -r 1: X*(4*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
+    -r 2: X*(2*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
+    -r 3: X*N*C
+plus, once, one layer of every tensor that is not kept. Read recompute_keeps first.
+*/
+#pragma once
+// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes
+#include <stddef.h>  // defines: size_t
+#include "precision.h"  // defines: floatX
+
+enum LayerActivation { LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, ATT, RESIDUAL2, LN2, LN2_MEAN, LN2_RSTD,
+                       FCH, FCH_GELU, RESIDUAL3, NUM_LAYER_ACTIVATIONS };
+
+// does recompute level `level` keep tensor t for every layer?
+inline bool recompute_keeps(int level, int t) {
+    switch (t) {
+        case RESIDUAL3: return true;         // the next block's input: what level 3 rebuilds from
+        case FCH_GELU: return level < 1;
+        case LN1: case LN2: return level < 2;
+        default: return level < 3;
+    }
+}
+
+inline bool is_statistic(int t) { return t == LN1_MEAN || t == LN1_RSTD || t == LN2_MEAN || t == LN2_RSTD; }
+
+// elements of tensor t for one layer on one rank
+inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int tp) {
+    size_t N = (size_t)B * T;
+    switch (t) {
+        case QKV: return 3 * N * C / tp;
+        case ATTY: return N * C / tp;
+        case ATT: return (size_t)B * (NH / tp) * T * T;
+        case FCH: case FCH_GELU: return 4 * N * C / tp;
+        case LN1_MEAN: case LN1_RSTD: case LN2_MEAN: case LN2_RSTD: return N;
+        default: return N * C;  // LN1, RESIDUAL2, LN2, RESIDUAL3
+    }
+}
+
+inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp) {
+    return layer_activation_elements(t, B, T, C, NH, tp) * (is_statistic(t) ? sizeof(float) : sizeof(floatX));
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Recompute levels 0..3 give bit-identical losses and gradient norms in every precision,
+# and the memory each rank allocates equals the formulas, computed here independently
+# (recompute.h's header comment; 16 bytes per parameter). Usage: test_recompute.sh REFERENCE_DIR
+set -eu
+REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
+D=tests/build/recompute; rm -rf $D; mkdir -p $D
+FLAGS="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0"
+for build in train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16; do
+    for r in 0 1 2 3; do
+        ./$build $FLAGS -r $r -log $D/$build-r$r.jsonl > /dev/null
+        ./$build $FLAGS -r $r -plan 1 | tail -n 1 > $D/$build-r$r.plan.json
+    done
+    for ga in floatX fp32; do ./$build $FLAGS -ga $ga -plan 1 | tail -n 1 > $D/$build-ga-$ga.plan.json; done
+done
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+L, C, NH, B, T, V, Vp = 2, 64, 4, 4, 32, 50257, 50304   # tests/reference.py's model, this run's batch
+N = B * T
+for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cpu_fp16", 2)):
+    rows = {r: [(x["loss"], x["norm"]) for x in map(json.loads, open(f"{d}/{build}-r{r}.jsonl"))] for r in range(4)}
+    assert len(rows[0]) == 3
+    for r in (1, 2, 3):
+        assert rows[r] == rows[0], f"{build}: -r {r} differs from -r 0: {rows[r]} vs {rows[0]}"
+    per_layer = {0: X * (4 * N * C + 12 * N * C + B * NH * T * T) + 16 * N,
+                 1: X * (4 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
+                 2: X * (2 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
+                 3: X * N * C}
+    fixed = X * 2 * N * C + 4 * 3 * N + X * N * Vp    # encoded, lnf; lnf mean, rstd, losses; logits
+    acts = []
+    for r in range(4):
+        plan = json.load(open(f"{d}/{build}-r{r}.plan.json"))
+        want = L * per_layer[r] + fixed
+        got = plan["activations"]["allocated"]
+        assert got == want == plan["activations"]["planned"], f"{build} -r {r}: activations {got}, formula {want}"
+        assert plan["activations_per_layer"] == per_layer[r]
+        acts.append(got)
+        n = plan["num_parameters"]
+        state = sum(plan[k]["allocated"] for k in ("parameters", "gradients", "optimizer"))
+        assert state == 16 * n, f"{build}: {state / n} bytes per parameter, expected 16"
+        for k in ("parameters", "gradients", "optimizer"):
+            assert plan[k]["allocated"] == plan[k]["planned"], (build, k)
+    assert acts[0] > acts[1] > acts[2] > acts[3], acts
+    ga = json.load(open(f"{d}/{build}-ga-fp32.plan.json"))
+    assert sum(ga[k]["allocated"] for k in ("parameters", "gradients", "optimizer")) == 20 * n  # + fp32 accumulator
+    print(f"{build}: -r 0..3 identical {rows[0][-1]}, activation bytes {acts}, 16 bytes/parameter")
+PY
