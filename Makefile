@@ -80,7 +80,11 @@ tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAI
 tests/build/test_precision_fp16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
 
-TEST_BINARIES = tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+tests/build/test_comm: tests/test_comm.cpp comm.h kernels/common.cuh precision.h
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) $< -o $@
+
+TEST_BINARIES = tests/build/test_comm tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

@@ -1,35 +1,281 @@
 /*
-comm.h: the processes of a run and how they talk.
+comm.h: the processes of a run, the groups they form, and the collectives between them.
 
-This stage has one process group, MPI's world; the trainer checks that it holds a
-single rank. The process grid (dp x tp x pp), the per-group communicators and the
-collectives (NCCL on device buffers, MPI on host buffers) are the next layer.
-The local rank, which picks the GPU, is read from the launcher's environment:
-MPICH (MPI_LOCALRANKID), OpenMPI (OMPI_COMM_WORLD_LOCAL_RANK), Slurm (SLURM_LOCALID).
+Process grid: world = dp * tp * pp, with rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
+TP is fastest-varying, so a tensor-parallel group is tp consecutive ranks (one node);
+PP slowest. Each rank belongs to one group of each kind: its DP group (same tp_rank
+and pp_rank), TP group and PP group; a Comm is one such group.
+
+Collectives on device buffers, two backends:
+  NCCL  GPU build default: device buffers directly
+  MPI   CPU build (device memory is host memory), and the GPU build with -comm mpi,
+        which stages through host memory: several ranks can share one GPU, and
+        machines without NCCL still work
+16-bit floatX has no MPI type: it travels as 2-byte words and sums with a
+user-defined MPI_Op that adds in fp32.
+
+Bytes moved: each call adds to the group's ledger what one rank sends in a ring
+algorithm, for a buffer of S bytes over p ranks (the usual cost model):
+    all-reduce 2 S (p-1)/p    reduce-scatter S (p-1)/p (S = the whole input)
+    all-gather S (p-1)/p (S = the whole output)    broadcast S    send S
+Scalar all-reduces on the host (loss, norm) are booked apart, under "scalars".
+The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED),
+so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
 #pragma once
-// defines: Comm, comm_init, comm_finalize
-#include <mpi.h>     // defines: MPI_Init, MPI_Comm_rank, MPI_Comm_size
-#include <stdlib.h>  // defines: getenv, atoi
+// defines: ProcessGrid, Comm, Collectives, comm_init, comm_finalize, comm_all_reduce_sum,
+//          comm_reduce_scatter_sum, comm_all_gather, comm_broadcast, comm_send, comm_recv,
+//          comm_all_reduce_scalars, comm_fail_all, CommKind
+#include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
+#include <vector>    // defines: std::vector
+#include <string.h>  // defines: strcmp
+#include "kernels/common.cuh"  // defines: fail, device_to_host, host_to_device
+#ifdef __CUDACC__
+#include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
+#endif
 
-struct Comm {
-    int rank, world, local_rank;
+enum CommKind { COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_SEND, COMM_SCALARS, NUM_COMM_KINDS };
+[[maybe_unused]] static const char* comm_kind_names[NUM_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "scalars"};
+
+struct ProcessGrid {
+    int world, rank, local_rank;
+    int dp, tp, pp;
+    int dp_rank, tp_rank, pp_rank;
 };
 
-inline int comm_local_rank_from_env() {
-    const char* names[] = {"MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
-    for (const char* name : names)
-        if (const char* v = getenv(name)) return atoi(v);
-    return 0;
+// rank = (pp_rank * dp + dp_rank) * tp + tp_rank
+inline ProcessGrid make_grid(int world, int rank, int tp, int pp) {
+    ProcessGrid g = {world, rank, 0, world / (tp * pp), tp, pp, 0, 0, 0};
+    g.tp_rank = rank % tp;
+    g.dp_rank = (rank / tp) % g.dp;
+    g.pp_rank = rank / (tp * g.dp);
+    return g;
 }
 
-inline Comm comm_init(int* argc, char*** argv) {
+struct Comm {
+    MPI_Comm mpi;
+    int size, rank;
+    bool use_nccl;
+#ifdef __CUDACC__
+    ncclComm_t nccl;
+#endif
+    unsigned long long bytes[NUM_COMM_KINDS];  // the ledger: bytes this rank sent, by kind
+};
+
+struct Collectives {
+    ProcessGrid grid;
+    Comm world, dp, tp, pp;
+    MPI_Op sum_floatX;  // MPI sum of 16-bit floatX (unused in fp32 builds)
+};
+
+// ---------------------------------------------------------------- start-up
+
+// every rank calls this with the same condition: each prints the message, then all exit 1
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void comm_fail_all(const char* format, ...) {
+    va_list args;
+    va_start(args, format);
+    print_error_line(format, args);
+    va_end(args);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    exit(EXIT_FAILURE);
+}
+
+inline void floatX_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+    floatX* a = (floatX*)in;
+    floatX* b = (floatX*)inout;
+    for (int i = 0; i < *len; i++) b[i] = from_float(to_float(a[i]) + to_float(b[i]));
+}
+
+inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl) {
+    *c = Comm{};
+    c->mpi = mpi;
+    MPI_Comm_size(mpi, &c->size);
+    MPI_Comm_rank(mpi, &c->rank);
+    c->use_nccl = use_nccl && c->size > 1;
+#ifdef __CUDACC__
+    if (c->use_nccl) {  // rank 0 of the group makes the id, MPI carries it to the others
+        ncclUniqueId id;
+        if (c->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) fail("ncclGetUniqueId failed");
+        MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi);
+        if (ncclCommInitRank(&c->nccl, c->size, id, c->rank) != ncclSuccess) fail("ncclCommInitRank failed");
+    }
+#else
+    if (use_nccl) fail("NCCL is the GPU build's backend; the CPU build uses -comm mpi");
+#endif
+}
+
+// MPI's start-up and the local rank; the grid comes later, once tp and pp are known
+inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* local_rank) {
     MPI_Init(argc, argv);
-    Comm c;
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c.world);
-    c.local_rank = comm_local_rank_from_env();
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, local_rank);
+    MPI_Comm_free(&node);
+}
+
+// the grid's groups; every rank must call it with the same tp, pp and backend
+inline void comm_init(Collectives* c, int world, int rank, int local_rank, int tp, int pp, bool use_nccl) {
+    if (tp < 1 || pp < 1 || world % (tp * pp) != 0)
+        comm_fail_all("the grid does not fit the world: %d ranks is not a multiple of tp * pp = %d * %d", world, tp, pp);
+    c->grid = make_grid(world, rank, tp, pp);
+    c->grid.local_rank = local_rank;
+    const ProcessGrid& g = c->grid;
+    MPI_Comm dp, tpc, ppc;
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.dp_rank, &dp);   // same (pp, tp)
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp + g.dp_rank, g.tp_rank, &tpc);  // same (pp, dp)
+    MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.pp_rank, &ppc);   // same (dp, tp)
+    comm_group_init(&c->world, MPI_COMM_WORLD, use_nccl);
+    comm_group_init(&c->dp, dp, use_nccl);
+    comm_group_init(&c->tp, tpc, use_nccl);
+    comm_group_init(&c->pp, ppc, use_nccl);
+    MPI_Op_create(floatX_sum_op, 1, &c->sum_floatX);
+}
+
+inline void comm_finalize(Collectives* c) {
+#ifdef __CUDACC__
+    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp};
+    for (Comm* g : groups) if (g->use_nccl) ncclCommDestroy(g->nccl);
+#endif
+    MPI_Op_free(&c->sum_floatX);
+    MPI_Finalize();
+}
+
+// one process without MPI (unit tests): every group has one rank and no collective calls MPI
+inline Collectives comm_single_process() {
+    Collectives c = {};
+    c.grid = make_grid(1, 0, 1, 1);
+    Comm* groups[] = {&c.world, &c.dp, &c.tp, &c.pp};
+    for (Comm* g : groups) { *g = Comm{}; g->size = 1; }
     return c;
 }
 
-inline void comm_finalize() { MPI_Finalize(); }
+// ---------------------------------------------------------------- types
+
+template <typename T> inline MPI_Datatype mpi_type();
+template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+#if !FLOATX_IS_FP32
+template <> inline MPI_Datatype mpi_type<floatX>() { return MPI_UINT16_T; }
+#endif
+template <typename T> inline MPI_Op mpi_sum(const Collectives* c) { (void)c; return MPI_SUM; }
+#if !FLOATX_IS_FP32
+template <> inline MPI_Op mpi_sum<floatX>(const Collectives* c) { return c->sum_floatX; }
+#endif
+
+#ifdef __CUDACC__
+template <typename T> inline ncclDataType_t nccl_type();
+template <> inline ncclDataType_t nccl_type<float>() { return ncclFloat; }
+#if defined(ENABLE_BF16)
+template <> inline ncclDataType_t nccl_type<floatX>() { return ncclBfloat16; }
+#elif defined(ENABLE_FP16)
+template <> inline ncclDataType_t nccl_type<floatX>() { return ncclHalf; }
+#endif
+inline void nccl_check(ncclResult_t r, const char* what) { if (r != ncclSuccess) fail("%s: %s", what, ncclGetErrorString(r)); }
+#endif
+
+// a host copy of a device buffer for MPI: on the CPU build the device buffer itself
+template <typename T> struct HostView {
+    T* ptr; size_t n; std::vector<T> staging;
+    HostView(T* device, size_t count, bool copy_in) : ptr(device), n(count) {
+#ifdef __CUDACC__
+        staging.resize(n);
+        if (copy_in) device_to_host(staging.data(), device, n * sizeof(T));
+        ptr = staging.data();
+#else
+        (void)copy_in;
+#endif
+    }
+    void copy_out(T* device) {
+#ifdef __CUDACC__
+        host_to_device(device, staging.data(), n * sizeof(T));
+#else
+        (void)device;
+#endif
+    }
+};
+
+inline unsigned long long ring_bytes(size_t bytes, int p) { return (unsigned long long)bytes * (p - 1) / p; }
+
+// ---------------------------------------------------------------- collectives
+
+// buf (n) = sum over the group, in place
+template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Comm* c, T* buf, size_t n) {
+    c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
+    if (c->size == 1) return;
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclAllReduce"); return; }
+#endif
+    HostView<T> h(buf, n, true);
+    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    h.copy_out(buf);
+}
+
+// recv (n) = this rank's n-element block of the sum of every rank's send (n * size)
+template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs, Comm* c, const T* send, T* recv, size_t n) {
+    c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
+    if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
+#endif
+    HostView<T> in((T*)send, n * c->size, true), out(recv, n, false);
+    MPI_Reduce_scatter_block(in.ptr, out.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    out.copy_out(recv);
+}
+
+// recv (n * size) = every rank's send (n), in rank order
+template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n) {
+    c->bytes[COMM_ALL_GATHER] += ring_bytes(n * c->size * sizeof(T), c->size);
+    if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
+#endif
+    if (send == recv + c->rank * n) {  // in place: this rank's block already sits in recv
+        HostView<T> out(recv, n * c->size, true);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.ptr, (int)n, mpi_type<T>(), c->mpi);
+        out.copy_out(recv);
+        return;
+    }
+    HostView<T> in((T*)send, n, true), out(recv, n * c->size, false);
+    MPI_Allgather(in.ptr, (int)n, mpi_type<T>(), out.ptr, (int)n, mpi_type<T>(), c->mpi);
+    out.copy_out(recv);
+}
+
+template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int root) {
+    if (c->rank == root) c->bytes[COMM_BROADCAST] += n * sizeof(T);
+    if (c->size == 1) return;
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
+#endif
+    HostView<T> h(buf, n, c->rank == root);
+    MPI_Bcast(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, root, c->mpi);
+    h.copy_out(buf);
+}
+
+template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int peer) {
+    c->bytes[COMM_SEND] += n * sizeof(T);
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclSend(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclSend"); return; }
+#endif
+    HostView<T> h((T*)buf, n, true);
+    MPI_Send(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, peer, 0, c->mpi);
+}
+
+template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer) {
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclRecv(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclRecv"); return; }
+#endif
+    HostView<T> h(buf, n, false);
+    MPI_Recv(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, peer, 0, c->mpi, MPI_STATUS_IGNORE);
+    h.copy_out(buf);
+}
+
+// host doubles summed over the group (losses, squared norms): small, always through MPI
+inline void comm_all_reduce_scalars(Comm* c, double* values, int n) {
+    c->bytes[COMM_SCALARS] += 2 * ring_bytes(n * sizeof(double), c->size);
+    if (c->size > 1) MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, c->mpi);
+}
+
+inline void comm_barrier(Comm* c) { MPI_Barrier(c->mpi); }

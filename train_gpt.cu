@@ -43,7 +43,8 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include "schedule.h"              // defines: learning_rate_at
 #include "random.h"                // defines: Rng, rng_normal
 #include "dataloader.h"            // defines: DataLoader
-#include "comm.h"                  // defines: Comm, comm_init
+#include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
+#include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
 
 // ----------------------------------------------------------------------------
 // configuration and layout
@@ -121,32 +122,49 @@ inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GP
     shapes[LNFB]     = {1, last ? C : 0, 1};
 }
 
-struct ParameterTensors {  // pointers into one buffer; the same struct holds gradients
-    floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b,
-           *fcw, *fcb, *fcprojw, *fcprojb, *lnfw, *lnfb;
-};
+// Parameters are stored unit by unit (zero.h): unit 0 the embeddings {wte, wpe},
+// unit 1+l layer l's 12 tensors, unit L+1 the final LayerNorm {lnfw, lnfb}. A layer is
+// then one contiguous block that ZeRO can gather and reduce whole; files keep llm.c's
+// tensor-major order, and gpt2_reorder translates.
 
-inline void point_parameters(ParameterTensors* p, floatX* memory, const TensorShape shapes[NUM_PARAMETER_TENSORS]) {
-    floatX** ptrs[NUM_PARAMETER_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw,
-        &p->attprojb, &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+inline int unit_of(int tensor, int layer, int L) {
+    return tensor <= WPE ? 0 : tensor >= LNFW ? L + 1 : 1 + layer;
+}
+inline int slice_of(int tensor) { return tensor <= WPE ? tensor : tensor >= LNFW ? tensor - LNFW : tensor - LN1W; }
+
+// the units of this rank's part of the model; origins are unit-major, unpadded
+inline Unit* gpt2_units(const TensorShape shapes[NUM_PARAMETER_TENSORS], int L) {
+    Unit* units = (Unit*)calloc(L + 2, sizeof(Unit));
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        *ptrs[i] = memory;
-        memory += shape_elements(shapes[i]);
+        size_t count = (size_t)shapes[i].rows * shapes[i].cols;
+        for (int l = 0; l < (i <= WPE || i >= LNFW ? 1 : L); l++) {
+            Unit& u = units[unit_of(i, l, L)];
+            u.slices[slice_of(i)] = TensorSlice{u.size, count, parameter_is_matrix[i]};
+            u.size += count;
+            u.num_slices = slice_of(i) + 1;
+        }
     }
+    for (int u = 1; u < L + 2; u++) units[u].origin = units[u - 1].origin + units[u - 1].size;
+    return units;
 }
 
-// the parameters of one layer l (local index), as the forward and backward use them
+struct EmbeddingParameters { floatX *wte, *wpe; };
 struct LayerParameters {
     floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-inline LayerParameters layer_parameters(const ParameterTensors& p, int l, int C, int tp) {
-    size_t CC = (size_t)C * C / tp;
-    return LayerParameters{p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C,
-                           p.qkvw + l * 3 * CC, p.qkvb + (size_t)l * 3 * C / tp,
-                           p.attprojw + l * CC, p.attprojb + (size_t)l * C,
-                           p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C,
-                           p.fcw + l * 4 * CC, p.fcb + (size_t)l * 4 * C / tp,
-                           p.fcprojw + l * 4 * CC, p.fcprojb + (size_t)l * C};
+struct HeadParameters { floatX *lnfw, *lnfb; };
+
+// pointers into one unit's parameters (or gradients), from the unit's slice table
+inline EmbeddingParameters embedding_parameters(const Unit& u, floatX* base) {
+    return EmbeddingParameters{base + u.slices[0].offset, base + u.slices[1].offset};
+}
+inline LayerParameters layer_parameters(const Unit& u, floatX* base) {
+    floatX* p[12];
+    for (int k = 0; k < 12; k++) p[k] = base + u.slices[k].offset;
+    return LayerParameters{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
+inline HeadParameters head_parameters(const Unit& u, floatX* base) {
+    return HeadParameters{base + u.slices[0].offset, base + u.slices[1].offset};
 }
 
 // ----------------------------------------------------------------------------
@@ -171,7 +189,6 @@ struct ScratchTensors {  // reused by every layer
     floatX* dqkv;       // (B,T,3C/tp)
     floatX* dfch;       // (B,T,4C/tp)
     floatX* attention;  // attention_scratch_elements
-    float* norm;        // NORM_PARTS
     int* inputs;        // (B,T)
     int* targets;       // (B,T)
 };
@@ -183,37 +200,15 @@ struct LayerActivations {
 };
 
 // ----------------------------------------------------------------------------
-// memory ledger: every device allocation is booked under one kind, so the program
-// can print what it holds (-plan) and tests can compare it with the formulas
-
-enum MemoryKind { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_ACTIVATIONS, MEM_SCRATCH, NUM_MEMORY_KINDS };
-static const char* memory_kind_names[NUM_MEMORY_KINDS] = {"parameters", "gradients", "optimizer", "activations", "scratch"};
-
-struct BufferSpec { void** ptr; size_t elements, element_bytes; MemoryKind kind; };
-
-inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_MEMORY_KINDS]) {
-    for (int i = 0; i < n; i++) {
-        size_t bytes = specs[i].elements * specs[i].element_bytes;
-        *specs[i].ptr = device_malloc(bytes);
-        ledger[specs[i].kind] += bytes;
-    }
-}
-
-// ----------------------------------------------------------------------------
 // the model
 
 struct GPT2 {
     GPT2Config config;
     ModelLayout layout;
     TensorShape shapes[NUM_PARAMETER_TENSORS];
-    size_t num_parameters;          // held by this rank
-    ParameterTensors params, grads;
-    floatX* params_memory;
-    float* master_memory;           // fp32 master weights; NULL in the fp32 build
-    floatX* grads_memory;           // allocated with the training state
-    float* grads_fp32;              // -ga fp32: micro-step gradients accumulate here; else NULL
-    float* m_memory;                // AdamW first moment
-    float* v_memory;                // AdamW second moment
+    size_t num_parameters;          // held by this rank, unpadded
+    Zero zero;                      // parameters, gradients, optimizer state: zero.h
+    Collectives* comm;
     int adam_steps;                 // updates applied (skipped steps do not count)
     int recompute;                  // -r level, recompute.h
     int B, T;                       // activation buffers hold up to (B,T)
@@ -223,11 +218,8 @@ struct GPT2 {
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated, by kind
 };
 
-inline size_t tensor_offset(const GPT2* m, int index) {
-    size_t off = 0;
-    for (int i = 0; i < index; i++) off += shape_elements(m->shapes[i]);
-    return off;
-}
+inline int gpt2_layers(const GPT2* m) { return m->layout.layer_end - m->layout.layer_begin; }
+inline int head_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
 
 inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T) {
     const GPT2Config& c = model->config;
@@ -242,27 +234,24 @@ inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T
                             (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
 }
 
-// copies `values` (fp32, file order, this rank's part) to the device as floatX parameters,
-// and, in a 16-bit build, keeps them unrounded as the fp32 master copy
-inline void gpt2_set_parameters(GPT2* model, const float* values) {
-    size_t n = model->num_parameters;
-    floatX* host = (floatX*)malloc(n * sizeof(floatX));
-    for (size_t i = 0; i < n; i++) host[i] = from_float(values[i]);
-    BufferSpec specs[] = {{(void**)&model->params_memory, n, sizeof(floatX), MEM_PARAMETERS},
-                          {(void**)&model->master_memory, FLOATX_IS_FP32 ? 0 : n, sizeof(float), MEM_OPTIMIZER}};
-    allocate_buffers(specs, 2, model->memory);
-    host_to_device(model->params_memory, host, n * sizeof(floatX));
-    if (model->master_memory) host_to_device(model->master_memory, values, n * sizeof(float));
-    point_parameters(&model->params, model->params_memory, model->shapes);
-    free(host);
-}
-
-inline void gpt2_init_layout(GPT2* model, const GPT2Config& config, const ModelLayout& layout) {
-    *model = GPT2{};
-    model->config = config;
-    model->layout = layout;
-    parameter_shapes(model->shapes, config, layout);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += shape_elements(model->shapes[i]);
+// values in llm.c's file order (all L layers) <-> this rank's units (unit-major, unpadded)
+inline void gpt2_reorder(const GPT2* m, const float* src, float* dst, bool file_to_units) {
+    const GPT2Config& c = m->config;
+    TensorShape full[NUM_PARAMETER_TENSORS];
+    parameter_shapes(full, c, single_rank_layout(c));
+    int L = gpt2_layers(m);
+    size_t file_offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t per_layer = (size_t)full[i].rows * full[i].cols;
+        for (int l = 0; l < m->shapes[i].layers; l++) {
+            const Unit& u = m->zero.units[unit_of(i, l, L)];
+            size_t unit_offset = u.origin + u.slices[slice_of(i)].offset;
+            size_t file_at = file_offset + (size_t)(m->layout.layer_begin + l) * per_layer;
+            if (file_to_units) memcpy(dst + unit_offset, src + file_at, per_layer * sizeof(float));
+            else memcpy(dst + file_at, src + unit_offset, per_layer * sizeof(float));
+        }
+        file_offset += per_layer * full[i].layers;
+    }
 }
 
 inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
@@ -274,8 +263,9 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
     if (c.vocab_size > 65536) fail("%s: vocab %d does not fit uint16 token shards", source, c.vocab_size);
 }
 
-// llm.c model file: int32 header[256] = {magic, version, maxT, V, L, NH, C, Vp}, then parameters
-inline void gpt2_build_from_file(GPT2* model, const char* path, ModelLayout (*make_layout)(const GPT2Config&)) {
+// llm.c model file: int32 header[256] = {magic, version, maxT, V, L, NH, C, Vp}, then the
+// parameters in file order. Returns them as fp32 (a bf16 file is widened).
+inline float* read_model_file(const char* path, GPT2Config* config) {
     FILE* f = fopen(path, "rb");
     if (!f) fail("cannot open model file %s", path);
     int32_t header[256];
@@ -286,11 +276,10 @@ inline void gpt2_build_from_file(GPT2* model, const char* path, ModelLayout (*ma
         fail("model file %s has version %d; known versions are 3 (fp32) and 5 (bf16)", path, version);
     GPT2Config c = {header[2], header[3], header[7], header[4], header[5], header[6]};
     gpt2_validate_config(c, path);
-    ModelLayout layout = make_layout(c);
-    // the file holds the whole model; this build stage keeps all of it (tp = pp = 1)
-    GPT2 full;
-    gpt2_init_layout(&full, c, single_rank_layout(c));
-    size_t n = full.num_parameters, bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
+    TensorShape full[NUM_PARAMETER_TENSORS];
+    parameter_shapes(full, c, single_rank_layout(c));
+    size_t n = 0, bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += shape_elements(full[i]);
     struct stat st;
     stat(path, &st);
     if ((size_t)st.st_size != 1024 + n * bytes_per)
@@ -306,10 +295,8 @@ inline void gpt2_build_from_file(GPT2* model, const char* path, ModelLayout (*ma
         free(raw);
     }
     fclose(f);
-    gpt2_init_layout(model, c, layout);
-    if (model->num_parameters != n) fail("sharded model layouts arrive with tensor and pipeline parallelism");
-    gpt2_set_parameters(model, values);
-    free(values);
+    *config = c;
+    return values;
 }
 
 // GPT-2's initialisation: normal(0, 0.02) matrices and embeddings, residual projections scaled by
@@ -329,99 +316,120 @@ inline void gpt2_init_values(float* out, int index, int layer, TensorShape full,
     for (size_t i = 0; i < n; i++) out[i] = i < real ? (float)(std * rng_normal(&rng)) : 0.0f;
 }
 
-inline void gpt2_build_from_scratch(GPT2* model, const GPT2Config& c, uint64_t seed, ModelLayout (*make_layout)(const GPT2Config&)) {
-    gpt2_validate_config(c, "-e");
-    gpt2_init_layout(model, c, make_layout(c));
-    if (model->layout.tp != 1 || model->layout.pp != 1) fail("sharded model layouts arrive with tensor and pipeline parallelism");
-    float* values = (float*)malloc(model->num_parameters * sizeof(float));
+// the whole model's initial values in file order: GPT-2's initialisation, seeded
+inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
+    TensorShape full[NUM_PARAMETER_TENSORS];
+    parameter_shapes(full, c, single_rank_layout(c));
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += shape_elements(full[i]);
+    float* values = (float*)malloc(n * sizeof(float));
     float* p = values;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        TensorShape s = model->shapes[i];
-        for (int l = 0; l < s.layers; l++) {
-            gpt2_init_values(p, i, model->layout.layer_begin + l, s, c, seed);
-            p += (size_t)s.rows * s.cols;
-        }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        for (int l = 0; l < full[i].layers; l++, p += (size_t)full[i].rows * full[i].cols)
+            gpt2_init_values(p, i, l, full[i], c, seed);
+    return values;
+}
+
+// the model this rank holds, from -e (a model file or dN), with ZeRO `stage` over the DP group
+inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32) {
+    *model = GPT2{};
+    GPT2Config c;
+    float* file_values;
+    if (init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1)) {
+        c = gpt2_config_for_depth(atoi(init + 1));
+        gpt2_validate_config(c, "-e");
+        file_values = init_model_values(c, seed);
+    } else {
+        file_values = read_model_file(init, &c);
     }
-    gpt2_set_parameters(model, values);
+    model->config = c;
+    model->comm = comm;
+    model->layout = single_rank_layout(c);
+    parameter_shapes(model->shapes, c, model->layout);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += shape_elements(model->shapes[i]);
+    zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
+              grads_fp32, model->memory);
+    float* values = (float*)malloc(model->num_parameters * sizeof(float));
+    gpt2_reorder(model, file_values, values, true);
+    zero_set_params(&model->zero, values);
     free(values);
+    free(file_values);
 }
 
 // writes an llm.c model file through a temporary name, so a crash never leaves a torn
-// file: bf16 builds write their parameters as version 5, the others fp32 as version 3
-inline void gpt2_write_file(const GPT2* model, const char* path) {
+// file: bf16 builds write version 5, the others fp32 version 3. A collective (stage 3
+// gathers); rank 0 writes.
+inline void gpt2_write_file(GPT2* model, const char* path) {
     size_t n = model->num_parameters;
-    floatX* host = (floatX*)malloc(n * sizeof(floatX));
-    device_to_host(host, model->params_memory, n * sizeof(floatX));
-    bool bf16 = strcmp(PRECISION_NAME, "bf16") == 0;
-    size_t bytes_per = bf16 ? 2 : 4;
-    char* body = (char*)malloc(n * bytes_per);
-    for (size_t i = 0; i < n; i++) {
-        if (bf16) memcpy(body + 2 * i, &host[i], 2);
-        else { float f = to_float(host[i]); memcpy(body + 4 * i, &f, 4); }
+    float* units = (float*)malloc(n * sizeof(float));
+    float* values = (float*)malloc(n * sizeof(float));
+    zero_params_to_host(&model->zero, units);
+    gpt2_reorder(model, units, values, false);
+    if (model->comm->grid.rank == 0) {
+        bool bf16 = strcmp(PRECISION_NAME, "bf16") == 0;
+        size_t bytes_per = bf16 ? 2 : 4;
+        char* body = (char*)malloc(n * bytes_per);
+        for (size_t i = 0; i < n; i++) {
+            if (bf16) { uint32_t bits; memcpy(&bits, &values[i], 4); uint16_t top = (uint16_t)(bits >> 16); memcpy(body + 2 * i, &top, 2); }
+            else memcpy(body + 4 * i, &values[i], 4);
+        }
+        const GPT2Config& c = model->config;
+        int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
+                               c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+        char tmp[4096];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        FILE* f = fopen(tmp, "wb");
+        if (!f) fail("cannot write model file %s", tmp);
+        bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body, bytes_per, n, f) == n;
+        ok = (fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
+        free(body);
     }
-    const GPT2Config& c = model->config;
-    int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
-                           c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) fail("cannot write model file %s", tmp);
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body, bytes_per, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
-    free(body);
-    free(host);
+    free(values);
+    free(units);
 }
 
-// gradients, optimizer state and activations for micro-batches of up to (B,T)
-inline void gpt2_allocate_training_state(GPT2* model, int B, int T, int recompute, bool grads_in_fp32) {
+// activations for micro-batches of up to (B,T)
+inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin;
-    size_t BT = (size_t)B * T, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, n = model->num_parameters;
+    int tp = model->layout.tp, L = gpt2_layers(model);
+    size_t BT = (size_t)B * T, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp;
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
     model->B = B; model->T = T; model->recompute = recompute;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
     const size_t X = sizeof(floatX), F = sizeof(float);
+    const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
     BufferSpec specs[64] = {
-        {(void**)&model->grads_memory, n, X, MEM_GRADIENTS},
-        {(void**)&model->grads_fp32, grads_in_fp32 ? n : 0, F, MEM_GRADIENTS},
-        {(void**)&model->m_memory, n, F, MEM_OPTIMIZER}, {(void**)&model->v_memory, n, F, MEM_OPTIMIZER},
-        {(void**)&a.encoded, BT * C, X, MEM_ACTIVATIONS},
-        {(void**)&a.lnf, BT * C, X, MEM_ACTIVATIONS}, {(void**)&a.lnf_mean, BT, F, MEM_ACTIVATIONS},
-        {(void**)&a.lnf_rstd, BT, F, MEM_ACTIVATIONS},
-        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, MEM_ACTIVATIONS}, {(void**)&a.losses, BT, F, MEM_ACTIVATIONS},
-        {(void**)&s.proj, BT * C, X, MEM_SCRATCH}, {(void**)&s.dresidual, BT * C, X, MEM_SCRATCH},
-        {(void**)&s.dln, BT * C, X, MEM_SCRATCH}, {(void**)&s.datty, BT * Cl, X, MEM_SCRATCH},
-        {(void**)&s.dqkv, BT * 3 * Cl, X, MEM_SCRATCH}, {(void**)&s.dfch, BT * 4 * Cl, X, MEM_SCRATCH},
-        {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X, MEM_SCRATCH},
-        {(void**)&s.norm, NORM_PARTS, F, MEM_SCRATCH},
-        {(void**)&s.inputs, BT, sizeof(int), MEM_SCRATCH}, {(void**)&s.targets, BT, sizeof(int), MEM_SCRATCH},
+        {(void**)&a.encoded, BT * C, X, KEPT},
+        {(void**)&a.lnf, BT * C, X, KEPT}, {(void**)&a.lnf_mean, BT, F, KEPT}, {(void**)&a.lnf_rstd, BT, F, KEPT},
+        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, KEPT}, {(void**)&a.losses, BT, F, KEPT},
+        {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
+        {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * Cl, X, WORK},
+        {(void**)&s.dqkv, BT * 3 * Cl, X, WORK}, {(void**)&s.dfch, BT * 4 * Cl, X, WORK},
+        {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X, WORK},
+        {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
     };
-    int count = 20;
-    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer (activations); else one reused (scratch)
+    int count = 15;
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer; not kept: one reused layer
         bool kept = recompute_keeps(recompute, t);
         size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
-        specs[count++] = {&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? MEM_ACTIVATIONS : MEM_SCRATCH};
+        specs[count++] = {&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK};
     }
     allocate_buffers(specs, count, model->memory);
-    point_parameters(&model->grads, model->grads_memory, model->shapes);
-    device_zero(model->grads_memory, n * X);
-    device_zero(model->m_memory, n * F);
-    device_zero(model->v_memory, n * F);
     model->host_losses = (float*)malloc(BT * F);
 }
 
 // ----------------------------------------------------------------------------
 // forward, loss, backward
 
-// block l (local index) on its input `residual`, writing the layer's activations
+// block l (local index) on its input, writing the layer's activations; its unit must be gathered
 inline void block_forward(GPT2* model, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
-    LayerParameters w = layer_parameters(model->params, l, C, tp);
+    LayerParameters w = layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
     LayerActivations la = layer_activations(model, l, B, T);
     floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
     // attention: qkv is column-parallel (this rank's heads), attproj row-parallel
@@ -440,19 +448,26 @@ inline void block_forward(GPT2* model, int l, int B, int T) {
     residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
 }
 
-// runs the model on inputs (B,T) up to the logits
+// runs the model on inputs (B,T) up to the logits. A collective under ZeRO-3: every DP rank calls it.
 inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin, C = c.channels, N = B * T;
+    int L = gpt2_layers(model), C = c.channels, N = B * T;
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
-    ParameterTensors& p = model->params;
+    Zero* z = &model->zero;
     ActivationTensors& a = model->acts;
     host_to_device(model->scratch.inputs, inputs, N * sizeof(int));
-    encoder_forward(a.encoded, model->scratch.inputs, p.wte, p.wpe, B, T, C);
-    for (int l = 0; l < L; l++) block_forward(model, l, B, T);
+    zero_gather_unit(z, 0);                 // the embeddings and the final LayerNorm stay
+    zero_gather_unit(z, head_unit(model));  // gathered until the end of the backward
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    encoder_forward(a.encoded, model->scratch.inputs, e.wte, e.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        zero_gather_unit(z, 1 + l);
+        block_forward(model, l, B, T);
+    }
+    HeadParameters h = head_parameters(z->units[head_unit(model)], zero_unit_params(z, head_unit(model)));
     floatX* last = layer_activations(model, L - 1, B, T).residual3;
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, N, C);
-    matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, c.padded_vocab_size / tp);  // tied LM head
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, h.lnfw, h.lnfb, N, C);
+    matmul_forward(a.logits, a.lnf, e.wte, NULL, N, C, c.padded_vocab_size / model->layout.tp);  // tied LM head
 }
 
 // cross-entropy of the logits against targets (B,T); with dloss != 0 the logits become their gradient.
@@ -471,9 +486,8 @@ inline double gpt2_loss(GPT2* model, const int* targets, int B, int T, float dlo
 // rebuilds what recompute level r did not keep of layer l, just before its backward
 inline void recompute_layer(GPT2* model, int l, int B, int T) {
     if (model->recompute >= 3) { block_forward(model, l, B, T); return; }
-    const GPT2Config& c = model->config;
-    int C = c.channels, N = B * T;
-    LayerParameters w = layer_parameters(model->params, l, C, model->layout.tp);
+    int C = model->config.channels, N = B * T;
+    LayerParameters w = layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
     LayerActivations la = layer_activations(model, l, B, T);
     if (model->recompute >= 2) {
         floatX* residual = l == 0 ? model->acts.encoded : layer_activations(model, l - 1, B, T).residual3;
@@ -483,27 +497,33 @@ inline void recompute_layer(GPT2* model, int l, int B, int T) {
     if (model->recompute >= 1) gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * C / model->layout.tp);
 }
 
-// accumulates the gradients of the micro-batch whose forward and loss ran last
+// accumulates the gradients of the micro-batch whose forward and loss ran last. Under
+// ZeRO-2/3 each unit's gradient is reduce-scattered as soon as its backward is done.
 inline void gpt2_backward(GPT2* model, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, L = model->layout.layer_end - model->layout.layer_begin;
+    int tp = model->layout.tp, L = gpt2_layers(model), H = head_unit(model);
     int C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
-    ParameterTensors& p = model->params;
-    ParameterTensors& g = model->grads;
+    Zero* z = &model->zero;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
+    HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
+    HeadParameters dh = head_parameters(z->units[H], zero_unit_grads(z, H));
 
     // LM head and final LayerNorm; a.logits holds dlogits now
     floatX* last = layer_activations(model, L - 1, B, T).residual3;
-    matmul_backward(s.dln, g.wte, NULL, a.logits, a.lnf, p.wte, N, C, c.padded_vocab_size / tp);
+    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, c.padded_vocab_size / tp);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(s.dresidual, g.lnfw, g.lnfb, s.dln, last, p.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, last, h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+    zero_reduce_unit(z, H);
 
     for (int l = L - 1; l >= 0; l--) {
+        zero_gather_unit(z, 1 + l);
         recompute_layer(model, l, B, T);
         floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
-        LayerParameters w = layer_parameters(p, l, C, tp);
-        LayerParameters dw = layer_parameters(g, l, C, tp);
+        LayerParameters w = layer_parameters(z->units[1 + l], zero_unit_params(z, 1 + l));
+        LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
         LayerActivations la = layer_activations(model, l, B, T);
         // MLP; s.dresidual is the gradient of residual3
         matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * Cl, C);
@@ -515,59 +535,25 @@ inline void gpt2_backward(GPT2* model, int B, int T) {
         attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, Cl, NHl);
         matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * Cl);
         layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, residual, w.ln1w, la.ln1_mean, la.ln1_rstd, N, C);
+        zero_reduce_unit(z, 1 + l);
     }
-    encoder_backward(g.wte, g.wpe, s.dresidual, s.inputs, B, T, C);
-}
-
-inline void gpt2_zero_grad(GPT2* model) {
-    device_zero(model->grads_memory, model->num_parameters * sizeof(floatX));
-    if (model->grads_fp32) device_zero(model->grads_fp32, model->num_parameters * sizeof(float));
-}
-
-// after each micro-step's backward: with -ga fp32, move the floatX gradients into the fp32 sum
-inline void gpt2_accumulate_micro_step(GPT2* model) {
-    if (model->grads_fp32) gradient_accumulate(model->grads_fp32, model->grads_memory, model->num_parameters);
-}
-
-// the squared norm of the step's gradient (non-finite when any element is)
-inline double gpt2_grad_norm_squared(GPT2* model) {
-    if (model->grads_fp32) return global_norm_squared(model->grads_fp32, model->num_parameters, model->scratch.norm);
-    return global_norm_squared(model->grads_memory, model->num_parameters, model->scratch.norm);
-}
-
-// one AdamW step over every tensor; grad_scale multiplies the stored gradients (clip / loss scale)
-inline void gpt2_update(GPT2* model, float lr, float weight_decay, float grad_scale, uint64_t seed) {
-    int t = ++model->adam_steps;
-    uint64_t rounding_seed = random_u32(seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t off = tensor_offset(model, i), n = shape_elements(model->shapes[i]);
-        AdamWConfig cfg;
-        cfg.lr = lr;
-        cfg.weight_decay = parameter_is_matrix[i] ? weight_decay : 0.0f;
-        float* master = model->master_memory ? model->master_memory + off : NULL;
-        if (model->grads_fp32)
-            adamw_update(model->params_memory + off, master, model->grads_fp32 + off, model->m_memory + off,
-                         model->v_memory + off, n, cfg, t, grad_scale, rounding_seed, off);
-        else
-            adamw_update(model->params_memory + off, master, model->grads_memory + off, model->m_memory + off,
-                         model->v_memory + off, n, cfg, t, grad_scale, rounding_seed, off);
-    }
-}
-
-// makes this step's gradient non-finite: the testing aid TRAIN_GPT_INJECT_NONFINITE=STEP
-inline void gpt2_poison_gradients(GPT2* model) {
-    if (model->grads_fp32) { float inf = INFINITY; host_to_device(model->grads_fp32, &inf, sizeof(float)); }
-    else { floatX inf = from_float(INFINITY); host_to_device(model->grads_memory, &inf, sizeof(floatX)); }
+    encoder_backward(de.wte, de.wpe, s.dresidual, s.inputs, B, T, C);
+    zero_reduce_unit(z, 0);
 }
 
 inline void gpt2_free(GPT2* model) {
-    void* buffers[] = {model->params_memory, model->master_memory, model->grads_memory, model->grads_fp32,
-                       model->m_memory, model->v_memory, model->acts.encoded, model->acts.lnf, model->acts.lnf_mean,
-                       model->acts.lnf_rstd, model->acts.logits, model->acts.losses};
+    void* buffers[] = {model->acts.encoded, model->acts.lnf, model->acts.lnf_mean, model->acts.lnf_rstd,
+                       model->acts.logits, model->acts.losses};
     for (void* b : buffers) device_free(b);
     for (void* b : model->acts.layer) device_free(b);
     void** scratch = (void**)&model->scratch;
     for (size_t i = 0; i < sizeof(ScratchTensors) / sizeof(void*); i++) device_free(scratch[i]);
+    Zero* z = &model->zero;
+    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->grads_fp32_full, z->grad_shard, z->grad_shard_fp32,
+                     z->reduce_buffer, z->norm_scratch};
+    for (void* b : state) device_free(b);
+    for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
+    free(z->units);
     free(model->host_losses);
 }
 
@@ -597,41 +583,51 @@ struct TrainConfig {
     const char* loss_scale = "default";  // dynamic | off | VALUE; default: dynamic for FP16
     int loss_scale_interval = 2000;
     const char* grad_accum_type = "floatX";  // floatX | fp32
+    int zero_stage = 0;
+    int tp = 1, pp = 1;
+    const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
 };
 
 struct StepResult { double loss, norm; float lr, scale; bool skipped; };
 
-// one optimizer step: grad_accum micro-steps of forward, loss, backward, then the finite
-// check, unscaling, clipping and AdamW. `step` counts from 0.
+// one optimizer step: grad_accum micro-steps of forward, loss, backward on this rank's
+// slice of the batch, then the gradient reduction (zero.h), the finite check, unscaling,
+// clipping and AdamW. `step` counts from 0.
 inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
                              int grad_accum, int step, int max_steps) {
-    int B = tc.B, T = tc.T;
-    double tokens_per_step = (double)B * T * grad_accum;
+    int B = tc.B, T = tc.T, dp = model->comm->grid.dp;
+    double tokens_per_step = (double)B * T * grad_accum * dp;
     StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false};
-    // the step's loss is the mean over all its tokens; its gradient is scaled by the loss scale
+    // the step's loss is the mean over all its tokens on all ranks: summing gradients over
+    // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
     double loss_sum = 0.0;
-    gpt2_zero_grad(model);
+    zero_begin_step(&model->zero);
     for (int micro = 0; micro < grad_accum; micro++) {
         dataloader_next_batch(loader);
         gpt2_forward(model, loader->inputs, B, T);
         loss_sum += gpt2_loss(model, loader->targets, B, T, dloss);
         gpt2_backward(model, B, T);
-        gpt2_accumulate_micro_step(model);
+        zero_end_micro_step(&model->zero);
     }
-    if (tc.inject_nonfinite_step == step + 1) gpt2_poison_gradients(model);
+    if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
+    zero_reduce_step(&model->zero);
+    comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;
     r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
-    double norm_squared = gpt2_grad_norm_squared(model);
+    double norm_squared = zero_grad_norm_squared(&model->zero);
     r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
     if (!loss_scaler_update(scaler, isfinite(norm_squared))) {
         r.skipped = true;
         return r;
     }
     float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
-    gpt2_update(model, r.lr, tc.weight_decay, clip_scale / r.scale, (uint64_t)tc.seed);
+    int t = ++model->adam_steps;
+    uint64_t rounding_seed = random_u32((uint64_t)tc.seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
+    zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed);
+    zero_gather_updated(&model->zero);
     return r;
 }
 
@@ -644,7 +640,8 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
         gpt2_forward(model, loader->inputs, loader->B, loader->T);
         sum += gpt2_loss(model, loader->targets, loader->B, loader->T, 0.0f);
     }
-    return sum / ((double)batches * loader->B * loader->T);
+    comm_all_reduce_scalars(&model->comm->dp, &sum, 1);
+    return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
 }
 
 // samples `n` tokens after EOT at temperature 1, one full forward per token over the last T tokens
@@ -707,7 +704,11 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
         {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles"},
         {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
-        {"-plan", OPT_INT, &tc->plan, "1: print the memory each rank holds (planned and allocated) and exit"},
+        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)"},
+        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks (dp = world / (tp * pp))"},
+        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages"},
+        {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
+        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic (formula and allocated) and exit"},
     };
     int n = sizeof(table) / sizeof(table[0]);
     for (int i = 0; i < n; i++) o[i] = table[i];
@@ -756,38 +757,63 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
     return true;
 }
 
-// -plan: each kind of memory from its formula (recompute.h, adamw.h) beside what was allocated.
-// The last line is the same as JSON for scripts.
-inline void print_memory_plan(const GPT2* model, int B, int T, bool grads_in_fp32) {
+// -plan and the first step's log: what this rank holds and sends, from the formulas of
+// zero.h and recompute.h, beside what was allocated and (after a step) measured
+struct Accounting {
+    size_t planned_memory[NUM_MEMORY_KINDS];
+    unsigned long long planned_comm[NUM_COMM_KINDS];
+    size_t activations_per_layer;
+};
+
+inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     const GPT2Config& c = model->config;
-    int L = model->layout.layer_end - model->layout.layer_begin, tp = model->layout.tp;
-    size_t n = model->num_parameters, X = sizeof(floatX), C = c.channels, N = (size_t)B * T;
-    size_t kept_per_layer = 0, reused = 0;
+    int L = gpt2_layers(model), tp = model->layout.tp;
+    size_t X = sizeof(floatX), C = c.channels, N = (size_t)B * T;
+    Accounting a = {};
+    ZeroPlan z = zero_plan(&model->zero, grad_accum);
+    size_t reused = 0;
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
-        if (recompute_keeps(model->recompute, t)) kept_per_layer += bytes; else reused += bytes;
+        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += bytes; else reused += bytes;
     }
-    size_t planned[NUM_MEMORY_KINDS] = {
-        n * X,                                                            // parameters
-        n * X + (grads_in_fp32 ? n * 4 : 0),                              // gradients (+ fp32 accumulator)
-        n * 8 + (FLOATX_IS_FP32 ? 0 : n * 4),                             // m, v (+ fp32 master)
-        L * kept_per_layer + N * C * X * 2 + N * 4 * 3 + N * c.padded_vocab_size / tp * X,  // + encoded, lnf, stats, logits, losses
-        model->memory[MEM_SCRATCH]};                                      // scratch: measured only
-    printf("parameter tensors held by this rank (layers x rows x cols):\n");
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-        printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
-    printf("memory per rank (%s, recompute %d, B=%d T=%d, %zu parameters):\n", PRECISION_NAME, model->recompute, B, T, n);
-    printf("  %-12s %16s %16s\n", "kind", "planned bytes", "allocated bytes");
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.planned_memory[k] = z.memory[k];
+    for (int k = 0; k < NUM_COMM_KINDS; k++) a.planned_comm[k] = z.comm[k];
+    // kept: the layers' activations + encoded, lnf (X), lnf mean/rstd and losses (fp32), logits (X)
+    a.planned_memory[MEM_ACTIVATIONS] = L * a.activations_per_layer + 2 * N * C * X + 3 * N * 4 + N * c.padded_vocab_size / tp * X;
+    // working buffers: reused layer tensors, gradients of the residual stream and of one layer's
+    // activations, attention scratch, token ids
+    a.planned_memory[MEM_ACTIVATIONS_TRANSIENT] += reused + X * (3 * N * C + N * C / tp * (1 + 3 + 4)) +
+        X * attention_scratch_elements(B, T, C / tp, c.num_heads / tp) + 2 * N * sizeof(int);
+    return a;
+}
+
+inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
+    const ProcessGrid& g = model->comm->grid;
+    const Zero& z = model->zero;
+    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
+           g.rank, g.dp, g.tp, g.pp, g.dp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    if (g.rank == 0) {
+        printf("parameter tensors held by this rank (layers x rows x cols):\n");
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+            printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
+    }
+    printf("[rank %d]   %-22s %16s %16s\n", g.rank, "memory", "planned bytes", "allocated bytes");
     for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-        printf("  %-12s %16zu %16zu\n", memory_kind_names[k], planned[k], model->memory[k]);
-    printf("  bytes per parameter (parameters + gradients + optimizer): %.2f\n",
-           (double)(model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER]) / n);
-    printf("  activations kept per layer: %zu bytes; reused one-layer working set: %zu bytes\n", kept_per_layer, reused);
-    printf("{\"num_parameters\": %zu, \"precision\": \"%s\", \"recompute\": %d, \"activations_per_layer\": %zu",
-           n, PRECISION_NAME, model->recompute, kept_per_layer);
+        printf("[rank %d]   %-22s %16zu %16zu\n", g.rank, memory_kind_names[k], a.planned_memory[k], model->memory[k]);
+    size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
+    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per model parameter\n", g.rank, state,
+           (double)state / model->num_parameters);
+    printf("[rank %d]   %-22s %16s\n", g.rank, "sent per step", "planned bytes");
+    for (int k = 0; k < NUM_COMM_KINDS; k++) printf("[rank %d]   %-22s %16llu\n", g.rank, comm_kind_names[k], a.planned_comm[k]);
+    printf("{\"rank\": %d, \"dp\": %d, \"zero\": %d, \"precision\": \"%s\", \"recompute\": %d, \"num_parameters\": %zu, "
+           "\"activations_per_layer\": %zu, \"memory\": {", g.rank, g.dp, z.stage, PRECISION_NAME, model->recompute,
+           model->num_parameters, a.activations_per_layer);
     for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-        printf(", \"%s\": {\"planned\": %zu, \"allocated\": %zu}", memory_kind_names[k], planned[k], model->memory[k]);
-    printf("}\n");
+        printf("%s\"%s\": {\"planned\": %zu, \"allocated\": %zu}", k ? ", " : "", memory_kind_names[k], a.planned_memory[k], model->memory[k]);
+    printf("}, \"comm\": {");
+    for (int k = 0; k < NUM_COMM_KINDS; k++) printf("%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], a.planned_comm[k]);
+    printf("}}\n");
+    fflush(stdout);
 }
 
 inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
@@ -797,64 +823,81 @@ inline bool file_exists(const char* path) { struct stat st; return stat(path, &s
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    Comm comm = comm_init(&argc, &argv);
+    int world, rank, local_rank;
+    comm_start(&argc, &argv, &world, &rank, &local_rank);
     TrainConfig tc;
     if (!parse_args(&tc, argc, argv)) {
-        if (comm.rank == 0) print_usage(TrainConfig{});
-        comm_finalize();
+        if (rank == 0) print_usage(TrainConfig{});
+        MPI_Finalize();
         return 0;
     }
-    if (comm.world != 1) fail("this build trains on one rank; run without mpirun -np (world size is %d)", comm.world);
-    int dp = 1;
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
-    if (tc.B <= 0 || tc.T <= 0) fail("-b and -t must be positive (got %d, %d)", tc.B, tc.T);
+#ifdef __CUDACC__
+    bool use_nccl = strcmp(tc.comm_backend, "mpi") != 0;
+#else
+    bool use_nccl = strcmp(tc.comm_backend, "nccl") == 0;
+#endif
+    if (strcmp(tc.comm_backend, "default") != 0 && strcmp(tc.comm_backend, "nccl") != 0 && strcmp(tc.comm_backend, "mpi") != 0)
+        comm_fail_all("-comm expects nccl or mpi, got '%s'", tc.comm_backend);
+    Collectives comm;
+    comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
+    const ProcessGrid& grid = comm.grid;
+    if (grid.tp != 1 || grid.pp != 1)
+        comm_fail_all("-tp %d -pp %d: tensor and pipeline parallelism are not built yet; the grid supports them, the model does not", grid.tp, grid.pp);
+    int dp = grid.dp;
+    if (tc.B <= 0 || tc.T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc.B, tc.T);
     if (tc.total_batch_tokens == -1) tc.total_batch_tokens = tc.B * tc.T * dp;
     int tokens_per_micro = tc.B * tc.T * dp;
     if (tc.total_batch_tokens <= 0 || tc.total_batch_tokens % tokens_per_micro != 0)
-        fail("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc.total_batch_tokens, tc.B, tc.T, dp, tokens_per_micro);
+        comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc.total_batch_tokens, tc.B, tc.T, dp, tokens_per_micro);
+    if (tc.zero_stage < 0 || tc.zero_stage > 3) comm_fail_all("-z must be 0, 1, 2 or 3 (got %d)", tc.zero_stage);
+    bool grads_in_fp32 = strcmp(tc.grad_accum_type, "fp32") == 0;
+    if (!grads_in_fp32 && strcmp(tc.grad_accum_type, "floatX") != 0) comm_fail_all("-ga expects floatX or fp32, got '%s'", tc.grad_accum_type);
     int grad_accum = tc.total_batch_tokens / tokens_per_micro;
-    device_init(comm.local_rank);
+    device_init(grid.local_rank);
 
     GPT2 model;
-    if (tc.init[0] == 'd' && strspn(tc.init + 1, "0123456789") == strlen(tc.init + 1) && tc.init[1] != '\0') {
-        gpt2_build_from_scratch(&model, gpt2_config_for_depth(atoi(tc.init + 1)), (uint64_t)tc.seed, single_rank_layout);
-    } else {
-        gpt2_build_from_file(&model, tc.init, single_rank_layout);
-    }
+    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32);
     const GPT2Config& c = model.config;
-    if (tc.T > c.max_seq_len) fail("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
-
+    if (tc.T > c.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
     if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
-        fail("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
+        comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, 0, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
+    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
     bool validate = tc.val_every > 0 && tc.val_batches > 0;
-    if (validate) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, 0, dp, c.vocab_size, false, 0);
+    if (validate) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, false, 0);
     int max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(train_loader.total_tokens / tc.total_batch_tokens);
-    if (max_steps <= 0) fail("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
-    if (tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
+    if (max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
+    if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);
-
-    bool grads_in_fp32 = strcmp(tc.grad_accum_type, "fp32") == 0;
-    if (!grads_in_fp32 && strcmp(tc.grad_accum_type, "floatX") != 0) fail("-ga expects floatX or fp32, got '%s'", tc.grad_accum_type);
     LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
-    gpt2_allocate_training_state(&model, tc.B, tc.T, tc.recompute, grads_in_fp32);
+    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute);
+    Accounting plan = gpt2_plan(&model, tc.B, tc.T, grad_accum);
     if (tc.plan) {
-        print_memory_plan(&model, tc.B, tc.T, grads_in_fp32);
-        comm_finalize();
+        for (int r = 0; r < world; r++) {  // one rank at a time, so the lines do not interleave
+            if (r == rank) print_plan(&model, plan, tc.B, tc.T);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        comm_finalize(&comm);
         return 0;
     }
-    printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters\n",
-           device_name(), PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size,
-           c.padded_vocab_size, c.max_seq_len, model.num_parameters);
-    printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
-           tc.B, tc.T, dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
+    if (rank == 0) {
+        printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters\n",
+               device_name(), PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size,
+               c.padded_vocab_size, c.max_seq_len, model.num_parameters);
+        printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives\n", world, dp, grid.tp, grid.pp,
+               tc.zero_stage, use_nccl ? "NCCL" : "MPI");
+        printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
+               tc.B, tc.T, dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
+    }
 
     FILE* log = NULL;
-    if (tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
-    Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};
+    if (rank == 0 && tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
+    Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: ZeRO-3 forwards are collective
     int* sample_tokens = (int*)malloc((tc.gen_tokens > 0 ? tc.gen_tokens : 1) * sizeof(int));
     for (int step = 0; step < max_steps; step++) {
+        unsigned long long sent_before[NUM_COMM_KINDS];
+        memcpy(sent_before, comm.dp.bytes, sizeof(sent_before));
         device_synchronize();
         auto start = std::chrono::steady_clock::now();
         StepResult r = train_step(&model, &train_loader, &scaler, tc, grad_accum, step, max_steps);
@@ -862,22 +905,47 @@ int main(int argc, char** argv) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         int done = step + 1;
         bool last = done == max_steps;
-        printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss,
-               r.norm, r.lr, ms, tc.total_batch_tokens / (ms / 1000.0));
-        if (scaler.enabled) printf(" | scale %g", r.scale);
-        printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
-        if (r.skipped && !scaler.enabled) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
+        if (rank == 0) {
+            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss,
+                   r.norm, r.lr, ms, tc.total_batch_tokens / (ms / 1000.0));
+            if (scaler.enabled) printf(" | scale %g", r.scale);
+            printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
+            if (r.skipped && !scaler.enabled) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
+        }
+        // the first step's measured memory and traffic, per rank, in the log beside the plan
+        char accounting[4096] = "";
+        if (step == 0) {
+            unsigned long long sent[NUM_COMM_KINDS];
+            for (int k = 0; k < NUM_COMM_KINDS; k++) sent[k] = comm.dp.bytes[k] - sent_before[k];
+            std::vector<unsigned long long> all(NUM_COMM_KINDS * world);
+            MPI_Gather(sent, NUM_COMM_KINDS, MPI_UNSIGNED_LONG_LONG, all.data(), NUM_COMM_KINDS, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+            std::vector<unsigned long long> mem(NUM_MEMORY_KINDS * world), mine(model.memory, model.memory + NUM_MEMORY_KINDS);
+            MPI_Gather(mine.data(), NUM_MEMORY_KINDS, MPI_UNSIGNED_LONG_LONG, mem.data(), NUM_MEMORY_KINDS, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+            int at = snprintf(accounting, sizeof(accounting), ", \"measured\": [");
+            for (int q = 0; q < world && rank == 0; q++) {
+                at += snprintf(accounting + at, sizeof(accounting) - at, "%s{\"memory\": {", q ? ", " : "");
+                for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+                    at += snprintf(accounting + at, sizeof(accounting) - at, "%s\"%s\": %llu", k ? ", " : "", memory_kind_names[k], mem[q * NUM_MEMORY_KINDS + k]);
+                at += snprintf(accounting + at, sizeof(accounting) - at, "}, \"comm\": {");
+                for (int k = 0; k < NUM_COMM_KINDS; k++)
+                    at += snprintf(accounting + at, sizeof(accounting) - at, "%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], all[q * NUM_COMM_KINDS + k]);
+                at += snprintf(accounting + at, sizeof(accounting) - at, "}}");
+            }
+            snprintf(accounting + at, sizeof(accounting) - at, "]");
+        }
         double val_loss = 0.0;
         bool validated = validate && (done % tc.val_every == 0 || last);
         if (validated) {
             val_loss = gpt2_validate(&model, &val_loader, tc.val_batches);
-            printf("val loss %.6f\n", val_loss);
+            if (rank == 0) printf("val loss %.6f\n", val_loss);
         }
         if (tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0) {
             gpt2_sample(&model, sample_tokens, tc.gen_tokens, &sample_rng);
-            printf("sample (token ids):");
-            for (int i = 0; i < tc.gen_tokens; i++) printf(" %d", sample_tokens[i]);
-            printf("\n");
+            if (rank == 0) {
+                printf("sample (token ids):");
+                for (int i = 0; i < tc.gen_tokens; i++) printf(" %d", sample_tokens[i]);
+                printf("\n");
+            }
         }
         if (log) {
             char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
@@ -887,14 +955,14 @@ int main(int argc, char** argv) {
             if (scaler.enabled) fprintf(log, ", \"scale\": %.9g", r.scale);
             if (r.skipped) fprintf(log, ", \"skipped\": true");
             if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
-            fprintf(log, "}\n");
+            fprintf(log, "%s}\n", accounting);
             fflush(log);
         }
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last)) {
             char path[4096];
             snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
             gpt2_write_file(&model, path);
-            printf("wrote %s\n", path);
+            if (rank == 0) printf("wrote %s\n", path);
         }
     }
     if (log) fclose(log);
@@ -902,7 +970,7 @@ int main(int argc, char** argv) {
     dataloader_free(&train_loader);
     if (validate) dataloader_free(&val_loader);
     gpt2_free(&model);
-    comm_finalize();
+    comm_finalize(&comm);
     return 0;
 }
 #endif

@@ -10,23 +10,39 @@ model state.
 */
 #pragma once
 // defines: device_init, device_malloc, device_free, host_to_device, device_to_host,
-//          device_to_device, device_zero, device_synchronize, ceil_div, fail
+//          device_to_device, device_zero, device_synchronize, ceil_div, fail,
+//          MemoryKind, BufferSpec, allocate_buffers
 #include <stdio.h>   // defines: fprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
 #include <stdarg.h>  // defines: va_list
+#include <mpi.h>     // defines: MPI_Abort (the error path of a multi-rank run)
 #include "../precision.h"  // defines: floatX, HOST_DEVICE
 
-// one line naming the problem and a non-zero exit: the error path of every module
+// "error: ...\n" in one write, so the lines of several ranks do not interleave
+inline void print_error_line(const char* format, va_list args) {
+    char line[2048] = "error: ";
+    vsnprintf(line + 7, sizeof(line) - 8, format, args);
+    strcat(line, "\n");
+    fputs(line, stderr);
+    fflush(stderr);
+}
+
+// one line naming the problem and a non-zero exit: the error path of every module.
+// Under MPI with several ranks the whole job goes down (MPI_Abort), so no rank waits
+// forever in a collective for one that failed. (Errors every rank detects alike use
+// comm_fail_all, which lets each rank print its line first.)
 [[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) {
+    fflush(stdout);
     va_list args;
     va_start(args, format);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, format, args);
-    fprintf(stderr, "\n");
+    print_error_line(format, args);
     va_end(args);
-    fflush(stdout);
+    int mpi_up = 0, world = 1;
+    MPI_Initialized(&mpi_up);
+    if (mpi_up) MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
     exit(EXIT_FAILURE);
 }
 
@@ -84,3 +100,24 @@ inline void device_to_device(void* dst, const void* src, size_t bytes) { memcpy(
 inline void device_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 inline void device_synchronize() {}
 #endif
+
+// ---------------------------------------------------------------- memory ledger
+// Every device allocation of the trainer is booked under one kind, so the program can
+// print what each rank holds (-plan) and the tests can compare it with the formulas.
+// Persistent: lives through the run. Transient: a working buffer reused within a step.
+enum MemoryKind { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_PARAMETERS_TRANSIENT, MEM_GRADIENTS_TRANSIENT,
+                  MEM_ACTIVATIONS, MEM_ACTIVATIONS_TRANSIENT, NUM_MEMORY_KINDS };
+[[maybe_unused]] static const char* memory_kind_names[NUM_MEMORY_KINDS] = {
+    "parameters", "gradients", "optimizer", "parameters_transient", "gradients_transient",
+    "activations", "activations_transient"};
+
+struct BufferSpec { void** ptr; size_t elements, element_bytes; MemoryKind kind; };
+
+inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_MEMORY_KINDS]) {
+    for (int i = 0; i < n; i++) {
+        size_t bytes = specs[i].elements * specs[i].element_bytes;
+        *specs[i].ptr = device_malloc(bytes);
+        if (*specs[i].ptr) device_zero(*specs[i].ptr, bytes);
+        ledger[specs[i].kind] += bytes;
+    }
+}

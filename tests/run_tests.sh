@@ -42,6 +42,10 @@ check precision_bf16 $BUILD/test_precision_bf16
 check precision_fp16 $BUILD/test_precision_fp16
 check recompute_identical_and_memory bash tests/test_recompute.sh $REF
 check loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF "$SHARED"
+for np in 2 4 8; do
+    check comm_grid_np$np timeout 300 mpirun -np $np $BUILD/test_comm
+done
+check zero_data_parallel bash tests/test_zero.sh $REF
 check loss_falls_on_text bash tests/test_loss_falls.sh "$TRAINER" "$SHARED"
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
 

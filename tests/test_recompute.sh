@@ -32,17 +32,18 @@ for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cp
     for r in range(4):
         plan = json.load(open(f"{d}/{build}-r{r}.plan.json"))
         want = L * per_layer[r] + fixed
-        got = plan["activations"]["allocated"]
-        assert got == want == plan["activations"]["planned"], f"{build} -r {r}: activations {got}, formula {want}"
+        mem = plan["memory"]
+        got = mem["activations"]["allocated"]
+        assert got == want == mem["activations"]["planned"], f"{build} -r {r}: activations {got}, formula {want}"
         assert plan["activations_per_layer"] == per_layer[r]
         acts.append(got)
         n = plan["num_parameters"]
-        state = sum(plan[k]["allocated"] for k in ("parameters", "gradients", "optimizer"))
+        state = sum(mem[k]["allocated"] for k in ("parameters", "gradients", "optimizer"))
         assert state == 16 * n, f"{build}: {state / n} bytes per parameter, expected 16"
-        for k in ("parameters", "gradients", "optimizer"):
-            assert plan[k]["allocated"] == plan[k]["planned"], (build, k)
+        for k in mem:
+            assert mem[k]["allocated"] == mem[k]["planned"], (build, k)
     assert acts[0] > acts[1] > acts[2] > acts[3], acts
     ga = json.load(open(f"{d}/{build}-ga-fp32.plan.json"))
-    assert sum(ga[k]["allocated"] for k in ("parameters", "gradients", "optimizer")) == 20 * n  # + fp32 accumulator
+    assert sum(ga["memory"][k]["allocated"] for k in ("parameters", "gradients", "optimizer")) == 20 * n  # + fp32 accumulator
     print(f"{build}: -r 0..3 identical {rows[0][-1]}, activation bytes {acts}, 16 bytes/parameter")
 PY

@@ -1,0 +1,89 @@
+/*
+tests/test_comm.cpp: the process grid and the collectives of comm.h, under mpirun.
+
+For every (tp, pp) that divides the world it builds the grid and checks DESIGN's rank
+order, that each group holds exactly the ranks it should (by summing rank ids over the
+group), and every collective against values computed from the rank numbers alone:
+all-reduce, reduce-scatter, all-gather (also in place), broadcast, send/recv, scalar
+all-reduce and the ledger's ring-cost bytes. Prints "N passed, M failed" on rank 0.
+*/
+#include <stdio.h>
+#include <vector>
+#include "../comm.h"
+
+static int checks = 0, failures = 0;
+#define EXPECT(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[rank %d] failed: %s (line %d)\n", rank, #cond, __LINE__); } } while (0)
+
+int main(int argc, char** argv) {
+    int world, rank, local_rank;
+    comm_start(&argc, &argv, &world, &rank, &local_rank);
+    EXPECT(local_rank >= 0 && local_rank < world);
+    for (int pp = 1; pp <= world; pp++) {
+        for (int tp = 1; tp * pp <= world; tp++) {
+            if (world % (tp * pp)) continue;
+            Collectives c;
+            comm_init(&c, world, rank, local_rank, tp, pp, false);
+            const ProcessGrid& g = c.grid;
+            int dp = world / (tp * pp);
+            EXPECT(g.dp == dp);
+            EXPECT(rank == (g.pp_rank * dp + g.dp_rank) * tp + g.tp_rank);  // DESIGN's order
+            EXPECT(c.tp.size == tp && c.dp.size == dp && c.pp.size == pp);
+            EXPECT(c.tp.rank == g.tp_rank && c.dp.rank == g.dp_rank && c.pp.rank == g.pp_rank);
+            // group membership: the sum of world ranks over each group, computed from the formula
+            double sum_tp = rank, sum_dp = rank, sum_pp = rank;
+            comm_all_reduce_scalars(&c.tp, &sum_tp, 1);
+            comm_all_reduce_scalars(&c.dp, &sum_dp, 1);
+            comm_all_reduce_scalars(&c.pp, &sum_pp, 1);
+            double want_tp = 0, want_dp = 0, want_pp = 0;
+            for (int t = 0; t < tp; t++) want_tp += (g.pp_rank * dp + g.dp_rank) * tp + t;
+            for (int d = 0; d < dp; d++) want_dp += (g.pp_rank * dp + d) * tp + g.tp_rank;
+            for (int p = 0; p < pp; p++) want_pp += (p * dp + g.dp_rank) * tp + g.tp_rank;
+            EXPECT(sum_tp == want_tp && sum_dp == want_dp && sum_pp == want_pp);
+
+            // collectives over the DP group, element values from (group rank, index)
+            Comm* d = &c.dp;
+            int p = d->size, r = d->rank;
+            const size_t n = 6;  // elements per rank block
+            std::vector<float> x(n * p);
+            for (size_t i = 0; i < x.size(); i++) x[i] = (float)(r + 1) * (i + 1);
+            std::vector<float> reduced = x;
+            comm_all_reduce_sum(&c, d, reduced.data(), reduced.size());
+            float ranks_sum = p * (p + 1) / 2.0f;
+            for (size_t i = 0; i < x.size(); i++) EXPECT(reduced[i] == ranks_sum * (i + 1));
+            std::vector<float> block(n);
+            comm_reduce_scatter_sum(&c, d, x.data(), block.data(), n);
+            for (size_t i = 0; i < n; i++) EXPECT(block[i] == ranks_sum * (r * n + i + 1));
+            std::vector<float> gathered(n * p);
+            for (size_t i = 0; i < n; i++) block[i] = (float)(100 * r + i);
+            comm_all_gather(d, block.data(), gathered.data(), n);
+            for (int q = 0; q < p; q++) for (size_t i = 0; i < n; i++) EXPECT(gathered[q * n + i] == 100 * q + i);
+            std::vector<float> in_place(n * p, -1.0f);
+            for (size_t i = 0; i < n; i++) in_place[r * n + i] = (float)(7 * r + i);
+            comm_all_gather(d, in_place.data() + r * n, in_place.data(), n);
+            for (int q = 0; q < p; q++) for (size_t i = 0; i < n; i++) EXPECT(in_place[q * n + i] == 7 * q + i);
+            std::vector<float> b(n, (float)r);
+            comm_broadcast(d, b.data(), n, p - 1);
+            for (size_t i = 0; i < n; i++) EXPECT(b[i] == p - 1);
+            if (p > 1) {  // a ring of sends: each rank sends to the next and receives from the previous
+                std::vector<float> out(n, (float)r), got(n, -1.0f);
+                if (r % 2 == 0) { comm_send(d, out.data(), n, (r + 1) % p); comm_recv(d, got.data(), n, (r + p - 1) % p); }
+                else { comm_recv(d, got.data(), n, (r + p - 1) % p); comm_send(d, out.data(), n, (r + 1) % p); }
+                for (size_t i = 0; i < n; i++) EXPECT(got[i] == (r + p - 1) % p);
+            }
+            // the ledger: ring cost of each call, bytes = 4 * elements
+            unsigned long long S = 4ull * n * p;
+            EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * (S * (p - 1) / p));
+            EXPECT(d->bytes[COMM_REDUCE_SCATTER] == S * (p - 1) / p);
+            EXPECT(d->bytes[COMM_ALL_GATHER] == 2 * (S * (p - 1) / p));
+            EXPECT(d->bytes[COMM_BROADCAST] == (r == p - 1 ? 4ull * n : 0));
+            comm_barrier(&c.world);
+            MPI_Comm_free(&c.dp.mpi); MPI_Comm_free(&c.tp.mpi); MPI_Comm_free(&c.pp.mpi);
+            MPI_Op_free(&c.sum_floatX);
+        }
+    }
+    int totals[2] = {checks, failures};
+    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("world %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
+    MPI_Finalize();
+    return totals[1] != 0;
+}

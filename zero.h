@@ -1,0 +1,306 @@
+/*
+zero.h: ZeRO, stages 0-3: shard the model state over the data-parallel group.
+
+Data parallelism replicates the model on dp ranks and sums their gradients. Each
+rank then holds, per parameter, X bytes of parameter, X of gradient and K of
+optimizer state (K = 8 for m and v, + 4 for the fp32 master in 16-bit builds):
+with X = 2 and K = 12 that is mixed precision's 16 bytes per parameter, Psi
+parameters -> 16 Psi bytes on every rank. ZeRO removes the redundancy:
+    stage 0  nothing sharded; gradients all-reduced                  (X + X + K) Psi
+    stage 1  optimizer state sharded                                 (X + X) Psi + K Psi/dp
+    stage 2  + gradients: reduce-scattered as each layer's backward  X Psi + (4 + K) Psi/dp
+             ends, never held whole; the shard sums them in fp32
+    stage 3  + parameters: each layer all-gathered just before its   (X + 4 + K) Psi/dp
+             forward and again before its backward, into a reused
+             buffer (transient)
+Communication per rank and step, S(b) = b (dp-1)/dp the ring cost of b bytes, g
+micro-steps, G the bytes per gradient element that are reduced:
+    stage 0  all-reduce 2 S(G Psi)
+    stage 1  reduce-scatter S(G Psi) + all-gather of the updated parameters S(X Psi)
+    stage 2  reduce-scatter g S(X Psi) (every micro-step) + all-gather S(X Psi)
+    stage 3  all-gather g (S(X Psi) + S(X Psi_layers)) + reduce-scatter g S(X Psi)
+Stages 0-2 move the same bytes per step when g = 1 (all-reduce = reduce-scatter +
+all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters.
+
+What is sharded is a *unit*: the embeddings (wte, wpe), one transformer layer, or
+the final LayerNorm. Parameters are stored unit by unit, each unit padded to a
+multiple of dp, and DP rank r owns the r-th contiguous 1/dp of every unit. The
+embedding and final-LayerNorm units stay gathered through a micro-step under stage
+3 (they are used at both ends of the network). Read zero_unit_params and
+zero_reduce_unit first: they are what the forward and backward call.
+*/
+#pragma once
+// defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
+//          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
+//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan
+#include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
+#include "adamw.h"                 // defines: adamw_update
+#include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
+
+#define MAX_UNIT_SLICES 12
+
+// one parameter tensor's elements inside a unit
+struct TensorSlice { size_t offset, count; bool decay; };
+
+struct Unit {
+    size_t size;          // elements
+    size_t padded;        // size rounded up to a multiple of the number of shards
+    size_t offset;        // in the full (padded) buffer
+    size_t origin;        // in the unpadded model: stochastic-rounding indices do not depend on dp
+    size_t shard_offset;  // of this rank's shard in the local shard buffers
+    int num_slices;
+    TensorSlice slices[MAX_UNIT_SLICES];
+};
+
+enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_HEAD, NUM_SLOTS };  // the transient buffers of stages 2 and 3
+
+struct Zero {
+    int stage, shards, shard_rank;  // shards = dp from stage 1 on; stage 0 treats the whole model as one shard
+    int num_units;
+    Unit* units;
+    size_t full_elements, shard_elements, slot_elements[NUM_SLOTS], max_unit_shard;
+    bool grads_fp32;                // -ga fp32
+    Collectives* comm;
+    floatX* params;                 // stages 0-2: all units; stage 3: this rank's shard
+    floatX* gathered[NUM_SLOTS];    // stage 3: the gathered embedding, current layer and head
+    float* master;                  // shard; 16-bit builds only
+    float* m;                       // shard
+    float* v;                       // shard
+    floatX* grads;                  // stages 0-1: all units, this rank's micro-step sums
+    float* grads_fp32_full;         // stages 0-1 with -ga fp32
+    floatX* grad_shard;             // stage 1: the reduce-scattered floatX gradient
+    float* grad_shard_fp32;         // stage 1 with -ga fp32, stages 2-3 always
+    floatX* unit_grads[NUM_SLOTS];  // stages 2-3: one unit's gradient while its backward runs
+    floatX* reduce_buffer;          // stages 2-3: a reduce-scattered unit shard
+    float* norm_scratch;
+};
+
+inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_HEAD : SLOT_LAYER; }
+inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
+
+// sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
+inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
+                      size_t ledger[NUM_MEMORY_KINDS]) {
+    if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
+    *z = Zero{};
+    z->stage = stage;
+    z->comm = comm;
+    z->shards = stage == 0 ? 1 : comm->grid.dp;
+    z->shard_rank = stage == 0 ? 0 : comm->grid.dp_rank;
+    z->units = units;
+    z->num_units = num_units;
+    z->grads_fp32 = grads_fp32;
+    size_t origin = 0;
+    for (int u = 0; u < num_units; u++) {
+        Unit& unit = units[u];
+        unit.padded = ceil_div(unit.size, z->shards) * z->shards;
+        unit.offset = z->full_elements;
+        unit.origin = origin;
+        unit.shard_offset = z->shard_elements;
+        z->full_elements += unit.padded;
+        z->shard_elements += unit.padded / z->shards;
+        origin += unit.size;
+        size_t& slot = z->slot_elements[unit_slot(z, u)];
+        if (unit.padded > slot) slot = unit.padded;
+        if (unit.padded / z->shards > z->max_unit_shard) z->max_unit_shard = unit.padded / z->shards;
+    }
+    size_t F = z->full_elements, P = z->shard_elements, X = sizeof(floatX), f = sizeof(float);
+    const size_t* S = z->slot_elements;
+    bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32;
+    BufferSpec specs[] = {
+        {(void**)&z->params, stage == 3 ? P : F, X, MEM_PARAMETERS},
+        {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? S[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[SLOT_LAYER], gathered ? S[SLOT_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[SLOT_HEAD], gathered ? S[SLOT_HEAD] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->master, master ? P : 0, f, MEM_OPTIMIZER},
+        {(void**)&z->m, P, f, MEM_OPTIMIZER},
+        {(void**)&z->v, P, f, MEM_OPTIMIZER},
+        {(void**)&z->grads, stage <= 1 ? F : 0, X, MEM_GRADIENTS},
+        {(void**)&z->grads_fp32_full, stage <= 1 && grads_fp32 ? F : 0, f, MEM_GRADIENTS},
+        {(void**)&z->grad_shard, stage == 1 && !grads_fp32 ? P : 0, X, MEM_GRADIENTS},
+        {(void**)&z->grad_shard_fp32, stage >= 2 || (stage == 1 && grads_fp32) ? P : 0, f, MEM_GRADIENTS},
+        {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? S[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? S[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[SLOT_HEAD], unit_grads ? S[SLOT_HEAD] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->norm_scratch, NORM_PARTS, f, MEM_ACTIVATIONS_TRANSIENT},
+    };
+    allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger);
+}
+
+// loads the model: `values` holds every unit unpadded, in unit order, fp32
+inline void zero_set_params(Zero* z, const float* values) {
+    for (int u = 0; u < z->num_units; u++) {
+        const Unit& unit = z->units[u];
+        size_t S = unit_shard(z, u), begin = z->shard_rank * S;
+        std::vector<floatX> full(unit.padded, from_float(0.0f));
+        std::vector<float> master(S, 0.0f);
+        for (size_t i = 0; i < unit.size; i++) full[i] = from_float(values[unit.origin + i]);
+        for (size_t i = begin; i < begin + S && i < unit.size; i++) master[i - begin] = values[unit.origin + i];
+        if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
+        else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
+        if (z->master) host_to_device(z->master + unit.shard_offset, master.data(), S * sizeof(float));
+    }
+}
+
+// ---------------------------------------------------------------- what forward and backward call
+
+// where unit u's full parameters are now (stage 3: valid after zero_gather_unit)
+inline floatX* zero_unit_params(const Zero* z, int u) {
+    return z->stage == 3 ? z->gathered[unit_slot(z, u)] : z->params + z->units[u].offset;
+}
+// where the backward accumulates unit u's gradients
+inline floatX* zero_unit_grads(const Zero* z, int u) {
+    return z->stage >= 2 ? z->unit_grads[unit_slot(z, u)] : z->grads + z->units[u].offset;
+}
+
+// stage 3: all-gather unit u from the DP shards, just before it is used
+inline void zero_gather_unit(Zero* z, int u) {
+    if (z->stage != 3) return;
+    comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)], unit_shard(z, u));
+}
+
+// stages 2-3: once unit u's backward is done, reduce-scatter its gradient, add this
+// rank's shard into the fp32 sum and clear the unit buffer for the next unit
+inline void zero_reduce_unit(Zero* z, int u) {
+    if (z->stage < 2) return;
+    size_t S = unit_shard(z, u);
+    floatX* g = z->unit_grads[unit_slot(z, u)];
+    comm_reduce_scatter_sum(z->comm, &z->comm->dp, g, z->reduce_buffer, S);
+    gradient_accumulate(z->grad_shard_fp32 + z->units[u].shard_offset, z->reduce_buffer, S);
+    device_zero(g, z->units[u].padded * sizeof(floatX));
+}
+
+// ---------------------------------------------------------------- the step
+
+inline void zero_begin_step(Zero* z) {
+    if (z->grads) device_zero(z->grads, z->full_elements * sizeof(floatX));
+    if (z->grads_fp32_full) device_zero(z->grads_fp32_full, z->full_elements * sizeof(float));
+    if (z->grad_shard_fp32) device_zero(z->grad_shard_fp32, z->shard_elements * sizeof(float));
+}
+
+// -ga fp32 under stages 0-1: move the micro-step's floatX gradients into the fp32 sum
+inline void zero_end_micro_step(Zero* z) {
+    if (z->grads_fp32_full) gradient_accumulate(z->grads_fp32_full, z->grads, z->full_elements);
+}
+
+// after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters; 2-3 already did
+inline void zero_reduce_step(Zero* z) {
+    Comm* dp = &z->comm->dp;
+    if (z->stage == 0) {
+        if (z->grads_fp32_full) comm_all_reduce_sum(z->comm, dp, z->grads_fp32_full, z->full_elements);
+        else comm_all_reduce_sum(z->comm, dp, z->grads, z->full_elements);
+    } else if (z->stage == 1) {
+        for (int u = 0; u < z->num_units; u++) {
+            const Unit& unit = z->units[u];
+            if (z->grads_fp32_full)
+                comm_reduce_scatter_sum(z->comm, dp, z->grads_fp32_full + unit.offset, z->grad_shard_fp32 + unit.shard_offset, unit_shard(z, u));
+            else
+                comm_reduce_scatter_sum(z->comm, dp, z->grads + unit.offset, z->grad_shard + unit.shard_offset, unit_shard(z, u));
+        }
+    }
+}
+
+// the gradient the optimizer reads: element i of unit u's shard (stage 0: of the unit)
+inline bool zero_grad_is_fp32(const Zero* z) { return z->stage >= 2 || z->grads_fp32; }
+inline size_t zero_grad_index(const Zero* z, int u, size_t i) {
+    return z->stage == 0 ? z->units[u].offset + i : z->units[u].shard_offset + i;
+}
+inline float* zero_grad_fp32(const Zero* z) { return z->stage == 0 ? z->grads_fp32_full : z->grad_shard_fp32; }
+inline floatX* zero_grad_floatX(const Zero* z) { return z->stage == 0 ? z->grads : z->grad_shard; }
+
+// squared norm of the whole model's gradient, identical on every DP rank; non-finite when any element is
+inline double zero_grad_norm_squared(Zero* z) {
+    size_t n = z->stage == 0 ? z->full_elements : z->shard_elements;
+    double sum = zero_grad_is_fp32(z) ? global_norm_squared(zero_grad_fp32(z), n, z->norm_scratch)
+                                      : global_norm_squared(zero_grad_floatX(z), n, z->norm_scratch);
+    if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each rank holds a shard
+    return sum;
+}
+
+// TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
+inline void zero_poison_gradients(Zero* z) {
+    if (zero_grad_is_fp32(z) && z->stage >= 1) { float inf = INFINITY; host_to_device(z->grad_shard_fp32, &inf, sizeof(float)); return; }
+    floatX inf = from_float(INFINITY);
+    if (z->grads_fp32_full) { float f = INFINITY; host_to_device(z->grads_fp32_full, &f, sizeof(float)); }
+    else host_to_device(z->grads, &inf, sizeof(floatX));
+}
+
+// AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
+inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
+    for (int u = 0; u < z->num_units; u++) {
+        const Unit& unit = z->units[u];
+        size_t S = unit_shard(z, u), begin = z->shard_rank * S, end = begin + S;
+        for (int k = 0; k < unit.num_slices; k++) {
+            size_t lo = unit.slices[k].offset > begin ? unit.slices[k].offset : begin;
+            size_t hi = unit.slices[k].offset + unit.slices[k].count < end ? unit.slices[k].offset + unit.slices[k].count : end;
+            if (lo >= hi) continue;
+            size_t local = unit.shard_offset + (lo - begin);  // in the shard buffers
+            floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
+            AdamWConfig c;
+            c.lr = lr;
+            c.weight_decay = unit.slices[k].decay ? weight_decay : 0.0f;
+            float* master = z->master ? z->master + local : NULL;
+            size_t gi = zero_grad_index(z, u, z->stage == 0 ? lo : lo - begin);
+            if (zero_grad_is_fp32(z))
+                adamw_update(p, master, zero_grad_fp32(z) + gi, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+            else
+                adamw_update(p, master, zero_grad_floatX(z) + gi, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+        }
+    }
+}
+
+// stages 1-2: every rank updated its shard of the full parameters; all-gather them in place
+inline void zero_gather_updated(Zero* z) {
+    if (z->stage != 1 && z->stage != 2) return;
+    for (int u = 0; u < z->num_units; u++) {
+        floatX* full = z->params + z->units[u].offset;
+        size_t S = unit_shard(z, u);
+        comm_all_gather(&z->comm->dp, full + z->shard_rank * S, full, S);
+    }
+}
+
+// every unit's parameters, unpadded, to host fp32 (a collective under stage 3)
+inline void zero_params_to_host(Zero* z, float* out) {
+    for (int u = 0; u < z->num_units; u++) {
+        zero_gather_unit(z, u);
+        std::vector<floatX> h(z->units[u].padded);
+        device_to_host(h.data(), zero_unit_params(z, u), h.size() * sizeof(floatX));
+        for (size_t i = 0; i < z->units[u].size; i++) out[z->units[u].origin + i] = to_float(h[i]);
+    }
+}
+
+// ---------------------------------------------------------------- the plan (formulas above)
+
+struct ZeroPlan {
+    size_t memory[NUM_MEMORY_KINDS];           // model state only; the trainer adds activations
+    unsigned long long comm[NUM_COMM_KINDS];   // bytes this rank sends per optimizer step
+};
+
+// Psi: padded full elements; P = Psi / shards; E, Lu, H: padded embedding, layer, head units;
+// Psi_layers = Psi - E - H; g micro-steps; p = dp
+inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
+    ZeroPlan plan = {};
+    size_t Psi = z->full_elements, P = z->shard_elements, X = sizeof(floatX), K = FLOATX_IS_FP32 ? 8 : 12;
+    size_t E = z->units[0].padded, H = z->units[z->num_units - 1].padded, Lu = z->slot_elements[SLOT_LAYER];
+    int p = z->comm->grid.dp, s = z->stage;
+    size_t G = z->grads_fp32 ? 4 : X;
+    plan.memory[MEM_PARAMETERS] = X * (s == 3 ? P : Psi);
+    plan.memory[MEM_PARAMETERS_TRANSIENT] = s == 3 ? X * (E + Lu + H) : 0;
+    size_t full_grads = X * Psi + (z->grads_fp32 ? 4 * Psi : 0);  // + the fp32 sum of -ga fp32
+    plan.memory[MEM_GRADIENTS] = s == 0 ? full_grads : s == 1 ? full_grads + G * P : 4 * P;
+    plan.memory[MEM_GRADIENTS_TRANSIENT] = s >= 2 ? X * (E + Lu + H) + X * (Lu > E ? (Lu > H ? Lu : H) : (E > H ? E : H)) / p : 0;
+    plan.memory[MEM_OPTIMIZER] = K * P;
+    plan.memory[MEM_ACTIVATIONS_TRANSIENT] = NORM_PARTS * 4;
+    unsigned long long g = grad_accum;
+    if (s == 0) plan.comm[COMM_ALL_REDUCE] = 2 * ring_bytes(G * Psi, p);
+    if (s == 1) plan.comm[COMM_REDUCE_SCATTER] = ring_bytes(G * Psi, p);
+    if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
+    if (s == 1 || s == 2) plan.comm[COMM_ALL_GATHER] = ring_bytes(X * Psi, p);
+    if (s == 3) {
+        plan.comm[COMM_ALL_GATHER] = g * (ring_bytes(X * Psi, p) + ring_bytes(X * (Psi - E - H), p));
+        plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
+    }
+    plan.comm[COMM_SCALARS] = 2 * ring_bytes(8, p) * (s == 0 ? 1 : 2);  // the loss; the norm when sharded
+    return plan;
+}
