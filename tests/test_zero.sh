@@ -76,10 +76,9 @@ $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --ac
 # bad layouts: every rank reports, the job exits non-zero
 bad() {  # bad NP EXPECTED ARGS...
     local np=$1 want=$2; shift 2
-    if $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -v 0 -s 0 "$@" > $D/bad.out 2> $D/bad.err; then
-        echo "FAIL: $* succeeded"; exit 1
-    fi
-    local code=$?
+    local code=0
+    $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -v 0 -s 0 "$@" > $D/bad.out 2> $D/bad.err || code=$?
+    [ $code -ne 0 ] || { echo "FAIL: $* succeeded"; exit 1; }
     [ $code -ne 124 ] || { echo "FAIL: $* hung"; exit 1; }
     local count=$(grep -c -- "$want" $D/bad.err || true)
     [ "$count" -eq "$np" ] || { echo "FAIL: '$want' reported by $count of $np ranks"; cat $D/bad.err; exit 1; }
@@ -91,3 +90,19 @@ bad 4 "the grid does not fit the world" -tp 3
 bad 3 "the grid does not fit the world" -pp 2
 bad 2 "tensor and pipeline parallelism are not built yet" -tp 2
 bad 2 "-z must be 0, 1, 2 or 3" -z 4
+
+# a failure on one rank only (its slice of the shard holds a token outside the vocabulary)
+# takes the whole job down instead of leaving the other rank waiting in a collective
+$PYTHON - $D/rank1_bad.bin <<'PY'
+import sys, numpy as np
+toks = np.full(64 * 20 + 1, 7, dtype=np.uint16)
+toks[40::64] = 60000   # inside rank 1's half [32, 65) of every 64-token global micro-batch, never rank 0's
+h = np.zeros(256, dtype=np.int32); h[:3] = [20240520, 1, len(toks)]
+open(sys.argv[1], "wb").write(h.tobytes() + toks.tobytes())
+PY
+code=0
+$MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $D/rank1_bad.bin -b 2 -t 16 -x 3 -v 0 -s 0 > $D/one.out 2> $D/one.err || code=$?
+[ $code -ne 0 ] || { echo "FAIL: a bad slice on one rank went unnoticed"; exit 1; }
+[ $code -ne 124 ] || { echo "FAIL: the job hung after one rank failed"; exit 1; }
+grep -q "outside the vocabulary" $D/one.err || { echo "FAIL: no message"; cat $D/one.err; exit 1; }
+echo "ok: one failing rank ends the job (exit $code): $(grep -m1 'outside the vocabulary' $D/one.err)"
