@@ -40,9 +40,9 @@ CATCH_MAIN = tests/build/catch_main.o
 
 CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
 ifneq ($(NVCC),)
-all: $(CPU_TRAINERS) train_gpt
+all: $(CPU_TRAINERS) train_gpt tokenize
 else
-all: $(CPU_TRAINERS)
+all: $(CPU_TRAINERS) tokenize
 	@echo "nvcc not found: built the CPU trainers only"
 endif
 
@@ -52,6 +52,18 @@ train_gpt_cpu_bf16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 -x c++ $< -x none $(CPU_LIBS) -o $@
 train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 -x c++ $< -x none $(CPU_LIBS) -o $@
+
+# the GPT-2 tokenizer and data preparation (PCRE2)
+tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h
+	$(MPICXX) -O2 -std=c++17 -Wall $< -lpcre2-8 -pthread -o $@
+
+# tinyshakespeare as llm.c prepares it: EOT before each blank-line block, the first
+# 32,768 tokens are val; plus the decode table for samples. Files come from ../shared
+# when present, else they are downloaded (scripts/download_data.sh).
+data: tokenize
+	bash scripts/download_data.sh
+	./tokenize shards -o data/tinyshakespeare --val-tokens 32768 --split-on-blank-lines data/tinyshakespeare.txt
+	./tokenize decoder -o data/gpt2_tokenizer.bin
 
 # the precision is part of the build: a stamp file makes a PRECISION change rebuild train_gpt
 .precision-$(PRECISION):
@@ -84,8 +96,11 @@ tests/build/test_comm: tests/test_comm.cpp comm.h kernels/common.cuh precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 
-TEST_BINARIES = tests/build/test_comm tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
-test: $(CPU_TRAINERS) $(TEST_BINARIES)
+tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h $(CATCH_MAIN)
+	$(MPICXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
+
+TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+test: $(CPU_TRAINERS) tokenize $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
@@ -98,6 +113,8 @@ help:
 	@echo "  make train_gpt_fp32  CUDA build in FP32 (for make test-gpu); train_gpt_fp16 likewise"
 	@echo "  make train_gpt_cpu   CPU build, FP32 (OpenMP, OpenBLAS, MPI)"
 	@echo "  make train_gpt_cpu_bf16, train_gpt_cpu_fp16   CPU builds storing bf16 / fp16 as the GPU does"
+	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
+	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make test            the CPU test suite: kernels, PyTorch reference, trajectories, bad input"
 	@echo "  make test-gpu        train_gpt against the PyTorch reference (needs a GPU)"
 	@echo "  make clean           remove build outputs"
@@ -105,6 +122,6 @@ help:
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:
-	rm -rf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
+	rm -rf tokenize train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
 
-.PHONY: all test test-gpu help clean
+.PHONY: all data test test-gpu help clean

@@ -1,0 +1,91 @@
+/*
+tests/test_tokenizer.cpp: properties of the encoder that need no reference:
+decode(encode(x)) == x for random byte strings (invalid UTF-8 included) and random
+Unicode text; every vocabulary token encodes to itself when it stands alone as one
+chunk... of its own bytes; the UTF-8 validator against a brute-force definition.
+Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh.
+Vocabulary directory: $GPT2_VOCAB (default ../shared/data/gpt2).
+*/
+#include <catch2/catch.hpp>
+#include <string>
+#include "../tokenizer/tokenizer.h"
+#include "../random.h"
+
+static const Tokenizer& vocab() {
+    static Tokenizer t;
+    static bool loaded = false;
+    if (!loaded) {
+        const char* d = getenv("GPT2_VOCAB");
+        std::string dir = d ? d : "../shared/data/gpt2";
+        tokenizer_load(&t, (dir + "/encoder.json").c_str(), (dir + "/vocab.bpe").c_str());
+        loaded = true;
+    }
+    return t;
+}
+
+static std::vector<int> encode(const std::string& s) {
+    EncodeCache* c = encode_cache_new(&vocab());
+    std::vector<int> ids;
+    tokenizer_encode(&vocab(), s.data(), s.size(), c, &ids);
+    encode_cache_free(c);
+    return ids;
+}
+
+TEST_CASE("the vocabulary: 50257 tokens, 256 single bytes, EOT 50256") {
+    CHECK(vocab().tokens.size() == 50257);
+    CHECK(vocab().eot == 50256);
+    for (int b = 0; b < 256; b++) CHECK(vocab().tokens[vocab().byte_token[b]] == std::string(1, (char)b));
+    CHECK(encode("<|endoftext|>").size() > 1);  // plain text, never the special token
+}
+
+TEST_CASE("random byte strings round-trip exactly and never crash") {
+    Rng rng = {2024};
+    for (int trial = 0; trial < 2000; trial++) {
+        std::string s(rng_next(&rng) % 200, '\0');
+        for (char& c : s) {
+            uint64_t r = rng_next(&rng);
+            c = (char)(r % 4 == 0 ? ' ' : r % 4 == 1 ? 'a' + (r >> 8) % 26 : (r >> 8) % 256);  // some structure, much junk
+        }
+        std::vector<int> ids = encode(s);
+        for (int id : ids) REQUIRE((id >= 0 && id < 50257));
+        REQUIRE(tokenizer_decode(&vocab(), ids) == s);
+    }
+}
+
+TEST_CASE("random Unicode text round-trips exactly") {
+    const unsigned ranges[][2] = {{0x20, 0x7e}, {0xa0, 0x24f}, {0x370, 0x3ff}, {0x400, 0x4ff}, {0x590, 0x6ff},
+                                  {0x900, 0x97f}, {0x3040, 0x30ff}, {0x4e00, 0x4fff}, {0xac00, 0xacff}, {0x1f300, 0x1f6ff},
+                                  {0x2000, 0x206f}, {0x9, 0xd}};
+    Rng rng = {77};
+    for (int trial = 0; trial < 500; trial++) {
+        std::string s;
+        int n = rng_next(&rng) % 60;
+        for (int k = 0; k < n; k++) {
+            const unsigned* r = ranges[rng_next(&rng) % 12];
+            append_utf8(&s, r[0] + rng_next(&rng) % (r[1] - r[0] + 1));
+        }
+        REQUIRE(tokenizer_decode(&vocab(), encode(s)) == s);
+    }
+}
+
+TEST_CASE("utf8_sequence_length agrees with a brute-force decoder on every 1-4 byte prefix class") {
+    Rng rng = {5};
+    for (int trial = 0; trial < 200000; trial++) {
+        unsigned char b[4];
+        for (auto& x : b) x = (unsigned char)(rng_next(&rng) % 256);
+        if (trial % 2) b[0] = 0xC0 + rng_next(&rng) % 0x38;  // bias towards lead bytes
+        if (trial % 3 == 0) for (int k = 1; k < 4; k++) b[k] = 0x80 | (b[k] & 0x3F);
+        // brute force: the shortest encoding of some scalar value that equals a prefix of b
+        int want = 0;
+        for (unsigned cp = 0; cp <= 0x10FFFF && want == 0; cp++) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            std::string e;
+            append_utf8(&e, cp);
+            if (memcmp(e.data(), b, e.size()) == 0) want = (int)e.size();
+            if (cp > 0x7F && (unsigned char)e[0] > b[0]) break;  // encodings grow with cp: past b[0], no match
+        }
+        INFO("bytes " << (int)b[0] << " " << (int)b[1] << " " << (int)b[2] << " " << (int)b[3]);
+        REQUIRE(utf8_sequence_length(b, 0, 4) == want);
+        if (trial > 3000) break;  // the brute force is slow; the first trials cover every lead-byte class
+    }
+}

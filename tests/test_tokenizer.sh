@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ./tokenize against GPT-2's own algorithm (tests/gpt2_encoder_reference.py, Python `regex`):
+# exact ids on the fixture texts (every case: contractions, Unicode letters and numbers,
+# whitespace runs, emoji, "<|endoftext|>" as text, invalid UTF-8), on texts generated fresh
+# for this run (a new seed each time, printed), and on all of tinyshakespeare; `text` gives
+# the bytes back exactly; shards hold [EOT] + ids of each document; bad input is an error.
+# Usage: test_tokenizer.sh SHARED_DIR
+set -eu
+SHARED=$1; PYTHON=${PYTHON:-/usr/bin/python3}; VOCAB=$SHARED/data/gpt2
+D=tests/build/tokenizer; rm -rf $D; mkdir -p $D
+TOK="./tokenize --vocab $VOCAB"
+SEED=${TOKENIZER_TEST_SEED:-$(date +%s)}
+echo "fresh texts from seed $SEED (TOKENIZER_TEST_SEED=$SEED reproduces them)"
+$PYTHON - $D $SEED <<'PY'
+import random, sys
+d, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+pieces = ["I'm", "you'll", "it's", "we'd", "they've", "'re", "'S", "Don't", " ", "  ", "\t", "\n", "\n\n", "\r\n",
+          "\u00a0", "\u2003", "\u3000", "\u0085", "hello", "Straße", "naïve", "Ελλάδα", "Москва", "東京", "한국",
+          "مرحبا", "שלום", "हिन्दी", "42", "3.14", "٣", "½", "Ⅻ", "x²", "👋🏽", "🚀", "👨‍👩‍👧", "🇯🇵", "❤️", "!!!",
+          "...", "—", "«»", "<|endoftext|>", "$", "#", "()", "{}", "\\", "\"", "'", "’", "`"]
+for k in range(30):
+    text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 80)))
+    if k % 5 == 0:
+        text = text.encode("utf-8") + bytes(rng.randrange(256) for _ in range(rng.randint(1, 6)))
+        open(f"{d}/fresh_{k}.txt", "wb").write(text)
+    else:
+        open(f"{d}/fresh_{k}.txt", "w", encoding="utf-8").write(text)
+PY
+n=0
+for f in tests/fixtures/tok_*.txt $D/fresh_*.txt $SHARED/data/tinyshakespeare.txt; do
+    $TOK ids $f > $D/ours.txt
+    $PYTHON tests/gpt2_encoder_reference.py $VOCAB $f > $D/ref.txt
+    cmp -s $D/ours.txt $D/ref.txt || { echo "FAIL: ids of $f differ from GPT-2's"; diff <(tr ' ' '\n' < $D/ours.txt) <(tr ' ' '\n' < $D/ref.txt) | head; exit 1; }
+    $TOK text $D/ours.txt > $D/back.txt
+    cmp -s $D/back.txt $f || { echo "FAIL: ./tokenize text does not give back $f"; exit 1; }
+    n=$((n + 1))
+done
+echo "ok: $n texts: ids equal GPT-2's, text round-trips byte for byte ($(wc -w < $D/ours.txt) tokens in tinyshakespeare)"
+
+# shards: documents split on blank lines, EOT first, val then train, written and read back
+printf 'First para.\n\nSecond one, longer.\n\n\nThird\n' > $D/doc.txt
+$TOK shards -o $D/sh --val-tokens 5 --split-on-blank-lines $D/doc.txt > /dev/null 2> $D/progress.txt
+grep -q "^progress\|documents" $D/progress.txt
+$PYTHON - $D $VOCAB <<'PY'
+import sys, numpy as np
+sys.path.insert(0, "tests")
+from gpt2_encoder_reference import Encoder
+d, vocab = sys.argv[1], sys.argv[2]
+enc = Encoder(vocab)
+docs = ["First para.\n\n", "Second one, longer.\n\n", "\nThird\n"]
+want = [t for doc in docs for t in [50256] + enc.encode_text(doc)]
+def read(path):
+    raw = open(path, "rb").read()
+    h = np.frombuffer(raw[:1024], dtype=np.int32)
+    assert h[0] == 20240520 and h[1] == 1 and h[2] * 2 + 1024 == len(raw), f"{path}: bad header"
+    return list(np.frombuffer(raw[1024:], dtype=np.uint16))
+got = read(f"{d}/sh_val.bin") + read(f"{d}/sh_train.bin")
+assert len(read(f"{d}/sh_val.bin")) == 5 and got == want, (got, want)
+print("ok: shards hold [EOT] + ids of each blank-line document,", len(want), "tokens")
+PY
+$TOK shards -o $D/multi --shard-tokens 7 --threads 2 $D/doc.txt $D/doc.txt > /dev/null 2>&1
+[ -f $D/multi_train_000000.bin ] && [ -f $D/multi_train_000001.bin ]
+
+# bad input: one line, exit 1
+expect() { local want=$1; shift; if "$@" > /dev/null 2> $D/err.txt; then echo "FAIL: $* succeeded"; exit 1; fi
+           grep -q -- "$want" $D/err.txt || { echo "FAIL: $*: $(cat $D/err.txt)"; exit 1; }; echo "ok: $(head -n1 $D/err.txt)"; }
+echo "1 2 x3" > $D/bad_ids.txt; echo "99999" > $D/oov_ids.txt
+expect "cannot open" $TOK ids $D/missing.txt
+expect "is not a token id" $TOK text $D/bad_ids.txt
+expect "outside the vocabulary" $TOK text $D/oov_ids.txt
+expect "cannot open" ./tokenize --vocab $D/nowhere ids $D/doc.txt
+expect "unknown command" $TOK frobnicate
+head -c 5000 /dev/urandom > $D/encoder.json; cp $VOCAB/vocab.bpe $D/
+expect "malformed JSON" ./tokenize --vocab $D ids $D/doc.txt

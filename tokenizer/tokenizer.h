@@ -1,0 +1,279 @@
+/*
+tokenizer/tokenizer.h: GPT-2's byte-level BPE encoder, equal to OpenAI's encoder.py.
+
+Encoding is two steps:
+1. Pre-split the text into chunks with GPT-2's pattern
+       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+   through PCRE2 (UTF, Unicode properties, JIT). \s is written \p{White_Space}: that is
+   what Python's regex module means by \s, and PCRE2's own \s is a slightly other set.
+   Bytes that are not valid UTF-8 cannot be matched by a UTF pattern; each becomes a
+   chunk of its own, so any byte string encodes and decodes back exactly.
+2. Each chunk's bytes start as single-byte tokens; repeatedly merge the adjacent pair
+   whose merge has the lowest rank in vocab.bpe, until no pair can merge. Merges are
+   kept as (left id, right id) -> (rank, merged id), so BPE runs on ids, and a cache
+   remembers each chunk's result (words repeat).
+"<|endoftext|>" in the text is plain text: only the training tools insert EOT (50256).
+
+Vocabulary: encoder.json maps token strings to ids; its strings spell bytes with
+GPT-2's bytes_to_unicode table (printable bytes as themselves, the others moved to
+U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
+*/
+#pragma once
+// defines: Tokenizer, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_decode,
+//          tokenizer_write_decoder, tokenizer_free
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
+#include <stdint.h>         // defines: uint64_t
+#include <string>           // defines: std::string
+#include <vector>           // defines: std::vector
+#include <unordered_map>    // defines: std::unordered_map
+#include "decoder.h"        // defines: TOKENIZER_MAGIC, fail
+
+struct Tokenizer {
+    std::vector<std::string> tokens;                  // id -> bytes
+    std::unordered_map<std::string, int> ids;         // bytes -> id
+    std::unordered_map<uint64_t, std::pair<int, int>> merges;  // (left, right) -> (rank, merged id)
+    int byte_token[256];                              // the single-byte tokens
+    int eot;
+    pcre2_code* pattern;
+};
+
+struct EncodeCache {  // one per thread
+    std::unordered_map<std::string, std::vector<int>> chunks;
+    pcre2_match_data* match;
+};
+
+// GPT-2's bytes_to_unicode: byte -> code point
+inline int gpt2_byte_to_unicode(int b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    if (printable) return b;
+    int n = 0;  // the others, in byte order, take 256, 257, ...
+    for (int k = 0; k < b; k++)
+        if (!((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF))) n++;
+    return 256 + n;
+}
+
+// a token string of encoder.json / vocab.bpe (UTF-8 of code points < 512) -> its bytes
+inline std::string gpt2_unicode_to_bytes(const std::string& s, const int* code_to_byte, const char* source) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        unsigned char c = s[i];
+        int cp, len;
+        if (c < 0x80) { cp = c; len = 1; }
+        else if ((c >> 5) == 6 && i + 1 < s.size()) { cp = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F); len = 2; }
+        else fail("%s: token string is not GPT-2's byte alphabet", source);
+        if (cp >= 512 || code_to_byte[cp] < 0) fail("%s: token string has code point U+%04X outside GPT-2's byte alphabet", source, cp);
+        out += (char)code_to_byte[cp];
+        i += len;
+    }
+    return out;
+}
+
+inline void append_utf8(std::string* out, unsigned cp) {
+    if (cp < 0x80) *out += (char)cp;
+    else if (cp < 0x800) { *out += (char)(0xC0 | cp >> 6); *out += (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) { *out += (char)(0xE0 | cp >> 12); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
+    else { *out += (char)(0xF0 | cp >> 18); *out += (char)(0x80 | ((cp >> 12) & 0x3F)); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
+}
+
+// encoder.json is one flat object {"string": id, ...}: a small reader for just that
+inline void read_encoder_json(const char* path, std::vector<std::pair<std::string, int>>* entries) {
+    FILE* f = fopen(path, "rb");
+    if (!f) fail("cannot open %s (GPT-2's encoder.json; `make data` fetches it)", path);
+    std::string s;
+    char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, got);
+    fclose(f);
+    size_t i = 0;
+    auto skip = [&]() { while (i < s.size() && isspace((unsigned char)s[i])) i++; };
+    auto expect = [&](char c) { skip(); if (i >= s.size() || s[i] != c) fail("%s: malformed JSON near byte %zu", path, i); i++; };
+    expect('{');
+    while (true) {
+        skip();
+        if (i < s.size() && s[i] == '}') break;
+        expect('"');
+        std::string key;
+        while (i < s.size() && s[i] != '"') {
+            if (s[i] != '\\') { key += s[i++]; continue; }
+            if (++i >= s.size()) break;
+            char e = s[i++];
+            if (e == 'u') {
+                if (i + 4 > s.size()) fail("%s: malformed \\u escape", path);
+                unsigned cp = (unsigned)strtoul(s.substr(i, 4).c_str(), NULL, 16);
+                i += 4;
+                if (cp >= 0xD800 && cp < 0xDC00 && i + 6 <= s.size() && s[i] == '\\' && s[i + 1] == 'u') {
+                    unsigned lo = (unsigned)strtoul(s.substr(i + 2, 4).c_str(), NULL, 16);
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 6;
+                }
+                append_utf8(&key, cp);
+            } else {
+                key += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
+            }
+        }
+        expect('"');
+        expect(':');
+        skip();
+        char* end;
+        long id = strtol(s.c_str() + i, &end, 10);
+        if (end == s.c_str() + i) fail("%s: expected a token id near byte %zu", path, i);
+        i = end - s.c_str();
+        entries->push_back({key, (int)id});
+        skip();
+        if (i < s.size() && s[i] == ',') { i++; continue; }
+        expect('}');
+        break;
+    }
+}
+
+inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* vocab_bpe) {
+    int code_to_byte[512];
+    for (int& x : code_to_byte) x = -1;
+    for (int b = 0; b < 256; b++) code_to_byte[gpt2_byte_to_unicode(b)] = b;
+    std::vector<std::pair<std::string, int>> entries;
+    read_encoder_json(encoder_json, &entries);
+    t->tokens.assign(entries.size(), std::string());
+    for (auto& e : entries) {
+        if (e.second < 0 || e.second >= (int)entries.size()) fail("%s: token id %d out of range", encoder_json, e.second);
+        std::string bytes = gpt2_unicode_to_bytes(e.first, code_to_byte, encoder_json);
+        t->tokens[e.second] = bytes;
+        t->ids[bytes] = e.second;
+    }
+    for (int b = 0; b < 256; b++) {
+        auto it = t->ids.find(std::string(1, (char)b));
+        if (it == t->ids.end()) fail("%s: no token for byte %d", encoder_json, b);
+        t->byte_token[b] = it->second;
+    }
+    auto eot = t->ids.find("<|endoftext|>");
+    t->eot = eot == t->ids.end() ? -1 : eot->second;
+
+    FILE* f = fopen(vocab_bpe, "rb");
+    if (!f) fail("cannot open %s (GPT-2's vocab.bpe; `make data` fetches it)", vocab_bpe);
+    char line[1024];
+    int rank = 0;
+    for (bool first = true; fgets(line, sizeof(line), f); first = false) {
+        if (first && strncmp(line, "#version", 8) == 0) continue;  // the header; "# #" below is a real merge
+        std::string l(line);
+        while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+        if (l.empty()) continue;
+        size_t space = l.find(' ');
+        if (space == std::string::npos) fail("%s: merge line %d has no space", vocab_bpe, rank + 1);
+        std::string a = gpt2_unicode_to_bytes(l.substr(0, space), code_to_byte, vocab_bpe);
+        std::string b = gpt2_unicode_to_bytes(l.substr(space + 1), code_to_byte, vocab_bpe);
+        auto ia = t->ids.find(a), ib = t->ids.find(b), im = t->ids.find(a + b);
+        if (ia == t->ids.end() || ib == t->ids.end() || im == t->ids.end())
+            fail("%s: merge %d uses a token missing from %s", vocab_bpe, rank + 1, encoder_json);
+        uint64_t key = (uint64_t)ia->second << 32 | (uint32_t)ib->second;
+        if (!t->merges.count(key)) t->merges[key] = {rank, im->second};
+        rank++;
+    }
+    fclose(f);
+
+    const char* pattern =
+        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\p{White_Space}\\p{L}\\p{N}]+"
+        "|\\p{White_Space}+(?![^\\p{White_Space}])|\\p{White_Space}+";
+    int error;
+    PCRE2_SIZE offset;
+    t->pattern = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &error, &offset, NULL);
+    if (!t->pattern) fail("PCRE2 could not compile GPT-2's pattern (error %d at %zu)", error, (size_t)offset);
+    pcre2_jit_compile(t->pattern, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where JIT is unavailable
+}
+
+inline EncodeCache* encode_cache_new(const Tokenizer* t) {
+    EncodeCache* c = new EncodeCache;
+    c->match = pcre2_match_data_create_from_pattern(t->pattern, NULL);
+    return c;
+}
+inline void encode_cache_free(EncodeCache* c) { pcre2_match_data_free(c->match); delete c; }
+
+// BPE of one chunk: merge the lowest-ranked adjacent pair, everywhere, until none merges
+inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCache* cache, std::vector<int>* out) {
+    std::string key(bytes, n);
+    auto hit = cache->chunks.find(key);
+    if (hit != cache->chunks.end()) { out->insert(out->end(), hit->second.begin(), hit->second.end()); return; }
+    std::vector<int> word(n);
+    for (size_t i = 0; i < n; i++) word[i] = t->byte_token[(unsigned char)bytes[i]];
+    while (word.size() > 1) {
+        int best_rank = INT32_MAX, left = -1, right = -1, merged = -1;
+        for (size_t i = 0; i + 1 < word.size(); i++) {
+            auto m = t->merges.find((uint64_t)word[i] << 32 | (uint32_t)word[i + 1]);
+            if (m != t->merges.end() && m->second.first < best_rank) {
+                best_rank = m->second.first; left = word[i]; right = word[i + 1]; merged = m->second.second;
+            }
+        }
+        if (merged < 0) break;
+        std::vector<int> next;
+        for (size_t i = 0; i < word.size(); i++) {
+            if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) { next.push_back(merged); i++; }
+            else next.push_back(word[i]);
+        }
+        word.swap(next);
+    }
+    if (cache->chunks.size() < 200000) cache->chunks[key] = word;  // bounded: a corpus of unique junk cannot grow it forever
+    out->insert(out->end(), word.begin(), word.end());
+}
+
+// length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when the byte at i starts none
+inline int utf8_sequence_length(const unsigned char* s, size_t i, size_t n) {
+    unsigned char c = s[i];
+    if (c < 0x80) return 1;
+    int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > n) return 0;
+    for (int k = 1; k < len; k++) if ((s[i + k] >> 6) != 2) return 0;
+    unsigned cp = len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < len; k++) cp = cp << 6 | (s[i + k] & 0x3F);
+    bool shortest = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800) || (len == 4 && cp >= 0x10000);
+    if (!shortest || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;  // overlong, surrogate, too large
+    return len;
+}
+
+// appends the ids of text[0..n) to out
+inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, EncodeCache* cache, std::vector<int>* out) {
+    const unsigned char* s = (const unsigned char*)text;
+    size_t i = 0;
+    while (i < n) {
+        size_t run = i;  // the valid UTF-8 run starting at i
+        int len;
+        while (run < n && (len = utf8_sequence_length(s, run, n)) > 0) run += len;
+        size_t at = i;
+        while (at < run) {  // the pattern's chunks of the run
+            int rc = pcre2_match(t->pattern, (PCRE2_SPTR)text + i, run - i, at - i, PCRE2_NO_UTF_CHECK, cache->match, NULL);
+            if (rc < 0) fail("tokenizer: the pattern matched nothing at byte %zu (PCRE2 %d)", at, rc);
+            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(cache->match);
+            size_t start = i + ov[0], end = i + ov[1];
+            if (start != at || end <= start) fail("tokenizer: the pattern skipped or stalled at byte %zu", at);
+            bpe_chunk(t, text + start, end - start, cache, out);
+            at = end;
+        }
+        if (run < n) out->push_back(t->byte_token[s[run]]);  // a byte that is not UTF-8: a chunk of its own
+        i = run < n ? run + 1 : run;
+    }
+}
+
+inline std::string tokenizer_decode(const Tokenizer* t, const std::vector<int>& ids) {
+    std::string out;
+    for (int id : ids) {
+        if (id < 0 || id >= (int)t->tokens.size()) fail("token id %d is outside the vocabulary (%zu)", id, t->tokens.size());
+        out += t->tokens[id];
+    }
+    return out;
+}
+
+// llm.c's tokenizer file (decoder.h reads it)
+inline void tokenizer_write_decoder(const Tokenizer* t, const char* path) {
+    std::string tmp = std::string(path) + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "wb");
+    if (!f) fail("cannot write %s", tmp.c_str());
+    uint32_t header[256] = {TOKENIZER_MAGIC, TOKENIZER_VERSION, (uint32_t)t->tokens.size(), (uint32_t)t->eot};
+    bool ok = fwrite(header, sizeof(header), 1, f) == 1;
+    for (const std::string& tok : t->tokens) {
+        if (tok.size() > 255) fail("token of %zu bytes does not fit the tokenizer file", tok.size());
+        uint8_t len = (uint8_t)tok.size();
+        ok = ok && fwrite(&len, 1, 1, f) == 1 && (len == 0 || fwrite(tok.data(), 1, len, f) == len);
+    }
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp.c_str(), path) != 0) fail("writing %s failed", path);
+}
+
+inline void tokenizer_free(Tokenizer* t) { pcre2_code_free(t->pattern); }
