@@ -100,7 +100,7 @@ tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h token
 	$(MPICXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
 TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
-test: $(CPU_TRAINERS) tokenize $(TEST_BINARIES)
+test: $(CPU_TRAINERS) data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16

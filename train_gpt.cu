@@ -43,6 +43,7 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include "schedule.h"              // defines: learning_rate_at
 #include "random.h"                // defines: Rng, rng_normal
 #include "dataloader.h"            // defines: DataLoader
+#include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, json_escape_utf8
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
 
@@ -576,6 +577,8 @@ struct TrainConfig {
     int max_steps = -1;           // -1: one epoch of the training data
     int val_every = 20, val_batches = 20;
     int sample_every = 20, gen_tokens = 64;
+    float temperature = 1.0f;
+    const char* tokenizer_path = "data/gpt2_tokenizer.bin";
     int checkpoint_every = 0;
     int shuffle = 1;
     int seed = 1337;
@@ -644,12 +647,14 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
     return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
 }
 
-// samples `n` tokens after EOT at temperature 1, one full forward per token over the last T tokens
-// (simple, not fast: no KV cache)
-inline void gpt2_sample(GPT2* model, int* out, int n, Rng* rng) {
+// samples `n` tokens after EOT at `temperature`, one full forward per token over the last
+// T tokens (simple, not fast: no KV cache). A collective under ZeRO-3: every DP rank
+// calls it with the same Rng state and so draws the same tokens.
+inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
     int* tokens = (int*)malloc((n + 1) * sizeof(int));
     floatX* row = (floatX*)malloc(c.padded_vocab_size * sizeof(floatX));
+    std::vector<double> weights(c.vocab_size);
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
         int context = t < model->T ? t : model->T;
@@ -658,11 +663,11 @@ inline void gpt2_sample(GPT2* model, int* out, int n, Rng* rng) {
         float maxval = -INFINITY;
         for (int v = 0; v < c.vocab_size; v++) maxval = fmaxf(maxval, to_float(row[v]));
         double sum = 0.0;
-        for (int v = 0; v < c.vocab_size; v++) sum += exp(to_float(row[v]) - maxval);
+        for (int v = 0; v < c.vocab_size; v++) sum += weights[v] = exp((to_float(row[v]) - maxval) / temperature);
         double u = rng_uniform(rng) * sum, acc = 0.0;
         int next = c.vocab_size - 1;
         for (int v = 0; v < c.vocab_size; v++) {
-            acc += exp(to_float(row[v]) - maxval);
+            acc += weights[v];
             if (u < acc) { next = v; break; }
         }
         tokens[t] = out[t - 1] = next;
@@ -697,6 +702,8 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-m", OPT_INT, &tc->val_batches, "validation micro-batches"},
         {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)"},
         {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample"},
+        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature"},
+        {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
         {"-n", OPT_INT, &tc->checkpoint_every, "write a model checkpoint into -o every N steps (0: off)"},
         {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order"},
         {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding"},
@@ -860,8 +867,11 @@ int main(int argc, char** argv) {
     gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32);
     const GPT2Config& c = model.config;
     if (tc.T > c.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
+    bool default_data = strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0;
     if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
         comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
+    if (default_data && rank == 0) printf("no -i given: training on %s, validating on %s (from `make data`)\n", tc.train_pattern, tc.val_pattern);
+    if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
     bool validate = tc.val_every > 0 && tc.val_batches > 0;
@@ -894,6 +904,10 @@ int main(int argc, char** argv) {
     FILE* log = NULL;
     if (rank == 0 && tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
     Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: ZeRO-3 forwards are collective
+    Decoder decoder;
+    bool can_decode = decoder_load(&decoder, tc.tokenizer_path);
+    if (!can_decode && rank == 0 && tc.sample_every > 0)
+        printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
     int* sample_tokens = (int*)malloc((tc.gen_tokens > 0 ? tc.gen_tokens : 1) * sizeof(int));
     for (int step = 0; step < max_steps; step++) {
         unsigned long long sent_before[NUM_COMM_KINDS];
@@ -939,13 +953,15 @@ int main(int argc, char** argv) {
             val_loss = gpt2_validate(&model, &val_loader, tc.val_batches);
             if (rank == 0) printf("val loss %.6f\n", val_loss);
         }
-        if (tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0) {
-            gpt2_sample(&model, sample_tokens, tc.gen_tokens, &sample_rng);
-            if (rank == 0) {
-                printf("sample (token ids):");
-                for (int i = 0; i < tc.gen_tokens; i++) printf(" %d", sample_tokens[i]);
-                printf("\n");
+        std::string sample;
+        bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
+        if (sampled) {
+            gpt2_sample(&model, sample_tokens, tc.gen_tokens, tc.temperature, &sample_rng);
+            for (int i = 0; i < tc.gen_tokens; i++) {
+                if (can_decode) decode_append(&decoder, sample_tokens[i], &sample);
+                else sample += (i ? " " : "") + std::to_string(sample_tokens[i]);
             }
+            if (rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
         }
         if (log) {
             char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
@@ -955,6 +971,7 @@ int main(int argc, char** argv) {
             if (scaler.enabled) fprintf(log, ", \"scale\": %.9g", r.scale);
             if (r.skipped) fprintf(log, ", \"skipped\": true");
             if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
+            if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
             fprintf(log, "%s}\n", accounting);
             fflush(log);
         }

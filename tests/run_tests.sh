@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# tests/run_tests.sh: the CPU test suite behind `make test`. Each check prints PASS or FAIL
+# tests/run_tests.sh: the CPU test suite behind `make test` (which runs `make data` first:
+# GPT-2's vocabulary and tinyshakespeare in data/). Each check prints PASS or FAIL
 # (with the end of its log); the last line is "N passed, M failed"; the exit code is M > 0.
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/usr/bin/python3}
 TRAINER=${TRAINER:-./train_gpt_cpu}
-SHARED=${SHARED:-../shared}
 BUILD=tests/build
 REF=$BUILD/ref
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
@@ -24,6 +24,8 @@ check() {  # check NAME COMMAND...
 }
 
 check kernels_vs_float64 $BUILD/test_kernels
+check tokenizer_properties env GPT2_VOCAB=data/gpt2 $BUILD/test_tokenizer
+check tokenizer_vs_gpt2 bash tests/test_tokenizer.sh data/gpt2 data/tinyshakespeare.txt
 check pytorch_reference $PYTHON tests/reference.py --out $REF
 check gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2
 # the foundation's bar is 1e-3; fp32 round-off over 6 steps measures ~1e-6, so 1e-4 still leaves margin
@@ -41,12 +43,12 @@ check bf16_trajectory_fp32_accumulation $PYTHON tests/check_trajectory.py --trai
 check precision_bf16 $BUILD/test_precision_bf16
 check precision_fp16 $BUILD/test_precision_fp16
 check recompute_identical_and_memory bash tests/test_recompute.sh $REF
-check loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF "$SHARED"
+check loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF
 for np in 2 4 8; do
     check comm_grid_np$np timeout 300 mpirun -np $np $BUILD/test_comm
 done
 check zero_data_parallel bash tests/test_zero.sh $REF
-check loss_falls_on_text bash tests/test_loss_falls.sh "$TRAINER" "$SHARED"
+check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
 
 echo "$passed passed, $failed failed"

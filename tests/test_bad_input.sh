@@ -56,6 +56,10 @@ h[2] = 10; open(f"{d}/tiny.bin", "wb").write(h.tobytes() + toks[:10].tobytes())
 h[1] = 3; h[2] = 100; open(f"{d}/version3.bin", "wb").write(h.tobytes() + toks.tobytes())
 PY
 expect_error "outside the vocabulary" $TRAINER $GOOD -i $D/oov.bin
+for k in 1 2 3; do  # random bytes as a shard: a clear error, never a crash
+    head -c $((k * 3000)) /dev/urandom > $D/random_shard.bin
+    expect_error "token shard" $TRAINER $GOOD -i $D/random_shard.bin
+done
 expect_error "fewer than one global micro-batch" $TRAINER $GOOD -i $D/tiny.bin
 expect_error "has version 3" $TRAINER $GOOD -i $D/version3.bin
 
@@ -75,7 +79,7 @@ expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
 
 # help lists every flag the parser knows
 $TRAINER -h > $D/help.txt || { echo "FAIL: -h exit code"; fails=$((fails + 1)); }
-for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -n -shuffle -seed -log -r -ls -lsi -ga -z -tp -pp -comm -plan -h; do
+for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -temp -tok -n -shuffle -seed -log -r -ls -lsi -ga -z -tp -pp -comm -plan -h; do
     grep -q -- "^  $flag " $D/help.txt || { echo "FAIL: -h does not list $flag"; fails=$((fails + 1)); }
 done
 echo "$fails failures"

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # TRAIN_GPT_INJECT_NONFINITE=3: under FP16 step 3 is skipped, the scale halves, training goes
 # on and the loss keeps falling; under BF16 (scaling off) the step is skipped with a warning.
-# Usage: test_loss_scaling.sh REFERENCE_DIR SHARED_DIR
+# Usage: test_loss_scaling.sh REFERENCE_DIR
 set -eu
-REF=$1; SHARED=$2; PYTHON=${PYTHON:-/usr/bin/python3}
+REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/scaling; rm -rf $D; mkdir -p $D
-$PYTHON tests/make_byte_shard.py $SHARED/data/gpt2/encoder.json $SHARED/data/tinyshakespeare.txt $D/text
-FLAGS="-e $REF/model.bin -i $D/text_train.bin -b 4 -t 32 -x 14 -l 3e-3 -v 0 -s 0"
+FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 4 -t 32 -x 14 -l 3e-3 -v 0 -s 0"  # shards of `make data`
 TRAIN_GPT_INJECT_NONFINITE=3 ./train_gpt_cpu_fp16 $FLAGS -log $D/fp16.jsonl
 TRAIN_GPT_INJECT_NONFINITE=3 ./train_gpt_cpu_bf16 $FLAGS -log $D/bf16.jsonl 2> $D/bf16.err
 grep -q "warning: step 3 had non-finite gradients and was skipped" $D/bf16.err
@@ -19,7 +18,7 @@ for name, rows in (("fp16", fp16), ("bf16", bf16)):
     skipped = [r["step"] for r in rows if r.get("skipped")]
     assert skipped == [3], f"{name}: skipped steps {skipped}"
     first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-3:]) / 3
-    assert last < first - 1.0 and last < rows[2]["loss"] - 0.5, f"{name}: loss did not keep falling"
+    assert last < first - 1.0 and last < rows[2]["loss"] - 0.3, f"{name}: loss did not keep falling"
     print(f"{name}: step 3 skipped; loss {first:.3f} -> {last:.3f}")
 assert all("scale" in r for r in fp16) and all("scale" not in r for r in bf16)
 assert fp16[3]["scale"] < fp16[1]["scale"], "the scale after the skip must be lower than before it"

@@ -4,7 +4,7 @@ decode(encode(x)) == x for random byte strings (invalid UTF-8 included) and rand
 Unicode text; every vocabulary token encodes to itself when it stands alone as one
 chunk... of its own bytes; the UTF-8 validator against a brute-force definition.
 Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh.
-Vocabulary directory: $GPT2_VOCAB (default ../shared/data/gpt2).
+Vocabulary directory: $GPT2_VOCAB (default data/gpt2, where `make data` puts it).
 */
 #include <catch2/catch.hpp>
 #include <string>
@@ -16,7 +16,7 @@ static const Tokenizer& vocab() {
     static bool loaded = false;
     if (!loaded) {
         const char* d = getenv("GPT2_VOCAB");
-        std::string dir = d ? d : "../shared/data/gpt2";
+        std::string dir = d ? d : "data/gpt2";
         tokenizer_load(&t, (dir + "/encoder.json").c_str(), (dir + "/vocab.bpe").c_str());
         loaded = true;
     }

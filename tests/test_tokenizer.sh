@@ -4,9 +4,9 @@
 # whitespace runs, emoji, "<|endoftext|>" as text, invalid UTF-8), on texts generated fresh
 # for this run (a new seed each time, printed), and on all of tinyshakespeare; `text` gives
 # the bytes back exactly; shards hold [EOT] + ids of each document; bad input is an error.
-# Usage: test_tokenizer.sh SHARED_DIR
+# Usage: test_tokenizer.sh VOCAB_DIR TINYSHAKESPEARE_TXT (make data puts them in data/)
 set -eu
-SHARED=$1; PYTHON=${PYTHON:-/usr/bin/python3}; VOCAB=$SHARED/data/gpt2
+VOCAB=$1; SHAKESPEARE=$2; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/tokenizer; rm -rf $D; mkdir -p $D
 TOK="./tokenize --vocab $VOCAB"
 SEED=${TOKENIZER_TEST_SEED:-$(date +%s)}
@@ -28,7 +28,7 @@ for k in range(30):
         open(f"{d}/fresh_{k}.txt", "w", encoding="utf-8").write(text)
 PY
 n=0
-for f in tests/fixtures/tok_*.txt $D/fresh_*.txt $SHARED/data/tinyshakespeare.txt; do
+for f in tests/fixtures/tok_*.txt $D/fresh_*.txt $SHAKESPEARE; do
     $TOK ids $f > $D/ours.txt
     $PYTHON tests/gpt2_encoder_reference.py $VOCAB $f > $D/ref.txt
     cmp -s $D/ours.txt $D/ref.txt || { echo "FAIL: ids of $f differ from GPT-2's"; diff <(tr ' ' '\n' < $D/ours.txt) <(tr ' ' '\n' < $D/ref.txt) | head; exit 1; }
