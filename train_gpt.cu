@@ -46,6 +46,7 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, json_escape_utf8
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
+#include "checkpoint.h"            // defines: TrainingState, checkpoint_write_state, checkpoint_read_state
 
 // ----------------------------------------------------------------------------
 // configuration and layout
@@ -580,6 +581,7 @@ struct TrainConfig {
     float temperature = 1.0f;
     const char* tokenizer_path = "data/gpt2_tokenizer.bin";
     int checkpoint_every = 0;
+    int resume = 0;
     int shuffle = 1;
     int seed = 1337;
     int recompute = 0;
@@ -704,7 +706,8 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample"},
         {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature"},
         {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
-        {"-n", OPT_INT, &tc->checkpoint_every, "write a model checkpoint into -o every N steps (0: off)"},
+        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)"},
+        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)"},
         {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order"},
         {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding"},
         {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks"},
@@ -863,6 +866,18 @@ int main(int argc, char** argv) {
     int grad_accum = tc.total_batch_tokens / tokens_per_micro;
     device_init(grid.local_rank);
 
+    // -y 1: the newest checkpoint every rank has replaces -e
+    int resume_step = 0;
+    char resume_model[4096];
+    if (tc.resume) {
+        if (!tc.output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
+        resume_step = checkpoint_latest_step(tc.output_dir, rank);
+        MPI_Allreduce(MPI_IN_PLACE, &resume_step, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        snprintf(resume_model, sizeof(resume_model), "%s/model_%08d.bin", tc.output_dir, resume_step);
+        if (resume_step > 0) tc.init = resume_model;
+        if (rank == 0 && resume_step > 0) printf("resuming from step %d: %s\n", resume_step, resume_model);
+        if (rank == 0 && resume_step == 0) printf("no checkpoint in %s: starting fresh\n", tc.output_dir);
+    }
     GPT2 model;
     gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32);
     const GPT2Config& c = model.config;
@@ -870,7 +885,7 @@ int main(int argc, char** argv) {
     bool default_data = strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0;
     if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
         comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
-    if (default_data && rank == 0) printf("no -i given: training on %s, validating on %s (from `make data`)\n", tc.train_pattern, tc.val_pattern);
+    if (default_data && rank == 0) printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
     if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
@@ -904,12 +919,21 @@ int main(int argc, char** argv) {
     FILE* log = NULL;
     if (rank == 0 && tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
     Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: ZeRO-3 forwards are collective
+    if (resume_step > 0) {
+        TrainingState state = {};
+        state.scaler = scaler;
+        checkpoint_read_state(tc.output_dir, resume_step, &model.zero, &state, world, rank);
+        model.adam_steps = state.adam_steps;
+        scaler = state.scaler;
+        dataloader_seek(&train_loader, state.epoch, state.shard_index, state.sample_index);
+        sample_rng.state = state.sample_rng;
+    }
     Decoder decoder;
     bool can_decode = decoder_load(&decoder, tc.tokenizer_path);
     if (!can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
     int* sample_tokens = (int*)malloc((tc.gen_tokens > 0 ? tc.gen_tokens : 1) * sizeof(int));
-    for (int step = 0; step < max_steps; step++) {
+    for (int step = resume_step; step < max_steps; step++) {
         unsigned long long sent_before[NUM_COMM_KINDS];
         memcpy(sent_before, comm.dp.bytes, sizeof(sent_before));
         device_synchronize();
@@ -928,7 +952,7 @@ int main(int argc, char** argv) {
         }
         // the first step's measured memory and traffic, per rank, in the log beside the plan
         char accounting[4096] = "";
-        if (step == 0) {
+        if (step == resume_step) {
             unsigned long long sent[NUM_COMM_KINDS];
             for (int k = 0; k < NUM_COMM_KINDS; k++) sent[k] = comm.dp.bytes[k] - sent_before[k];
             std::vector<unsigned long long> all(NUM_COMM_KINDS * world);
@@ -979,7 +1003,12 @@ int main(int argc, char** argv) {
             char path[4096];
             snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
             gpt2_write_file(&model, path);
-            if (rank == 0) printf("wrote %s\n", path);
+            if (tc.checkpoint_every > 0) {
+                TrainingState state = {done, model.adam_steps, scaler, train_loader.epoch, train_loader.shard_index,
+                                       train_loader.sample_index, sample_rng.state};
+                checkpoint_write_state(tc.output_dir, &model.zero, &state, world, rank);
+            }
+            if (rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
         }
     }
     if (log) fclose(log);

@@ -8,7 +8,7 @@ set -eu
 PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/text; rm -rf $D; mkdir -p $D
 ./train_gpt_cpu -e d2 -b 4 -t 256 -x 20 -s 10 -log $D/log.jsonl -o $D/out | tee $D/stdout.txt
-grep -q "no -i given: training on data/tinyshakespeare_train.bin" $D/stdout.txt
+grep -q "training on data/tinyshakespeare_train.bin, validating on data/tinyshakespeare_val.bin: the default shards" $D/stdout.txt
 $PYTHON - $D/log.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
