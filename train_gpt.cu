@@ -14,10 +14,15 @@ GPT-2: learned positions, pre-LayerNorm blocks, tanh-GELU MLP, causal attention,
 LM head tied to the token embedding wte. Per block, with x the residual stream:
     x = x + attproj(attention(qkv(ln1(x))))
     x = x + fcproj(gelu(fc(ln2(x))))
-Shapes are computed from the parallel layout (tp, pp) even though both are 1 in
-this build stage: under tensor parallelism a rank holds 3C/tp rows of qkvw, C/tp
-columns of attprojw, and so on; under pipeline parallelism a contiguous range of
-layers. Later parallelism changes these numbers, not the code that uses them.
+Where the state lives is zero.h's business: the forward and backward ask it for a
+unit's parameters and gradients (the embeddings, one layer, the final LayerNorm),
+call zero_gather_unit before a unit is used and zero_reduce_unit after its backward;
+with ZeRO stages 0-2 the first is a no-op, with 0-1 the second. Data parallelism is
+then just each rank reading its slice of the batch (dataloader.h).
+Shapes are computed from the parallel layout (tp, pp) even though both are 1 so far:
+under tensor parallelism a rank holds 3C/tp rows of qkvw, C/tp columns of attprojw,
+and so on; under pipeline parallelism a contiguous range of layers. Later
+parallelism changes these numbers, not the code that uses them.
 
 Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 */
@@ -826,6 +831,46 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     fflush(stdout);
 }
 
+// the first step's per-rank allocated bytes and bytes sent, gathered to rank 0, as
+// the log's ", \"measured\": [...]" (a collective; empty on other ranks)
+inline std::string measured_accounting_json(const GPT2* model, const unsigned long long sent_before[NUM_COMM_KINDS]) {
+    int world = model->comm->grid.world, rank = model->comm->grid.rank;
+    unsigned long long mine[NUM_COMM_KINDS + NUM_MEMORY_KINDS];
+    for (int k = 0; k < NUM_COMM_KINDS; k++) mine[k] = model->comm->dp.bytes[k] - sent_before[k];
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) mine[NUM_COMM_KINDS + k] = model->memory[k];
+    const int n = NUM_COMM_KINDS + NUM_MEMORY_KINDS;
+    std::vector<unsigned long long> all(n * world);
+    MPI_Gather(mine, n, MPI_UNSIGNED_LONG_LONG, all.data(), n, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rank != 0) return "";
+    std::string out = ", \"measured\": [";
+    for (int q = 0; q < world; q++) {
+        const unsigned long long* r = &all[q * n];
+        out += q ? ", {\"memory\": {" : "{\"memory\": {";
+        for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+            out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(r[NUM_COMM_KINDS + k]);
+        out += "}, \"comm\": {";
+        for (int k = 0; k < NUM_COMM_KINDS; k++)
+            out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(r[k]);
+        out += "}}";
+    }
+    return out + "]";
+}
+
+// one JSON object per optimizer step (README: Log rows)
+inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, bool scaling, bool validated,
+                     double val_loss, bool sampled, const std::string& sample, const std::string& accounting) {
+    char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
+    if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
+    fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f",
+            step, r.loss, r.lr, norm, ms, tokens / (ms / 1000.0));
+    if (scaling) fprintf(log, ", \"scale\": %.9g", r.scale);
+    if (r.skipped) fprintf(log, ", \"skipped\": true");
+    if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
+    if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
+    fprintf(log, "%s}\n", accounting.c_str());
+    fflush(log);
+}
+
 inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 // ----------------------------------------------------------------------------
@@ -951,26 +996,7 @@ int main(int argc, char** argv) {
             if (r.skipped && !scaler.enabled) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
         }
         // the first step's measured memory and traffic, per rank, in the log beside the plan
-        char accounting[4096] = "";
-        if (step == resume_step) {
-            unsigned long long sent[NUM_COMM_KINDS];
-            for (int k = 0; k < NUM_COMM_KINDS; k++) sent[k] = comm.dp.bytes[k] - sent_before[k];
-            std::vector<unsigned long long> all(NUM_COMM_KINDS * world);
-            MPI_Gather(sent, NUM_COMM_KINDS, MPI_UNSIGNED_LONG_LONG, all.data(), NUM_COMM_KINDS, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-            std::vector<unsigned long long> mem(NUM_MEMORY_KINDS * world), mine(model.memory, model.memory + NUM_MEMORY_KINDS);
-            MPI_Gather(mine.data(), NUM_MEMORY_KINDS, MPI_UNSIGNED_LONG_LONG, mem.data(), NUM_MEMORY_KINDS, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-            int at = snprintf(accounting, sizeof(accounting), ", \"measured\": [");
-            for (int q = 0; q < world && rank == 0; q++) {
-                at += snprintf(accounting + at, sizeof(accounting) - at, "%s{\"memory\": {", q ? ", " : "");
-                for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-                    at += snprintf(accounting + at, sizeof(accounting) - at, "%s\"%s\": %llu", k ? ", " : "", memory_kind_names[k], mem[q * NUM_MEMORY_KINDS + k]);
-                at += snprintf(accounting + at, sizeof(accounting) - at, "}, \"comm\": {");
-                for (int k = 0; k < NUM_COMM_KINDS; k++)
-                    at += snprintf(accounting + at, sizeof(accounting) - at, "%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], all[q * NUM_COMM_KINDS + k]);
-                at += snprintf(accounting + at, sizeof(accounting) - at, "}}");
-            }
-            snprintf(accounting + at, sizeof(accounting) - at, "]");
-        }
+        std::string accounting = step == resume_step ? measured_accounting_json(&model, sent_before) : "";
         double val_loss = 0.0;
         bool validated = validate && (done % tc.val_every == 0 || last);
         if (validated) {
@@ -987,18 +1013,7 @@ int main(int argc, char** argv) {
             }
             if (rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
         }
-        if (log) {
-            char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
-            if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
-            fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f",
-                    done, r.loss, r.lr, norm, ms, tc.total_batch_tokens / (ms / 1000.0));
-            if (scaler.enabled) fprintf(log, ", \"scale\": %.9g", r.scale);
-            if (r.skipped) fprintf(log, ", \"skipped\": true");
-            if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
-            if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
-            fprintf(log, "%s}\n", accounting);
-            fflush(log);
-        }
+        if (log) log_step(log, done, r, ms, tc.total_batch_tokens, scaler.enabled, validated, val_loss, sampled, sample, accounting);
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last)) {
             char path[4096];
             snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);

@@ -28,21 +28,25 @@ inline void encoder_forward_host(floatX* out,                            // (B,T
     }
 }
 
+// channel c of the scatter-add, tokens in order: shared by the host twin and the kernel
+HOST_DEVICE inline void encoder_backward_channel(int c, floatX* dwte, floatX* dwpe, const floatX* dout,
+                                                 const int* tokens, int B, int T, int C) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            float d = to_float(dout[((size_t)b * T + t) * C + c]);
+            floatX* w = dwte + (size_t)tokens[b * T + t] * C + c;
+            floatX* p = dwpe + (size_t)t * C + c;
+            *w = from_float(to_float(*w) + d);
+            *p = from_float(to_float(*p) + d);
+        }
+    }
+}
+
 inline void encoder_backward_host(floatX* dwte, floatX* dwpe,   // (Vp,C), (maxT,C), accumulated
                                   const floatX* dout,           // (B,T,C)
                                   const int* tokens, int B, int T, int C) {
     #pragma omp parallel for
-    for (int c = 0; c < C; c++) {  // one channel per thread, tokens in order: as the GPU kernel
-        for (int b = 0; b < B; b++) {
-            for (int t = 0; t < T; t++) {
-                float d = to_float(dout[((size_t)b * T + t) * C + c]);
-                floatX* w = dwte + (size_t)tokens[b * T + t] * C + c;
-                floatX* p = dwpe + (size_t)t * C + c;
-                *w = from_float(to_float(*w) + d);
-                *p = from_float(to_float(*p) + d);
-            }
-        }
-    }
+    for (int c = 0; c < C; c++) encoder_backward_channel(c, dwte, dwpe, dout, tokens, B, T, C);
 }
 
 #ifdef __CUDACC__
@@ -59,16 +63,7 @@ __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const flo
 __global__ void encoder_backward_kernel(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens,
                                         int B, int T, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            float d = to_float(dout[((size_t)b * T + t) * C + c]);
-            floatX* w = dwte + (size_t)tokens[b * T + t] * C + c;
-            floatX* p = dwpe + (size_t)t * C + c;
-            *w = from_float(to_float(*w) + d);
-            *p = from_float(to_float(*p) + d);
-        }
-    }
+    if (c < C) encoder_backward_channel(c, dwte, dwpe, dout, tokens, B, T, C);
 }
 
 inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T, int C) {

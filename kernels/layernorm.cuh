@@ -19,6 +19,21 @@ are reduced over rows by one thread per channel in row order (deterministic).
 
 #define LAYERNORM_EPS 1e-5f
 
+// dweight[c] += sum_i dout[i,c] * n[i,c];  dbias[c] += sum_i dout[i,c]: one channel, rows in
+// order (deterministic), shared by the host twin and the kernel (one thread per channel)
+HOST_DEVICE inline void layernorm_param_grads_channel(int c, floatX* dweight, floatX* dbias, const floatX* dout,
+                                                      const floatX* inp, const float* mean, const float* rstd, int N, int C) {
+    float dw = 0.0f, db = 0.0f;
+    for (int i = 0; i < N; i++) {
+        float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
+        float dy = to_float(dout[(size_t)i * C + c]);
+        dw += dy * n;
+        db += dy;
+    }
+    dweight[c] = from_float(to_float(dweight[c]) + dw);
+    dbias[c] = from_float(to_float(dbias[c]) + db);
+}
+
 inline void layernorm_forward_host(floatX* out, float* mean, float* rstd,       // (N,C), (N), (N)
                                    const floatX* inp,                           // (N,C)
                                    const floatX* weight, const floatX* bias,    // (C), (C)
@@ -69,17 +84,7 @@ inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias
         }
     }
     #pragma omp parallel for
-    for (int c = 0; c < C; c++) {  // rows in order per channel, as the GPU kernel
-        float dw = 0.0f, db = 0.0f;
-        for (int i = 0; i < N; i++) {
-            float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
-            float dy = to_float(dout[(size_t)i * C + c]);
-            dw += dy * n;
-            db += dy;
-        }
-        dweight[c] = from_float(to_float(dweight[c]) + dw);
-        dbias[c] = from_float(to_float(dbias[c]) + db);
-    }
+    for (int c = 0; c < C; c++) layernorm_param_grads_channel(c, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 #ifdef __CUDACC__
@@ -132,16 +137,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
 __global__ void layernorm_backward_params_kernel(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                                  const float* mean, const float* rstd, int N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int i = 0; i < N; i++) {
-        float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
-        float dy = to_float(dout[(size_t)i * C + c]);
-        dw += dy * n;
-        db += dy;
-    }
-    dweight[c] = from_float(to_float(dweight[c]) + dw);
-    dbias[c] = from_float(to_float(dbias[c]) + db);
+    if (c < C) layernorm_param_grads_channel(c, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,

@@ -64,6 +64,13 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
 }
 #endif
 
+// column o's sum over the rows, in order: shared by the host twin and the kernel
+HOST_DEVICE inline void bias_backward_column(int o, floatX* dbias, const floatX* dout, int N, int OC) {
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
+    dbias[o] = from_float(to_float(dbias[o]) + sum);
+}
+
 inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) {  // out(N,OC) += bias(OC)
     #pragma omp parallel for
     for (int i = 0; i < N; i++)
@@ -71,11 +78,7 @@ inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) { 
 }
 inline void bias_backward_host(floatX* dbias, const floatX* dout, int N, int OC) {  // dbias(OC) += column sums
     #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        float sum = 0.0f;
-        for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
-        dbias[o] = from_float(to_float(dbias[o]) + sum);
-    }
+    for (int o = 0; o < OC; o++) bias_backward_column(o, dbias, dout, N, OC);
 }
 
 #ifdef __CUDACC__
@@ -86,10 +89,7 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
 // one thread per output channel, rows in order: deterministic
 __global__ void bias_backward_kernel(floatX* dbias, const floatX* dout, int N, int OC) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
-    float sum = 0.0f;
-    for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
-    dbias[o] = from_float(to_float(dbias[o]) + sum);
+    if (o < OC) bias_backward_column(o, dbias, dout, N, OC);
 }
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
     bias_forward_kernel<<<ceil_div((size_t)N * OC, 256), 256>>>(out, bias, N, OC);

@@ -26,17 +26,6 @@ OUT_PREFIX_train.bin, or OUT_PREFIX_train_000000.bin, ... when they exceed
 #include <thread>       // defines: std::thread
 #include "tokenizer.h"  // defines: Tokenizer, tokenizer_encode, tokenizer_decode
 
-static std::string read_file(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) fail("cannot open %s", path);
-    std::string s;
-    char buf[1 << 16];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, got);
-    fclose(f);
-    return s;
-}
-
 static bool exists(const std::string& p) { struct stat st; return stat(p.c_str(), &st) == 0; }
 
 static void usage() {
@@ -86,7 +75,7 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
     std::vector<std::string> texts;
     std::vector<std::pair<const char*, size_t>> docs;  // (start, length) into texts
     size_t total_bytes = 0;
-    for (const char* path : files) texts.push_back(read_file(path));
+    for (const char* path : files) texts.push_back(read_whole_file(path, ""));
     for (const std::string& s : texts) {
         total_bytes += s.size();
         if (!split_blank) { docs.push_back({s.data(), s.size()}); continue; }
@@ -167,7 +156,7 @@ int main(int argc, char** argv) {
     tokenizer_load(&t, (vocab + "/encoder.json").c_str(), (vocab + "/vocab.bpe").c_str());
     if (command == "ids") {
         if (a + 1 != argc) fail("usage: ./tokenize ids FILE");
-        std::string text = read_file(argv[a]);
+        std::string text = read_whole_file(argv[a], "");
         std::vector<int> ids;
         EncodeCache* cache = encode_cache_new(&t);
         tokenizer_encode(&t, text.data(), text.size(), cache, &ids);
@@ -177,7 +166,7 @@ int main(int argc, char** argv) {
         printf("%s\n", out.c_str());
     } else if (command == "text") {
         if (a + 1 != argc) fail("usage: ./tokenize text IDS_FILE");
-        std::string s = read_file(argv[a]);
+        std::string s = read_whole_file(argv[a], "");
         std::vector<int> ids;
         const char* p = s.c_str();
         while (*p) {

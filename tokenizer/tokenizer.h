@@ -76,15 +76,21 @@ inline void append_utf8(std::string* out, unsigned cp) {
     else { *out += (char)(0xF0 | cp >> 18); *out += (char)(0x80 | ((cp >> 12) & 0x3F)); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
 }
 
-// encoder.json is one flat object {"string": id, ...}: a small reader for just that
-inline void read_encoder_json(const char* path, std::vector<std::pair<std::string, int>>* entries) {
+// the whole file, or an error naming it (`what` says what the file is for)
+inline std::string read_whole_file(const char* path, const char* what) {
     FILE* f = fopen(path, "rb");
-    if (!f) fail("cannot open %s (GPT-2's encoder.json; `make data` fetches it)", path);
+    if (!f) fail("cannot open %s%s", path, what);
     std::string s;
     char buf[1 << 16];
     size_t got;
     while ((got = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, got);
     fclose(f);
+    return s;
+}
+
+// encoder.json is one flat object {"string": id, ...}: a small reader for just that
+inline void read_encoder_json(const char* path, std::vector<std::pair<std::string, int>>* entries) {
+    std::string s = read_whole_file(path, " (GPT-2's encoder.json; `make data` fetches it)");
     size_t i = 0;
     auto skip = [&]() { while (i < s.size() && isspace((unsigned char)s[i])) i++; };
     auto expect = [&](char c) { skip(); if (i >= s.size() || s[i] != c) fail("%s: malformed JSON near byte %zu", path, i); i++; };
