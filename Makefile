@@ -108,15 +108,15 @@ test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
 
 help:
 	@echo "targets:"
-	@echo "  make                 build train_gpt_cpu, and train_gpt where nvcc exists"
+	@echo "  make                 build the CPU trainers and ./tokenize, and train_gpt where nvcc exists"
 	@echo "  make train_gpt       CUDA build; GPU_ARCH=$(GPU_ARCH) (sm_XX + PTX), PRECISION=$(PRECISION) (BF16|FP16|FP32)"
 	@echo "  make train_gpt_fp32  CUDA build in FP32 (for make test-gpu); train_gpt_fp16 likewise"
 	@echo "  make train_gpt_cpu   CPU build, FP32 (OpenMP, OpenBLAS, MPI)"
 	@echo "  make train_gpt_cpu_bf16, train_gpt_cpu_fp16   CPU builds storing bf16 / fp16 as the GPU does"
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
-	@echo "  make test            the CPU test suite: kernels, PyTorch reference, trajectories, bad input"
-	@echo "  make test-gpu        train_gpt against the PyTorch reference (needs a GPU)"
+	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
+	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU)"
 	@echo "  make clean           remove build outputs"
 	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
