@@ -368,11 +368,11 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
 // gathers); rank 0 writes.
 inline void gpt2_write_file(GPT2* model, const char* path) {
     size_t n = model->num_parameters;
-    float* units = (float*)malloc(n * sizeof(float));
-    float* values = (float*)malloc(n * sizeof(float));
-    zero_params_to_host(&model->zero, units);
-    gpt2_reorder(model, units, values, false);
+    std::vector<float> units(n);
+    zero_params_to_host(&model->zero, units.data());  // every rank: a collective under ZeRO-3
     if (model->comm->grid.rank == 0) {
+        std::vector<float> values(n);
+        gpt2_reorder(model, units.data(), values.data(), false);
         bool bf16 = strcmp(PRECISION_NAME, "bf16") == 0;
         size_t bytes_per = bf16 ? 2 : 4;
         char* body = (char*)malloc(n * bytes_per);
@@ -392,8 +392,6 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
         if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
         free(body);
     }
-    free(values);
-    free(units);
 }
 
 // activations for micro-batches of up to (B,T)
@@ -407,7 +405,7 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
     ScratchTensors& s = model->scratch;
     const size_t X = sizeof(floatX), F = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
-    BufferSpec specs[64] = {
+    std::vector<BufferSpec> specs = {
         {(void**)&a.encoded, BT * C, X, KEPT},
         {(void**)&a.lnf, BT * C, X, KEPT}, {(void**)&a.lnf_mean, BT, F, KEPT}, {(void**)&a.lnf_rstd, BT, F, KEPT},
         {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, KEPT}, {(void**)&a.losses, BT, F, KEPT},
@@ -417,13 +415,12 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
         {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
     };
-    int count = 15;
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer; not kept: one reused layer
         bool kept = recompute_keeps(recompute, t);
         size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
-        specs[count++] = {&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK};
+        specs.push_back({&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK});
     }
-    allocate_buffers(specs, count, model->memory);
+    allocate_buffers(specs.data(), (int)specs.size(), model->memory);
     model->host_losses = (float*)malloc(BT * F);
 }
 
