@@ -24,8 +24,8 @@ so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
 #pragma once
 // defines: ProcessGrid, Comm, Collectives, comm_init, comm_finalize, comm_all_reduce_sum,
-//          comm_reduce_scatter_sum, comm_all_gather, comm_broadcast, comm_send, comm_recv,
-//          comm_all_reduce_scalars, comm_fail_all, CommKind
+//          comm_all_reduce_average, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast, comm_send, comm_recv,
+//          comm_all_reduce_scalars, comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <string.h>  // defines: strcmp
@@ -102,6 +102,17 @@ inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl) {
     }
 #else
     if (use_nccl) fail("NCCL is the GPU build's backend; the CPU build uses -comm mpi");
+#endif
+}
+
+// -comm: "nccl", "mpi" or "default" (NCCL on the GPU build, MPI on the CPU build)
+inline bool comm_use_nccl(const char* choice) {
+    if (strcmp(choice, "default") != 0 && strcmp(choice, "nccl") != 0 && strcmp(choice, "mpi") != 0)
+        comm_fail_all("-comm expects nccl or mpi, got '%s'", choice);
+#ifdef __CUDACC__
+    return strcmp(choice, "mpi") != 0;
+#else
+    return strcmp(choice, "nccl") == 0;  // comm_init then says the CPU build has no NCCL
 #endif
 }
 
@@ -210,6 +221,19 @@ template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Com
 #endif
     HostView<T> h(buf, n, true);
     MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    h.copy_out(buf);
+}
+
+// buf (n) = mean over the group, in place (summed in the buffer's type, then divided by the size)
+template <typename T> inline void comm_all_reduce_average(const Collectives* cs, Comm* c, T* buf, size_t n) {
+    c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
+    if (c->size == 1) return;
+#ifdef __CUDACC__
+    if (c->use_nccl) { nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclAvg, c->nccl, 0), "ncclAllReduce(avg)"); return; }
+#endif
+    HostView<T> h(buf, n, true);
+    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    for (size_t i = 0; i < n; i++) h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
     h.copy_out(buf);
 }
 

@@ -884,13 +884,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
-#ifdef __CUDACC__
-    bool use_nccl = strcmp(tc.comm_backend, "mpi") != 0;
-#else
-    bool use_nccl = strcmp(tc.comm_backend, "nccl") == 0;
-#endif
-    if (strcmp(tc.comm_backend, "default") != 0 && strcmp(tc.comm_backend, "nccl") != 0 && strcmp(tc.comm_backend, "mpi") != 0)
-        comm_fail_all("-comm expects nccl or mpi, got '%s'", tc.comm_backend);
+    bool use_nccl = comm_use_nccl(tc.comm_backend);
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
     const ProcessGrid& grid = comm.grid;

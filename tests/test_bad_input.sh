@@ -69,6 +69,8 @@ expect_error "unknown flag '-zz'" $TRAINER $GOOD -zz 1
 expect_error "expects an integer" $TRAINER $GOOD -b two
 expect_error "needs a value" $TRAINER $GOOD -b
 expect_error "exceeds the model's maximum sequence length" $TRAINER $GOOD -t 4096
+expect_error "-comm expects nccl or mpi" $TRAINER $GOOD -comm carrier-pigeon
+case "$TRAINER" in *_cpu*) expect_error "NCCL is the GPU build's backend" $TRAINER $GOOD -comm nccl ;; esac
 
 # a failing run leaves an existing model file alone
 mkdir -p $D/out

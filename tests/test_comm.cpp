@@ -4,7 +4,7 @@ tests/test_comm.cpp: the process grid and the collectives of comm.h, under mpiru
 For every (tp, pp) that divides the world it builds the grid and checks DESIGN's rank
 order, that each group holds exactly the ranks it should (by summing rank ids over the
 group), and every collective against values computed from the rank numbers alone:
-all-reduce, reduce-scatter, all-gather (also in place), broadcast, send/recv, scalar
+all-reduce (sum and average), reduce-scatter, all-gather (also in place), broadcast, send/recv, scalar
 all-reduce and the ledger's ring-cost bytes. Prints "N passed, M failed" on rank 0.
 */
 #include <stdio.h>
@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
             comm_all_reduce_sum(&c, d, reduced.data(), reduced.size());
             float ranks_sum = p * (p + 1) / 2.0f;
             for (size_t i = 0; i < x.size(); i++) EXPECT(reduced[i] == ranks_sum * (i + 1));
+            std::vector<float> averaged = x;
+            comm_all_reduce_average(&c, d, averaged.data(), averaged.size());
+            for (size_t i = 0; i < x.size(); i++) EXPECT(fabsf(averaged[i] - ranks_sum * (i + 1) / p) <= 1e-6f * ranks_sum * (i + 1));
             std::vector<float> block(n);
             comm_reduce_scatter_sum(&c, d, x.data(), block.data(), n);
             for (size_t i = 0; i < n; i++) EXPECT(block[i] == ranks_sum * (r * n + i + 1));
@@ -72,7 +75,7 @@ int main(int argc, char** argv) {
             }
             // the ledger: ring cost of each call, bytes = 4 * elements
             unsigned long long S = 4ull * n * p;
-            EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * (S * (p - 1) / p));
+            EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * 2 * (S * (p - 1) / p));  // the sum and the average
             EXPECT(d->bytes[COMM_REDUCE_SCATTER] == S * (p - 1) / p);
             EXPECT(d->bytes[COMM_ALL_GATHER] == 2 * (S * (p - 1) / p));
             EXPECT(d->bytes[COMM_BROADCAST] == (r == p - 1 ? 4ull * n : 0));
