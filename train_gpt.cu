@@ -918,11 +918,22 @@ int main(int argc, char** argv) {
     gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32);
     const GPT2Config& c = model.config;
     if (tc.T > c.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
+    if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
+    LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
+    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute);
+    Accounting plan = gpt2_plan(&model, tc.B, tc.T, grad_accum);
+    if (tc.plan) {  // needs no data: the plan is a function of the model, the layout and the batch
+        for (int r = 0; r < world; r++) {  // one rank at a time, so the lines do not interleave
+            if (r == rank) print_plan(&model, plan, tc.B, tc.T);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        comm_finalize(&comm);
+        return 0;
+    }
     bool default_data = strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0;
     if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
         comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
     if (default_data && rank == 0) printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
-    if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
     bool validate = tc.val_every > 0 && tc.val_batches > 0;
@@ -931,17 +942,6 @@ int main(int argc, char** argv) {
     if (max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
     if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);
-    LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
-    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute);
-    Accounting plan = gpt2_plan(&model, tc.B, tc.T, grad_accum);
-    if (tc.plan) {
-        for (int r = 0; r < world; r++) {  // one rank at a time, so the lines do not interleave
-            if (r == rank) print_plan(&model, plan, tc.B, tc.T);
-            MPI_Barrier(MPI_COMM_WORLD);
-        }
-        comm_finalize(&comm);
-        return 0;
-    }
     if (rank == 0) {
         printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters\n",
                device_name(), PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size,
