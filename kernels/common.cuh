@@ -17,6 +17,7 @@ model state.
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
 #include <stdarg.h>  // defines: va_list
+#include <unistd.h>  // defines: usleep
 #include <mpi.h>     // defines: MPI_Abort (the error path of a multi-rank run)
 #include "../precision.h"  // defines: floatX, HOST_DEVICE
 
@@ -42,7 +43,10 @@ inline void print_error_line(const char* format, va_list args) {
     int mpi_up = 0, world = 1;
     MPI_Initialized(&mpi_up);
     if (mpi_up) MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (world > 1) MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    if (world > 1) {
+        usleep(500 * 1000);  // let the launcher forward this rank's message before the abort tears the job down
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
     exit(EXIT_FAILURE);
 }
 
