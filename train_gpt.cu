@@ -271,8 +271,8 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
 }
 
 // llm.c model file: int32 header[256] = {magic, version, maxT, V, L, NH, C, Vp}, then the
-// parameters in file order. Returns them as fp32 (a bf16 file is widened).
-inline float* read_model_file(const char* path, GPT2Config* config) {
+// parameters in file order. The header alone gives the configuration; returns the version.
+inline int read_model_header(const char* path, GPT2Config* config, FILE** opened) {
     FILE* f = fopen(path, "rb");
     if (!f) fail("cannot open model file %s", path);
     int32_t header[256];
@@ -281,8 +281,17 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
     int version = header[1];
     if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16)
         fail("model file %s has version %d; known versions are 3 (fp32) and 5 (bf16)", path, version);
-    GPT2Config c = {header[2], header[3], header[7], header[4], header[5], header[6]};
-    gpt2_validate_config(c, path);
+    *config = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
+    gpt2_validate_config(*config, path);
+    if (opened) *opened = f; else fclose(f);
+    return version;
+}
+
+// the parameters of a model file, as fp32 in file order (a bf16 file is widened)
+inline float* read_model_file(const char* path, GPT2Config* config) {
+    FILE* f;
+    int version = read_model_header(path, config, &f);
+    const GPT2Config& c = *config;
     TensorShape full[NUM_PARAMETER_TENSORS];
     parameter_shapes(full, c, single_rank_layout(c));
     size_t n = 0, bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
@@ -302,7 +311,6 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
         free(raw);
     }
     fclose(f);
-    *config = c;
     return values;
 }
 
@@ -337,17 +345,25 @@ inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
     return values;
 }
 
-// the model this rank holds, from -e (a model file or dN), with ZeRO `stage` over the DP group
-inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32) {
+inline bool is_depth_init(const char* init) {  // "dN": GPT-2 of depth N from scratch
+    return init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1);
+}
+
+// the model this rank holds, from -e (a model file or dN), with ZeRO `stage` over the DP group.
+// allocate = false only lays it out (-plan): no memory, no parameter values.
+inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
+                       bool allocate) {
     *model = GPT2{};
     GPT2Config c;
-    float* file_values;
-    if (init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1)) {
+    float* file_values = NULL;
+    if (is_depth_init(init)) {
         c = gpt2_config_for_depth(atoi(init + 1));
         gpt2_validate_config(c, "-e");
-        file_values = init_model_values(c, seed);
-    } else {
+        if (allocate) file_values = init_model_values(c, seed);
+    } else if (allocate) {
         file_values = read_model_file(init, &c);
+    } else {
+        read_model_header(init, &c, NULL);
     }
     model->config = c;
     model->comm = comm;
@@ -355,7 +371,8 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     parameter_shapes(model->shapes, c, model->layout);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += shape_elements(model->shapes[i]);
     zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
-              grads_fp32, model->memory);
+              grads_fp32, allocate, model->memory);
+    if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
     gpt2_reorder(model, file_values, values, true);
     zero_set_params(&model->zero, values);
@@ -395,7 +412,7 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
 }
 
 // activations for micro-batches of up to (B,T)
-inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) {
+inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, bool allocate) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     size_t BT = (size_t)B * T, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp;
@@ -420,6 +437,7 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute) 
         size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
         specs.push_back({&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK});
     }
+    if (!allocate) return;
     allocate_buffers(specs.data(), (int)specs.size(), model->memory);
     model->host_losses = (float*)malloc(BT * F);
 }
@@ -720,7 +738,7 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks (dp = world / (tp * pp))"},
         {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages"},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
-        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic (formula and allocated) and exit"},
+        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit"},
     };
     int n = sizeof(table) / sizeof(table[0]);
     for (int i = 0; i < n; i++) o[i] = table[i];
@@ -809,19 +827,22 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
             printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
     }
-    printf("[rank %d]   %-22s %16s %16s\n", g.rank, "memory", "planned bytes", "allocated bytes");
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-        printf("[rank %d]   %-22s %16zu %16zu\n", g.rank, memory_kind_names[k], a.planned_memory[k], model->memory[k]);
-    size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
+    printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
+    size_t total = 0;
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
+        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.planned_memory[k]);
+        total += a.planned_memory[k];
+    }
+    size_t state = a.planned_memory[MEM_PARAMETERS] + a.planned_memory[MEM_GRADIENTS] + a.planned_memory[MEM_OPTIMIZER];
+    printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
     printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per model parameter\n", g.rank, state,
            (double)state / model->num_parameters);
-    printf("[rank %d]   %-22s %16s\n", g.rank, "sent per step", "planned bytes");
+    printf("[rank %d]   %-22s %16s\n", g.rank, "sent per step", "bytes");
     for (int k = 0; k < NUM_COMM_KINDS; k++) printf("[rank %d]   %-22s %16llu\n", g.rank, comm_kind_names[k], a.planned_comm[k]);
     printf("{\"rank\": %d, \"dp\": %d, \"zero\": %d, \"precision\": \"%s\", \"recompute\": %d, \"num_parameters\": %zu, "
            "\"activations_per_layer\": %zu, \"memory\": {", g.rank, g.dp, z.stage, PRECISION_NAME, model->recompute,
            model->num_parameters, a.activations_per_layer);
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-        printf("%s\"%s\": {\"planned\": %zu, \"allocated\": %zu}", k ? ", " : "", memory_kind_names[k], a.planned_memory[k], model->memory[k]);
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", memory_kind_names[k], a.planned_memory[k]);
     printf("}, \"comm\": {");
     for (int k = 0; k < NUM_COMM_KINDS; k++) printf("%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], a.planned_comm[k]);
     printf("}}\n");
@@ -915,14 +936,15 @@ int main(int argc, char** argv) {
         if (rank == 0 && resume_step == 0) printf("no checkpoint in %s: starting fresh\n", tc.output_dir);
     }
     GPT2 model;
-    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32);
+    bool allocate = !tc.plan;  // -plan needs no memory: it lays the model out and prints the formulas
+    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32, allocate);
     const GPT2Config& c = model.config;
     if (tc.T > c.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
     if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
     LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
-    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute);
+    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, allocate);
     Accounting plan = gpt2_plan(&model, tc.B, tc.T, grad_accum);
-    if (tc.plan) {  // needs no data: the plan is a function of the model, the layout and the batch
+    if (tc.plan) {  // needs no data and no memory: a function of the model, the layout and the batch
         for (int r = 0; r < world; r++) {  // one rank at a time, so the lines do not interleave
             if (r == rank) print_plan(&model, plan, tc.B, tc.T);
             MPI_Barrier(MPI_COMM_WORLD);

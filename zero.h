@@ -8,11 +8,13 @@ with X = 2 and K = 12 that is mixed precision's 16 bytes per parameter, Psi
 parameters -> 16 Psi bytes on every rank. ZeRO removes the redundancy:
     stage 0  nothing sharded; gradients all-reduced                  (X + X + K) Psi
     stage 1  optimizer state sharded                                 (X + X) Psi + K Psi/dp
-    stage 2  + gradients: reduce-scattered as each layer's backward  X Psi + (4 + K) Psi/dp
-             ends, never held whole; the shard sums them in fp32
-    stage 3  + parameters: each layer all-gathered just before its   (X + 4 + K) Psi/dp
+    stage 2  + gradients: reduce-scattered as each layer's backward  X Psi + (X + K) Psi/dp
+             ends, never held whole, summed into the shard
+    stage 3  + parameters: each layer all-gathered just before its   (X + X + K) Psi/dp
              forward and again before its backward, into a reused
              buffer (transient)
+(-ga fp32 keeps the gradient sum in fp32: 4 bytes in place of X for the gradient
+shard, or + 4 Psi for the full fp32 sum of stages 0-1.)
 Communication per rank and step, S(b) = b (dp-1)/dp the ring cost of b bytes, g
 micro-steps, G the bytes per gradient element that are reduced:
     stage 0  all-reduce 2 S(G Psi)
@@ -68,8 +70,8 @@ struct Zero {
     float* v;                       // shard
     floatX* grads;                  // stages 0-1: all units, this rank's micro-step sums
     float* grads_fp32_full;         // stages 0-1 with -ga fp32
-    floatX* grad_shard;             // stage 1: the reduce-scattered floatX gradient
-    float* grad_shard_fp32;         // stage 1 with -ga fp32, stages 2-3 always
+    floatX* grad_shard;             // stages 1-3: this rank's shard of the step's gradient
+    float* grad_shard_fp32;         // the same with -ga fp32
     floatX* unit_grads[NUM_SLOTS];  // stages 2-3: one unit's gradient while its backward runs
     floatX* reduce_buffer;          // stages 2-3: a reduce-scattered unit shard
     float* norm_scratch;
@@ -79,8 +81,9 @@ inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u 
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
 // sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
+// allocate = false lays out the shards without allocating (-plan).
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
-                      size_t ledger[NUM_MEMORY_KINDS]) {
+                      bool allocate, size_t ledger[NUM_MEMORY_KINDS]) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
     *z = Zero{};
     z->stage = stage;
@@ -117,15 +120,15 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->v, P, f, MEM_OPTIMIZER},
         {(void**)&z->grads, stage <= 1 ? F : 0, X, MEM_GRADIENTS},
         {(void**)&z->grads_fp32_full, stage <= 1 && grads_fp32 ? F : 0, f, MEM_GRADIENTS},
-        {(void**)&z->grad_shard, stage == 1 && !grads_fp32 ? P : 0, X, MEM_GRADIENTS},
-        {(void**)&z->grad_shard_fp32, stage >= 2 || (stage == 1 && grads_fp32) ? P : 0, f, MEM_GRADIENTS},
+        {(void**)&z->grad_shard, stage >= 1 && !grads_fp32 ? P : 0, X, MEM_GRADIENTS},
+        {(void**)&z->grad_shard_fp32, stage >= 1 && grads_fp32 ? P : 0, f, MEM_GRADIENTS},
         {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? S[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? S[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->unit_grads[SLOT_HEAD], unit_grads ? S[SLOT_HEAD] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->norm_scratch, NORM_PARTS, f, MEM_ACTIVATIONS_TRANSIENT},
     };
-    allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger);
+    if (allocate) allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger);
 }
 
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
@@ -161,13 +164,15 @@ inline void zero_gather_unit(Zero* z, int u) {
 }
 
 // stages 2-3: once unit u's backward is done, reduce-scatter its gradient, add this
-// rank's shard into the fp32 sum and clear the unit buffer for the next unit
+// rank's shard into the step's gradient shard and clear the unit buffer for the next unit
 inline void zero_reduce_unit(Zero* z, int u) {
     if (z->stage < 2) return;
     size_t S = unit_shard(z, u);
     floatX* g = z->unit_grads[unit_slot(z, u)];
     comm_reduce_scatter_sum(z->comm, &z->comm->dp, g, z->reduce_buffer, S);
-    gradient_accumulate(z->grad_shard_fp32 + z->units[u].shard_offset, z->reduce_buffer, S);
+    size_t at = z->units[u].shard_offset;
+    if (z->grads_fp32) gradient_accumulate(z->grad_shard_fp32 + at, z->reduce_buffer, S);
+    else gradient_accumulate(z->grad_shard + at, z->reduce_buffer, S);
     device_zero(g, z->units[u].padded * sizeof(floatX));
 }
 
@@ -176,6 +181,7 @@ inline void zero_reduce_unit(Zero* z, int u) {
 inline void zero_begin_step(Zero* z) {
     if (z->grads) device_zero(z->grads, z->full_elements * sizeof(floatX));
     if (z->grads_fp32_full) device_zero(z->grads_fp32_full, z->full_elements * sizeof(float));
+    if (z->grad_shard) device_zero(z->grad_shard, z->shard_elements * sizeof(floatX));
     if (z->grad_shard_fp32) device_zero(z->grad_shard_fp32, z->shard_elements * sizeof(float));
 }
 
@@ -202,7 +208,7 @@ inline void zero_reduce_step(Zero* z) {
 }
 
 // the gradient the optimizer reads: element i of unit u's shard (stage 0: of the unit)
-inline bool zero_grad_is_fp32(const Zero* z) { return z->stage >= 2 || z->grads_fp32; }
+inline bool zero_grad_is_fp32(const Zero* z) { return z->grads_fp32; }
 inline size_t zero_grad_index(const Zero* z, int u, size_t i) {
     return z->stage == 0 ? z->units[u].offset + i : z->units[u].shard_offset + i;
 }
@@ -220,10 +226,12 @@ inline double zero_grad_norm_squared(Zero* z) {
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
 inline void zero_poison_gradients(Zero* z) {
-    if (zero_grad_is_fp32(z) && z->stage >= 1) { float inf = INFINITY; host_to_device(z->grad_shard_fp32, &inf, sizeof(float)); return; }
-    floatX inf = from_float(INFINITY);
-    if (z->grads_fp32_full) { float f = INFINITY; host_to_device(z->grads_fp32_full, &f, sizeof(float)); }
-    else host_to_device(z->grads, &inf, sizeof(floatX));
+    float f = INFINITY;
+    floatX x = from_float(INFINITY);
+    if (z->stage <= 1 && z->grads_fp32) host_to_device(z->grads_fp32_full, &f, sizeof(float));  // before the reduction
+    else if (z->stage <= 1) host_to_device(z->grads, &x, sizeof(floatX));
+    else if (z->grads_fp32) host_to_device(z->grad_shard_fp32, &f, sizeof(float));            // after it
+    else host_to_device(z->grad_shard, &x, sizeof(floatX));
 }
 
 // AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
@@ -288,7 +296,7 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     plan.memory[MEM_PARAMETERS] = X * (s == 3 ? P : Psi);
     plan.memory[MEM_PARAMETERS_TRANSIENT] = s == 3 ? X * (E + Lu + H) : 0;
     size_t full_grads = X * Psi + (z->grads_fp32 ? 4 * Psi : 0);  // + the fp32 sum of -ga fp32
-    plan.memory[MEM_GRADIENTS] = s == 0 ? full_grads : s == 1 ? full_grads + G * P : 4 * P;
+    plan.memory[MEM_GRADIENTS] = s == 0 ? full_grads : s == 1 ? full_grads + G * P : G * P;
     plan.memory[MEM_GRADIENTS_TRANSIENT] = s >= 2 ? X * (E + Lu + H) + X * (Lu > E ? (Lu > H ? Lu : H) : (E > H ? E : H)) / p : 0;
     plan.memory[MEM_OPTIMIZER] = K * P;
     plan.memory[MEM_ACTIVATIONS_TRANSIENT] = NORM_PARTS * 4;

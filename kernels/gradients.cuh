@@ -7,12 +7,14 @@ both. The sum is split into NORM_PARTS fixed pieces, each summed on the device, 
 the pieces are added on the host in double, in order, so the result does not depend
 on thread scheduling and a resumed run sees the same norm bit for bit.
 
-gradient_accumulate: acc += g; g = 0. With -ga fp32 each micro-step's floatX
-gradients are folded into an fp32 buffer, so a long accumulation does not round in
-bf16 at every micro-step.
+gradient_accumulate: acc += g; g = 0, with acc fp32 or floatX. With -ga fp32 each
+micro-step's floatX gradients are folded into an fp32 buffer, so a long accumulation
+does not round in bf16 at every micro-step; ZeRO-2/3 fold each reduce-scattered unit
+shard into the step's gradient shard this way.
 */
 #pragma once
 // defines: global_norm_squared, gradient_accumulate, NORM_PARTS
+#include <type_traits>  // defines: std::is_same
 #include "common.cuh"
 
 #define NORM_PARTS 1024
@@ -29,9 +31,18 @@ inline void norm_partials_host(float* partials, const T* x, size_t n) {
     }
 }
 
-inline void gradient_accumulate_host(float* acc, floatX* g, size_t n) {
+// acc[i] = acc[i] + g[i] in fp32, stored back as Acc (float, or floatX: rounded once)
+template <typename Acc>
+HOST_DEVICE inline void accumulate_element(Acc* acc, floatX* g, size_t i) {
+    float sum = to_float(acc[i]) + to_float(g[i]);
+    if constexpr (std::is_same<Acc, float>::value) acc[i] = sum; else acc[i] = from_float(sum);
+    g[i] = from_float(0.0f);
+}
+
+template <typename Acc>
+inline void gradient_accumulate_host(Acc* acc, floatX* g, size_t n) {
     #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) { acc[i] += to_float(g[i]); g[i] = from_float(0.0f); }
+    for (size_t i = 0; i < n; i++) accumulate_element(acc, g, i);
 }
 
 #ifdef __CUDACC__
@@ -50,23 +61,26 @@ __global__ void norm_partials_kernel(float* partials, const T* x, size_t n) {
     }
     if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
 }
-__global__ void gradient_accumulate_kernel(float* acc, floatX* g, size_t n) {
+template <typename Acc>
+__global__ void gradient_accumulate_kernel(Acc* acc, floatX* g, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { acc[i] += to_float(g[i]); g[i] = from_float(0.0f); }
+    if (i < n) accumulate_element(acc, g, i);
 }
 template <typename T>
 inline void norm_partials(float* partials, const T* x, size_t n) {
     norm_partials_kernel<<<NORM_PARTS, 256>>>(partials, x, n);
     launchCheck();
 }
-inline void gradient_accumulate(float* acc, floatX* g, size_t n) {
+template <typename Acc>
+inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) {
     gradient_accumulate_kernel<<<ceil_div(n, 256), 256>>>(acc, g, n);
     launchCheck();
 }
 #else
 template <typename T>
 inline void norm_partials(float* partials, const T* x, size_t n) { norm_partials_host(partials, x, n); }
-inline void gradient_accumulate(float* acc, floatX* g, size_t n) { gradient_accumulate_host(acc, g, n); }
+template <typename Acc>
+inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) { gradient_accumulate_host(acc, g, n); }
 #endif
 
 // scratch: NORM_PARTS floats of device memory; T is floatX or float

@@ -77,12 +77,12 @@ static double relative_l2(const float* a, const float* ref, size_t n) {
 TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     Collectives comm = comm_single_process();
     GPT2 model;
-    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false);
+    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     const GPT2Config& c = model.config;
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     REQUIRE(c.num_layers == s.L);
     REQUIRE(c.channels == s.C);
-    gpt2_allocate_activations(&model, s.B, s.T, 0);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, true);
     int N = s.B * s.T;
 
     gpt2_forward(&model, s.inputs.data(), s.B, s.T);
@@ -116,9 +116,9 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
 TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     Collectives comm = comm_single_process();
     GPT2 model;
-    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false);
+    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
-    gpt2_allocate_activations(&model, s.B, s.T, 0);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, true);
     TrainConfig tc;
     tc.B = s.B; tc.T = s.T; tc.lr = s.lr; tc.weight_decay = s.wd; tc.grad_clip = s.clip;
     tc.warmup = 0; tc.final_fraction = 1.0f;

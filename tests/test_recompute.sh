@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Recompute levels 0..3 give bit-identical losses and gradient norms in every precision,
-# and the memory each rank allocates equals the formulas, computed here independently
-# (recompute.h's header comment; 16 bytes per parameter). Usage: test_recompute.sh REFERENCE_DIR
+# and the memory allocated (measured in the first step's log row) equals -plan's formulas
+# and the formula computed here independently (recompute.h's header comment; 16 bytes per
+# parameter). Usage: test_recompute.sh REFERENCE_DIR
 set -eu
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/recompute; rm -rf $D; mkdir -p $D
@@ -11,7 +12,8 @@ for build in train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16; do
         ./$build $FLAGS -r $r -log $D/$build-r$r.jsonl > /dev/null
         ./$build $FLAGS -r $r -plan 1 | tail -n 1 > $D/$build-r$r.plan.json
     done
-    for ga in floatX fp32; do ./$build $FLAGS -ga $ga -plan 1 | tail -n 1 > $D/$build-ga-$ga.plan.json; done
+    ./$build $FLAGS -ga fp32 -plan 1 | tail -n 1 > $D/$build-ga-fp32.plan.json
+    ./$build $FLAGS -ga fp32 -x 1 -log $D/$build-ga-fp32.jsonl > /dev/null
 done
 $PYTHON - $D <<'PY'
 import json, sys
@@ -30,20 +32,18 @@ for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cp
     fixed = X * 2 * N * C + 4 * 3 * N + X * N * Vp    # encoded, lnf; lnf mean, rstd, losses; logits
     acts = []
     for r in range(4):
-        plan = json.load(open(f"{d}/{build}-r{r}.plan.json"))
+        plan = json.load(open(f"{d}/{build}-r{r}.plan.json"))["memory"]        # -plan: the formulas, nothing allocated
+        measured = json.loads(open(f"{d}/{build}-r{r}.jsonl").readline())["measured"][0]["memory"]  # first step: allocated
         want = L * per_layer[r] + fixed
-        mem = plan["memory"]
-        got = mem["activations"]["allocated"]
-        assert got == want == mem["activations"]["planned"], f"{build} -r {r}: activations {got}, formula {want}"
-        assert plan["activations_per_layer"] == per_layer[r]
-        acts.append(got)
-        n = plan["num_parameters"]
-        state = sum(mem[k]["allocated"] for k in ("parameters", "gradients", "optimizer"))
+        assert plan["activations"] == measured["activations"] == want, f"{build} -r {r}: plan {plan['activations']}, measured {measured['activations']}, formula {want}"
+        assert plan == measured, (build, r, plan, measured)
+        acts.append(measured["activations"])
+        n = json.load(open(f"{d}/{build}-r{r}.plan.json"))["num_parameters"]
+        state = sum(measured[k] for k in ("parameters", "gradients", "optimizer"))
         assert state == 16 * n, f"{build}: {state / n} bytes per parameter, expected 16"
-        for k in mem:
-            assert mem[k]["allocated"] == mem[k]["planned"], (build, k)
     assert acts[0] > acts[1] > acts[2] > acts[3], acts
-    ga = json.load(open(f"{d}/{build}-ga-fp32.plan.json"))
-    assert sum(ga["memory"][k]["allocated"] for k in ("parameters", "gradients", "optimizer")) == 20 * n  # + fp32 accumulator
+    ga_plan = json.load(open(f"{d}/{build}-ga-fp32.plan.json"))["memory"]
+    ga_measured = json.loads(open(f"{d}/{build}-ga-fp32.jsonl").readline())["measured"][0]["memory"]
+    assert ga_plan == ga_measured and sum(ga_measured[k] for k in ("parameters", "gradients", "optimizer")) == 20 * n  # + fp32 sum
     print(f"{build}: -r 0..3 identical {rows[0][-1]}, activation bytes {acts}, 16 bytes/parameter")
 PY
