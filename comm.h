@@ -28,6 +28,7 @@ so it is right under mpirun of MPICH or OpenMPI and under srun.
 //          comm_all_reduce_scalars, comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
+#include <type_traits>  // defines: std::is_same
 #include <string.h>  // defines: strcmp
 #include "kernels/common.cuh"  // defines: fail, device_to_host, host_to_device
 #ifdef __CUDACC__
@@ -212,29 +213,29 @@ inline unsigned long long ring_bytes(size_t bytes, int p) { return (unsigned lon
 
 // ---------------------------------------------------------------- collectives
 
-// buf (n) = sum over the group, in place
-template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Comm* c, T* buf, size_t n) {
+// buf (n) = sum, or mean, over the group, in place (the mean: summed in the buffer's type, then divided)
+template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, bool average) {
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
     if (c->size == 1) return;
 #ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclAllReduce"); return; }
+    if (c->use_nccl) {
+        nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), average ? ncclAvg : ncclSum, c->nccl, 0), "ncclAllReduce");
+        return;
+    }
 #endif
     HostView<T> h(buf, n, true);
     MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    for (size_t i = 0; average && i < n; i++) {
+        if constexpr (std::is_same<T, float>::value) h.ptr[i] /= c->size;
+        else h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
+    }
     h.copy_out(buf);
 }
-
-// buf (n) = mean over the group, in place (summed in the buffer's type, then divided by the size)
+template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Comm* c, T* buf, size_t n) {
+    comm_all_reduce(cs, c, buf, n, false);
+}
 template <typename T> inline void comm_all_reduce_average(const Collectives* cs, Comm* c, T* buf, size_t n) {
-    c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
-    if (c->size == 1) return;
-#ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclAvg, c->nccl, 0), "ncclAllReduce(avg)"); return; }
-#endif
-    HostView<T> h(buf, n, true);
-    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
-    for (size_t i = 0; i < n; i++) h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
-    h.copy_out(buf);
+    comm_all_reduce(cs, c, buf, n, true);
 }
 
 // recv (n) = this rank's n-element block of the sum of every rank's send (n * size)

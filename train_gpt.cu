@@ -106,6 +106,11 @@ static const bool parameter_is_matrix[NUM_PARAMETER_TENSORS] = {
 // a tensor is `layers` stacked (rows, cols) matrices; vectors have cols = 1
 struct TensorShape { int layers, rows, cols; };
 inline size_t shape_elements(TensorShape s) { return (size_t)s.layers * s.rows * s.cols; }
+inline size_t parameter_count(const TensorShape shapes[NUM_PARAMETER_TENSORS]) {
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += shape_elements(shapes[i]);
+    return n;
+}
 
 // the shapes this rank holds; tp = 1 and all layers give the shapes of the file
 inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GPT2Config& c, const ModelLayout& lay) {
@@ -294,8 +299,7 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
     const GPT2Config& c = *config;
     TensorShape full[NUM_PARAMETER_TENSORS];
     parameter_shapes(full, c, single_rank_layout(c));
-    size_t n = 0, bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += shape_elements(full[i]);
+    size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
     struct stat st;
     stat(path, &st);
     if ((size_t)st.st_size != 1024 + n * bytes_per)
@@ -335,9 +339,7 @@ inline void gpt2_init_values(float* out, int index, int layer, TensorShape full,
 inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
     TensorShape full[NUM_PARAMETER_TENSORS];
     parameter_shapes(full, c, single_rank_layout(c));
-    size_t n = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) n += shape_elements(full[i]);
-    float* values = (float*)malloc(n * sizeof(float));
+    float* values = (float*)malloc(parameter_count(full) * sizeof(float));
     float* p = values;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
         for (int l = 0; l < full[i].layers; l++, p += (size_t)full[i].rows * full[i].cols)
@@ -369,7 +371,7 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     model->comm = comm;
     model->layout = single_rank_layout(c);
     parameter_shapes(model->shapes, c, model->layout);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) model->num_parameters += shape_elements(model->shapes[i]);
+    model->num_parameters = parameter_count(model->shapes);
     zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
               grads_fp32, allocate, model->memory);
     if (!allocate) return;

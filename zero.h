@@ -35,6 +35,7 @@ zero_reduce_unit first: they are what the forward and backward call.
 // defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
 //          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan
+#include <algorithm>               // defines: std::max
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
 #include "adamw.h"                 // defines: adamw_update
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
@@ -297,7 +298,8 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     plan.memory[MEM_PARAMETERS_TRANSIENT] = s == 3 ? X * (E + Lu + H) : 0;
     size_t full_grads = X * Psi + (z->grads_fp32 ? 4 * Psi : 0);  // + the fp32 sum of -ga fp32
     plan.memory[MEM_GRADIENTS] = s == 0 ? full_grads : s == 1 ? full_grads + G * P : G * P;
-    plan.memory[MEM_GRADIENTS_TRANSIENT] = s >= 2 ? X * (E + Lu + H) + X * (Lu > E ? (Lu > H ? Lu : H) : (E > H ? E : H)) / p : 0;
+    size_t largest_unit = std::max({E, Lu, H});  // the reduce-scatter buffer holds one unit's shard
+    plan.memory[MEM_GRADIENTS_TRANSIENT] = s >= 2 ? X * (E + Lu + H) + X * largest_unit / p : 0;
     plan.memory[MEM_OPTIMIZER] = K * P;
     plan.memory[MEM_ACTIVATIONS_TRANSIENT] = NORM_PARTS * 4;
     unsigned long long g = grad_accum;

@@ -1,8 +1,8 @@
 /*
 tests/test_tokenizer.cpp: properties of the encoder that need no reference:
 decode(encode(x)) == x for random byte strings (invalid UTF-8 included) and random
-Unicode text; every vocabulary token encodes to itself when it stands alone as one
-chunk... of its own bytes; the UTF-8 validator against a brute-force definition.
+Unicode text; the vocabulary's size, EOT and single-byte tokens; the UTF-8 validator
+against a brute-force definition.
 Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh.
 Vocabulary directory: $GPT2_VOCAB (default data/gpt2, where `make data` puts it).
 */

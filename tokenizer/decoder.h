@@ -8,7 +8,7 @@ not text: GPT-2's byte-level tokens can end in the middle of a UTF-8 character, 
 text is whole only once the bytes of neighbouring tokens are joined.
 */
 #pragma once
-// defines: Decoder, decoder_load, decoder_free, decode_append, json_escape_utf8
+// defines: Decoder, decoder_load, decode_append, utf8_sequence_length, json_escape_utf8
 #include <stdio.h>    // defines: fopen, fread
 #include <stdint.h>   // defines: uint32_t, uint8_t
 #include <string>     // defines: std::string
@@ -47,15 +47,27 @@ inline void decode_append(const Decoder* d, int id, std::string* out) {
     if (id >= 0 && id < (int)d->tokens.size()) *out += d->tokens[id];
 }
 
+// length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when the byte at i starts none
+inline int utf8_sequence_length(const unsigned char* s, size_t i, size_t n) {
+    unsigned char c = s[i];
+    if (c < 0x80) return 1;
+    int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > n) return 0;
+    for (int k = 1; k < len; k++) if ((s[i + k] >> 6) != 2) return 0;
+    unsigned cp = len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < len; k++) cp = cp << 6 | (s[i + k] & 0x3F);
+    bool shortest = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800) || (len == 4 && cp >= 0x10000);
+    if (!shortest || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;  // overlong, surrogate, too large
+    return len;
+}
+
 // bytes as the inside of a JSON string: escapes, and U+FFFD for bytes that are not UTF-8
 inline std::string json_escape_utf8(const std::string& s) {
     std::string out;
     for (size_t i = 0; i < s.size();) {
         unsigned char c = s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= s.size();
-        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
-        if (!ok) { out += "\xEF\xBF\xBD"; i++; continue; }
+        int len = utf8_sequence_length((const unsigned char*)s.data(), i, s.size());
+        if (len == 0) { out += "\xEF\xBF\xBD"; i++; continue; }
         if (c == '"') out += "\\\"";
         else if (c == '\\') out += "\\\\";
         else if (c == '\n') out += "\\n";

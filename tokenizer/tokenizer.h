@@ -220,20 +220,6 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
     out->insert(out->end(), word.begin(), word.end());
 }
 
-// length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when the byte at i starts none
-inline int utf8_sequence_length(const unsigned char* s, size_t i, size_t n) {
-    unsigned char c = s[i];
-    if (c < 0x80) return 1;
-    int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > n) return 0;
-    for (int k = 1; k < len; k++) if ((s[i + k] >> 6) != 2) return 0;
-    unsigned cp = len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len; k++) cp = cp << 6 | (s[i + k] & 0x3F);
-    bool shortest = (len == 2 && cp >= 0x80) || (len == 3 && cp >= 0x800) || (len == 4 && cp >= 0x10000);
-    if (!shortest || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;  // overlong, surrogate, too large
-    return len;
-}
-
 // appends the ids of text[0..n) to out
 inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, EncodeCache* cache, std::vector<int>* out) {
     const unsigned char* s = (const unsigned char*)text;
