@@ -11,6 +11,7 @@ PRECISION ?= BF16
 GPU_ARCH ?= 90
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 MPICXX ?= mpicxx
+CXX = g++
 PYTHON ?= /usr/bin/python3
 
 # MPI for nvcc: flags from the environment (the device bundle sets them) or from pkg-config
@@ -53,9 +54,9 @@ train_gpt_cpu_bf16: train_gpt.cu $(HEADERS)
 train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 -x c++ $< -x none $(CPU_LIBS) -o $@
 
-# the GPT-2 tokenizer and data preparation (PCRE2)
-tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h
-	$(MPICXX) -O2 -std=c++17 -Wall $< -lpcre2-8 -pthread -o $@
+# the GPT-2 tokenizer and data preparation (PCRE2); needs neither MPI nor CUDA
+tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h precision.h
+	$(CXX) -O2 -std=c++17 -Wall $< -lpcre2-8 -pthread -o $@
 
 # tinyshakespeare as llm.c prepares it: EOT before each blank-line block, the first
 # 32,768 tokens are val; plus the decode table for samples. Files come from ../shared
@@ -79,7 +80,7 @@ train_gpt_fp16: train_gpt.cu $(HEADERS)
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
 	@mkdir -p tests/build
-	$(MPICXX) -O1 -std=c++17 -c $< -o $@
+	$(CXX) -O1 -std=c++17 -c $< -o $@
 
 tests/build/test_kernels: tests/test_kernels.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
@@ -92,14 +93,19 @@ tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAI
 tests/build/test_precision_fp16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
 
-tests/build/test_comm: tests/test_comm.cpp comm.h kernels/common.cuh precision.h
+tests/build/test_comm: tests/test_comm.cpp comm.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 
-tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h $(CATCH_MAIN)
-	$(MPICXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
+# tensor parallelism's pieces under mpirun: the vocabulary-parallel loss, sharded layers
+tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 
-TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
+	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
+
+TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

@@ -13,8 +13,8 @@ step, the shuffle order of an epoch, the stochastic-rounding bits of a step. So
 `-y 1` (resume from the newest checkpoint in -o) continues the same trajectory, and
 the tests compare the resumed run's losses and final model with an unbroken run.
 
-A state file records the layout that wrote it (world size, dp, ZeRO stage, floatX
-size, shard length); resuming under another layout is refused with a message, as is
+A state file records the layout that wrote it (world size, dp, tp, pp, ZeRO stage,
+floatX size, shard length); resuming under another layout is refused with a message, as is
 a truncated file. Files are written under a temporary name and renamed, so a crash
 never leaves a torn checkpoint and never damages an older one.
 */
@@ -23,11 +23,12 @@ never leaves a torn checkpoint and never damages an older one.
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <sys/stat.h>  // defines: stat
-#include "zero.h"        // defines: Zero
+#include "comm.h"        // defines: ProcessGrid
+#include "zero.h"        // defines: Zero, zero_optimizer_state
 #include "loss_scale.h"  // defines: LossScaler
 
 #define STATE_MAGIC 20241122
-#define STATE_VERSION 1
+#define STATE_VERSION 2
 
 struct TrainingState {
     int step;              // optimizer steps done (the checkpoint's step number)
@@ -39,9 +40,9 @@ struct TrainingState {
 };
 
 struct StateHeader {
-    int32_t magic, version, step, world, rank, dp, zero_stage, floatx_bytes, has_master;
-    int32_t adam_steps, scaler_clean_steps, epoch, shard_index, pad;
-    float scaler_scale, pad2;
+    int32_t magic, version, step, world, rank, dp, tp, pp, zero_stage, floatx_bytes, num_buffers;
+    int32_t adam_steps, scaler_clean_steps, epoch, shard_index;
+    float scaler_scale;
     uint64_t shard_elements, sample_index, sample_rng;
 };
 
@@ -49,26 +50,20 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
     snprintf(out, size, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
 
-// the device buffers a state file holds, in order
-inline int state_buffers(const Zero* z, float** bufs) {
-    bufs[0] = z->m; bufs[1] = z->v; bufs[2] = z->master;
-    return z->master ? 3 : 2;
-}
-
-inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, int world, int rank) {
+inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g) {
     char path[4096], tmp[4200];
-    state_path(path, sizeof(path), dir, s->step, rank);
+    state_path(path, sizeof(path), dir, s->step, g.rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, world, rank, z->comm->grid.dp, z->stage, (int)sizeof(floatX),
-                     z->master != NULL, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index, 0,
-                     s->scaler.scale, 0.0f, z->shard_elements, s->sample_index, s->sample_rng};
+    ZeroOptimizerState opt = zero_optimizer_state(z);
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX),
+                     opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index, s->scaler.scale,
+                     opt.elements, s->sample_index, s->sample_rng};
     FILE* f = fopen(tmp, "wb");
     if (!f) fail("cannot write checkpoint state %s", tmp);
     bool ok = fwrite(&h, sizeof(h), 1, f) == 1;
-    float* bufs[3];
-    std::vector<float> host(z->shard_elements);
-    for (int k = 0, n = state_buffers(z, bufs); k < n && ok; k++) {
-        device_to_host(host.data(), bufs[k], host.size() * sizeof(float));
+    std::vector<float> host(opt.elements);
+    for (int k = 0; k < opt.num_buffers && ok; k++) {
+        device_to_host(host.data(), opt.buffers[k], host.size() * sizeof(float));
         ok = fwrite(host.data(), sizeof(float), host.size(), f) == host.size();
     }
     ok = (fclose(f) == 0) && ok;
@@ -76,30 +71,29 @@ inline void checkpoint_write_state(const char* dir, const Zero* z, const Trainin
 }
 
 // restores this rank's optimizer shard and the run state; every mismatch is one clear error
-inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, int world, int rank) {
+inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g) {
     char path[4096];
-    state_path(path, sizeof(path), dir, step, rank);
+    state_path(path, sizeof(path), dir, step, g.rank);
     FILE* f = fopen(path, "rb");
     if (!f) fail("cannot open checkpoint state %s (was the run saved with as many ranks?)", path);
     StateHeader h;
     if (fread(&h, sizeof(h), 1, f) != 1) fail("checkpoint state %s is truncated (no header)", path);
     if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) fail("%s is not a version-%d checkpoint state file", path, STATE_VERSION);
-    if (h.world != world || h.rank != rank || h.dp != z->comm->grid.dp || h.zero_stage != z->stage ||
-        h.floatx_bytes != (int)sizeof(floatX) || h.has_master != (z->master != NULL) || h.shard_elements != z->shard_elements)
-        fail("checkpoint state %s was written by another layout (world %d, dp %d, ZeRO-%d, %d-byte floatX); "
-             "this run is world %d, dp %d, ZeRO-%d, %d-byte floatX", path, h.world, h.dp, h.zero_stage, h.floatx_bytes,
-             world, z->comm->grid.dp, z->stage, (int)sizeof(floatX));
+    ZeroOptimizerState opt = zero_optimizer_state(z);
+    if (h.world != g.world || h.rank != g.rank || h.dp != g.dp || h.tp != g.tp || h.pp != g.pp || h.zero_stage != opt.stage ||
+        h.floatx_bytes != (int)sizeof(floatX) || h.num_buffers != opt.num_buffers || h.shard_elements != opt.elements)
+        fail("checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX); "
+             "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX", path, h.world, h.dp, h.tp, h.pp,
+             h.zero_stage, h.floatx_bytes, g.world, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX));
     struct stat st;
     stat(path, &st);
-    float* bufs[3];
-    int n = state_buffers(z, bufs);
-    size_t expected = sizeof(h) + n * z->shard_elements * sizeof(float);
+    size_t expected = sizeof(h) + opt.num_buffers * opt.elements * sizeof(float);
     if ((size_t)st.st_size != expected)
         fail("checkpoint state %s is truncated or padded: %lld bytes, expected %zu", path, (long long)st.st_size, expected);
-    std::vector<float> host(z->shard_elements);
-    for (int k = 0; k < n; k++) {
+    std::vector<float> host(opt.elements);
+    for (int k = 0; k < opt.num_buffers; k++) {
         if (fread(host.data(), sizeof(float), host.size(), f) != host.size()) fail("checkpoint state %s: short read", path);
-        host_to_device(bufs[k], host.data(), host.size() * sizeof(float));
+        host_to_device(opt.buffers[k], host.data(), host.size() * sizeof(float));
     }
     fclose(f);
     s->step = h.step;

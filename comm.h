@@ -19,18 +19,21 @@ algorithm, for a buffer of S bytes over p ranks (the usual cost model):
     all-reduce 2 S (p-1)/p    reduce-scatter S (p-1)/p (S = the whole input)
     all-gather S (p-1)/p (S = the whole output)    broadcast S    send S
 Scalar all-reduces on the host (loss, norm) are booked apart, under "scalars".
+Each group keeps its own ledger, so the log can say what DP and TP each cost.
 The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED),
 so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
 #pragma once
-// defines: ProcessGrid, Comm, Collectives, comm_init, comm_finalize, comm_all_reduce_sum,
-//          comm_all_reduce_average, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast, comm_send, comm_recv,
-//          comm_all_reduce_scalars, comm_fail_all, comm_use_nccl, CommKind
+// defines: ProcessGrid, Comm, Collectives, comm_start, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
+//          comm_all_reduce_average, comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
+//          comm_send, comm_recv, comm_all_reduce_scalars, comm_min_over_world, comm_gather_to_root, comm_barrier,
+//          comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <type_traits>  // defines: std::is_same
 #include <string.h>  // defines: strcmp
-#include "kernels/common.cuh"  // defines: fail, device_to_host, host_to_device
+#include <unistd.h>  // defines: usleep
+#include "base.h"    // defines: fail, fail_hook, device_to_host, host_to_device
 #ifdef __CUDACC__
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
 #endif
@@ -117,9 +120,20 @@ inline bool comm_use_nccl(const char* choice) {
 #endif
 }
 
+// fail()'s hook: with several ranks the whole job goes down (MPI_Abort), so no rank
+// waits forever in a collective for one that failed
+inline void comm_abort_job() {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world == 1) return;
+    usleep(500 * 1000);  // let the launcher forward this rank's message before the abort tears the job down
+    MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+}
+
 // MPI's start-up and the local rank; the grid comes later, once tp and pp are known
 inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* local_rank) {
     MPI_Init(argc, argv);
+    fail_hook() = comm_abort_job;
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm node;
@@ -145,6 +159,9 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     comm_group_init(&c->pp, ppc, use_nccl);
     MPI_Op_create(floatX_sum_op, 1, &c->sum_floatX);
 }
+
+// the end of a run that never built the groups (-h)
+inline void comm_shutdown() { MPI_Finalize(); }
 
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
@@ -213,29 +230,37 @@ inline unsigned long long ring_bytes(size_t bytes, int p) { return (unsigned lon
 
 // ---------------------------------------------------------------- collectives
 
-// buf (n) = sum, or mean, over the group, in place (the mean: summed in the buffer's type, then divided)
-template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, bool average) {
+enum ReduceOp { REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MAX };
+
+// buf (n) = sum, mean or max over the group, in place (the mean: summed in the buffer's type, then divided)
+template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, ReduceOp op) {
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
     if (c->size == 1) return;
 #ifdef __CUDACC__
     if (c->use_nccl) {
-        nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), average ? ncclAvg : ncclSum, c->nccl, 0), "ncclAllReduce");
+        ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : op == REDUCE_AVERAGE ? ncclAvg : ncclMax;
+        nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), nccl_op, c->nccl, 0), "ncclAllReduce");
         return;
     }
 #endif
     HostView<T> h(buf, n, true);
-    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
-    for (size_t i = 0; average && i < n; i++) {
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(cs);
+    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_op, c->mpi);
+    for (size_t i = 0; op == REDUCE_AVERAGE && i < n; i++) {
         if constexpr (std::is_same<T, float>::value) h.ptr[i] /= c->size;
         else h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
     }
     h.copy_out(buf);
 }
 template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Comm* c, T* buf, size_t n) {
-    comm_all_reduce(cs, c, buf, n, false);
+    comm_all_reduce(cs, c, buf, n, REDUCE_SUM);
 }
 template <typename T> inline void comm_all_reduce_average(const Collectives* cs, Comm* c, T* buf, size_t n) {
-    comm_all_reduce(cs, c, buf, n, true);
+    comm_all_reduce(cs, c, buf, n, REDUCE_AVERAGE);
+}
+// fp32 only (MPI_MAX does not know 16-bit floatX)
+inline void comm_all_reduce_max(const Collectives* cs, Comm* c, float* buf, size_t n) {
+    comm_all_reduce(cs, c, buf, n, REDUCE_MAX);
 }
 
 // recv (n) = this rank's n-element block of the sum of every rank's send (n * size)
@@ -304,3 +329,21 @@ inline void comm_all_reduce_scalars(Comm* c, double* values, int n) {
 }
 
 inline void comm_barrier(Comm* c) { MPI_Barrier(c->mpi); }
+
+// the smallest of every rank's value (which checkpoint all ranks have); before the groups exist
+inline int comm_min_over_world(int value) {
+    MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return value;
+}
+
+// host buffers: recv (n * size, on the group's rank 0 only) = every rank's send (n), in rank order.
+// Bookkeeping and file assembly, not training traffic: not in the ledger.
+template <typename T> inline void comm_gather_to_root(Comm* c, const T* send, T* recv, size_t n) {
+    if (c->size == 1) { memcpy(recv, send, n * sizeof(T)); return; }
+    if (n > (size_t)INT32_MAX) fail("comm_gather_to_root: %zu elements exceed MPI's int count", n);
+    MPI_Datatype element;
+    MPI_Type_contiguous((int)sizeof(T), MPI_BYTE, &element);
+    MPI_Type_commit(&element);
+    MPI_Gather(send, (int)n, element, recv, (int)n, element, 0, c->mpi);
+    MPI_Type_free(&element);
+}

@@ -20,7 +20,7 @@ The position is (epoch, shard_index, sample_index): three integers to checkpoint
 #include <stdint.h>   // defines: uint16_t
 #include <stdlib.h>   // defines: malloc
 #include <sys/stat.h> // defines: stat
-#include "kernels/common.cuh"  // defines: fail
+#include "base.h"  // defines: fail
 #include "random.h"   // defines: Rng
 
 #define SHARD_MAGIC 20240520

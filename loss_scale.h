@@ -21,7 +21,7 @@ State: scale and clean-step count, two numbers to checkpoint.
 // defines: LossScaler, loss_scaler_init, loss_scaler_update
 #include <stdlib.h>  // defines: strtof
 #include <string.h>  // defines: strcmp
-#include "kernels/common.cuh"  // defines: fail
+#include "base.h"  // defines: fail
 
 struct LossScaler {
     bool enabled;    // scaling on at all (dynamic or static)

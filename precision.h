@@ -20,8 +20,8 @@ counter hash of (seed, step, element), so a run is reproducible and every layout
 rounds each parameter the same way. Read round_stochastic last: it builds on the rest.
 */
 #pragma once
-// defines: floatX, to_float, from_float, round_stochastic, random_u32, PRECISION_NAME,
-//          FLOATX_IS_FP32, HOST_DEVICE, CUBLAS_FLOATX
+// defines: floatX, to_float, from_float, round_stochastic, random_u32, PRECISION_NAME, Precision,
+//          PRECISION, FLOATX_IS_FP32, HOST_DEVICE, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits
 #include <stdint.h>  // defines: uint16_t, uint32_t, uint64_t
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: isfinite, fabsf
@@ -32,8 +32,23 @@ rounds each parameter the same way. Read round_stochastic last: it builds on the
 #define HOST_DEVICE
 #endif
 
+// bfloat16 is the top half of an fp32: the one converter of the CPU build's floatX and of
+// llm.c's bf16 model files (version 5). Round to nearest even, as __float2bfloat16_rn.
+inline uint16_t bf16_bits_from_float(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+inline float float_from_bf16_bits(uint16_t bits) { uint32_t u = (uint32_t)bits << 16; float f; memcpy(&f, &u, 4); return f; }
+
+// the build's precision as a value, for code that must ask (file versions, loss-scaling defaults)
+enum Precision { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
+
 #if defined(ENABLE_BF16)
   #define PRECISION_NAME "bf16"
+  static const Precision PRECISION = PRECISION_BF16;
   #define FLOATX_IS_FP32 0
   #ifdef __CUDACC__
     #include <cuda_bf16.h>  // defines: __nv_bfloat16
@@ -44,17 +59,12 @@ rounds each parameter the same way. Read round_stochastic last: it builds on the
   #else
     struct bf16 { uint16_t bits; };  // bfloat16: the top half of an fp32
     typedef bf16 floatX;
-    inline float to_float(floatX x) { uint32_t u = (uint32_t)x.bits << 16; float f; memcpy(&f, &u, 4); return f; }
-    inline floatX from_float(float f) {  // round to nearest even, as __float2bfloat16_rn
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) return floatX{(uint16_t)((u >> 16) | 0x40)};  // NaN stays NaN
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return floatX{(uint16_t)(u >> 16)};
-    }
+    inline float to_float(floatX x) { return float_from_bf16_bits(x.bits); }
+    inline floatX from_float(float f) { return floatX{bf16_bits_from_float(f)}; }
   #endif
 #elif defined(ENABLE_FP16)
   #define PRECISION_NAME "fp16"
+  static const Precision PRECISION = PRECISION_FP16;
   #define FLOATX_IS_FP32 0
   #ifdef __CUDACC__
     #include <cuda_fp16.h>  // defines: __half
@@ -69,6 +79,7 @@ rounds each parameter the same way. Read round_stochastic last: it builds on the
   #endif
 #else
   #define PRECISION_NAME "fp32"
+  static const Precision PRECISION = PRECISION_FP32;
   #define FLOATX_IS_FP32 1
   typedef float floatX;
   #define CUBLAS_FLOATX CUDA_R_32F

@@ -19,12 +19,14 @@ unit's parameters and gradients (the embeddings, one layer, the final LayerNorm)
 call zero_gather_unit before a unit is used and zero_reduce_unit after its backward;
 with ZeRO stages 0-2 the first is a no-op, with 0-1 the second. Data parallelism is
 then just each rank reading its slice of the batch (dataloader.h).
-Shapes are computed from the parallel layout (tp, pp) even though both are 1 so far:
-under tensor parallelism a rank holds 3C/tp rows of qkvw, C/tp columns of attprojw,
-and so on; under pipeline parallelism a contiguous range of layers. Later
-parallelism changes these numbers, not the code that uses them.
+Tensor parallelism (tp.h) is visible at its call sites: tp_g_forward after each
+row-parallel matrix in the forward, tp_f_backward before each column-parallel one
+in the backward, the vocabulary-parallel embedding and loss. Shapes come from the
+parallel layout (tp, pp): a rank holds 3C/tp rows of qkvw, C/tp columns of
+attprojw, and so on; with tp = 1 the same code is the single-GPU model.
 
-Read in this order: gpt2_forward, gpt2_backward, train_step, main.
+Read in this order: block_forward, gpt2_forward, block_backward, gpt2_backward,
+train_step, main.
 */
 #include <stdio.h>     // defines: printf, fopen
 #include <stdlib.h>    // defines: malloc, strtol
@@ -34,13 +36,12 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include <sys/stat.h>  // defines: stat, mkdir
 #include <chrono>      // defines: std::chrono::steady_clock
 #include "precision.h"             // defines: floatX, to_float, from_float
-#include "kernels/common.cuh"      // defines: device_malloc, host_to_device, fail
-#include "kernels/encoder.cuh"     // defines: encoder_forward, encoder_backward
+#include "kernels/common.cuh"      // defines: device_init, device_malloc, host_to_device, fail (base.h)
+#include "kernels/encoder.cuh"     // defines: encoder_forward, encoder_backward, VocabRange
 #include "kernels/layernorm.cuh"   // defines: layernorm_forward, layernorm_backward
 #include "kernels/matmul.cuh"      // defines: matmul_forward, matmul_backward, bias_forward
 #include "kernels/attention.cuh"   // defines: attention_forward, attention_backward
 #include "kernels/gelu.cuh"        // defines: gelu_forward, gelu_backward, residual_forward
-#include "kernels/crossentropy.cuh"// defines: crossentropy_forward_backward
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 #include "adamw.h"                 // defines: adamw_update
 #include "loss_scale.h"            // defines: LossScaler, loss_scaler_update
@@ -51,6 +52,7 @@ Read in this order: gpt2_forward, gpt2_backward, train_step, main.
 #include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, json_escape_utf8
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
+#include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "checkpoint.h"            // defines: TrainingState, checkpoint_write_state, checkpoint_read_state
 
 // ----------------------------------------------------------------------------
@@ -77,7 +79,12 @@ struct ModelLayout {
     int layer_begin, layer_end;
 };
 
-inline ModelLayout single_rank_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, 0, c.num_layers}; }
+// the whole model, as one rank alone holds it and as files store it
+inline ModelLayout whole_model_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, 0, c.num_layers}; }
+// this rank's part, from the process grid: the one source of tp, pp and the ranks
+inline ModelLayout model_layout(const ProcessGrid& g, const GPT2Config& c) {
+    return ModelLayout{g.tp, g.tp_rank, g.pp, g.pp_rank, 0, c.num_layers};
+}
 inline bool is_first_stage(const ModelLayout& lay) { return lay.pp_rank == 0; }
 inline bool is_last_stage(const ModelLayout& lay) { return lay.pp_rank == lay.pp - 1; }
 
@@ -103,6 +110,19 @@ static const char* parameter_names[NUM_PARAMETER_TENSORS] = {
 static const bool parameter_is_matrix[NUM_PARAMETER_TENSORS] = {
     true, true, false, false, true, false, true, false, false, false, true, false, true, false, false, false};
 
+// how tensor parallelism cuts each tensor (tp.h draws it): column-parallel matrices by rows
+// (qkvw in three blocks, so each rank has whole heads of q, k and v), row-parallel ones by columns
+static const TensorPartition parameter_partition[NUM_PARAMETER_TENSORS] = {
+    {SPLIT_ROWS, 1},     // wte: the vocabulary (vocab-parallel embedding and LM head)
+    {REPLICATED, 1},     // wpe
+    {REPLICATED, 1}, {REPLICATED, 1},      // ln1w, ln1b
+    {SPLIT_ROWS, 3}, {SPLIT_ROWS, 3},      // qkvw, qkvb: column-parallel, this rank's heads
+    {SPLIT_COLUMNS, 1}, {REPLICATED, 1},   // attprojw: row-parallel; attprojb: added once, after the sum
+    {REPLICATED, 1}, {REPLICATED, 1},      // ln2w, ln2b
+    {SPLIT_ROWS, 1}, {SPLIT_ROWS, 1},      // fcw, fcb: column-parallel
+    {SPLIT_COLUMNS, 1}, {REPLICATED, 1},   // fcprojw: row-parallel; fcprojb: added once
+    {REPLICATED, 1}, {REPLICATED, 1}};     // lnfw, lnfb
+
 // a tensor is `layers` stacked (rows, cols) matrices; vectors have cols = 1
 struct TensorShape { int layers, rows, cols; };
 inline size_t shape_elements(TensorShape s) { return (size_t)s.layers * s.rows * s.cols; }
@@ -112,26 +132,27 @@ inline size_t parameter_count(const TensorShape shapes[NUM_PARAMETER_TENSORS]) {
     return n;
 }
 
-// the shapes this rank holds; tp = 1 and all layers give the shapes of the file
+// the shapes this rank holds; whole_model_layout gives the shapes of the file
 inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GPT2Config& c, const ModelLayout& lay) {
-    int C = c.channels, L = lay.layer_end - lay.layer_begin, tp = lay.tp;
+    int C = c.channels, L = lay.layer_end - lay.layer_begin;
     bool first = is_first_stage(lay), last = is_last_stage(lay);
-    shapes[WTE]      = {1, (first || last) ? c.padded_vocab_size / tp : 0, C};  // vocab-parallel, tied LM head
+    shapes[WTE]      = {1, (first || last) ? c.padded_vocab_size : 0, C};  // tied: the LM head too
     shapes[WPE]      = {1, first ? c.max_seq_len : 0, C};
     shapes[LN1W]     = {L, C, 1};
     shapes[LN1B]     = {L, C, 1};
-    shapes[QKVW]     = {L, 3 * C / tp, C};   // column-parallel: this rank's heads
-    shapes[QKVB]     = {L, 3 * C / tp, 1};
-    shapes[ATTPROJW] = {L, C, C / tp};       // row-parallel
-    shapes[ATTPROJB] = {L, C, 1};            // added once, after the reduction
+    shapes[QKVW]     = {L, 3 * C, C};
+    shapes[QKVB]     = {L, 3 * C, 1};
+    shapes[ATTPROJW] = {L, C, C};
+    shapes[ATTPROJB] = {L, C, 1};
     shapes[LN2W]     = {L, C, 1};
     shapes[LN2B]     = {L, C, 1};
-    shapes[FCW]      = {L, 4 * C / tp, C};   // column-parallel
-    shapes[FCB]      = {L, 4 * C / tp, 1};
-    shapes[FCPROJW]  = {L, C, 4 * C / tp};   // row-parallel
+    shapes[FCW]      = {L, 4 * C, C};
+    shapes[FCB]      = {L, 4 * C, 1};
+    shapes[FCPROJW]  = {L, C, 4 * C};
     shapes[FCPROJB]  = {L, C, 1};
     shapes[LNFW]     = {1, last ? C : 0, 1};
     shapes[LNFB]     = {1, last ? C : 0, 1};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) tp_local_shape(parameter_partition[i], lay.tp, &shapes[i].rows, &shapes[i].cols);
 }
 
 // Parameters are stored unit by unit (zero.h): unit 0 the embeddings {wte, wpe},
@@ -151,7 +172,7 @@ inline Unit* gpt2_units(const TensorShape shapes[NUM_PARAMETER_TENSORS], int L) 
         size_t count = (size_t)shapes[i].rows * shapes[i].cols;
         for (int l = 0; l < (i <= WPE || i >= LNFW ? 1 : L); l++) {
             Unit& u = units[unit_of(i, l, L)];
-            u.slices[slice_of(i)] = TensorSlice{u.size, count, parameter_is_matrix[i]};
+            u.slices[slice_of(i)] = TensorSlice{u.size, count, parameter_is_matrix[i], parameter_partition[i].split == REPLICATED};
             u.size += count;
             u.num_slices = slice_of(i) + 1;
         }
@@ -189,7 +210,7 @@ struct ActivationTensors {
     floatX* lnf;        // (B,T,C)
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
-    floatX* logits;     // (B,T,Vp/tp), the gradient in place after the loss
+    floatX* logits;     // (B,T,Vp/tp): this rank's vocabulary columns; the gradient in place after the loss
     float* losses;      // (B,T)
 };
 
@@ -201,6 +222,8 @@ struct ScratchTensors {  // reused by every layer
     floatX* dqkv;       // (B,T,3C/tp)
     floatX* dfch;       // (B,T,4C/tp)
     floatX* attention;  // attention_scratch_elements
+    float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
+    floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
     int* inputs;        // (B,T)
     int* targets;       // (B,T)
 };
@@ -226,12 +249,14 @@ struct GPT2 {
     int B, T;                       // activation buffers hold up to (B,T)
     ActivationTensors acts;
     ScratchTensors scratch;
+    std::vector<BufferSpec> activation_buffers;  // every buffer of acts and scratch, declared once
     float* host_losses;             // (B,T)
-    size_t memory[NUM_MEMORY_KINDS];  // bytes allocated, by kind
+    size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 
 inline int gpt2_layers(const GPT2* m) { return m->layout.layer_end - m->layout.layer_begin; }
 inline int head_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
+inline VocabRange vocab_range(const GPT2* m) { return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank); }
 
 inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T) {
     const GPT2Config& c = model->config;
@@ -246,23 +271,27 @@ inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T
                             (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
 }
 
-// values in llm.c's file order (all L layers) <-> this rank's units (unit-major, unpadded)
-inline void gpt2_reorder(const GPT2* m, const float* src, float* dst, bool file_to_units) {
+// values in llm.c's file order (the whole model) <-> TP rank tp_rank's units (unit-major,
+// unpadded): copies that rank's part of every tensor (tp.h: tp_for_each_run)
+inline void gpt2_reorder(const GPT2* m, int tp_rank, const float* src, float* dst, bool file_to_units) {
     const GPT2Config& c = m->config;
-    TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, single_rank_layout(c));
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, c, whole_model_layout(c));
     int L = gpt2_layers(m);
     size_t file_offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t per_layer = (size_t)full[i].rows * full[i].cols;
+        size_t per_layer = (size_t)whole[i].rows * whole[i].cols;
         for (int l = 0; l < m->shapes[i].layers; l++) {
             const Unit& u = m->zero.units[unit_of(i, l, L)];
-            size_t unit_offset = u.origin + u.slices[slice_of(i)].offset;
+            size_t unit_at = u.origin + u.slices[slice_of(i)].offset;
             size_t file_at = file_offset + (size_t)(m->layout.layer_begin + l) * per_layer;
-            if (file_to_units) memcpy(dst + unit_offset, src + file_at, per_layer * sizeof(float));
-            else memcpy(dst + file_at, src + unit_offset, per_layer * sizeof(float));
+            tp_for_each_run(parameter_partition[i], whole[i].rows, whole[i].cols, m->layout.tp, tp_rank,
+                            [&](size_t local, size_t whole_offset, size_t count) {
+                if (file_to_units) memcpy(dst + unit_at + local, src + file_at + whole_offset, count * sizeof(float));
+                else memcpy(dst + file_at + whole_offset, src + unit_at + local, count * sizeof(float));
+            });
         }
-        file_offset += per_layer * full[i].layers;
+        file_offset += per_layer * whole[i].layers;
     }
 }
 
@@ -298,7 +327,7 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
     int version = read_model_header(path, config, &f);
     const GPT2Config& c = *config;
     TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, single_rank_layout(c));
+    parameter_shapes(full, c, whole_model_layout(c));
     size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
     struct stat st;
     stat(path, &st);
@@ -311,7 +340,7 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
     } else {  // bf16 is the top half of an fp32
         uint16_t* raw = (uint16_t*)malloc(n * 2);
         if (fread(raw, 2, n, f) != n) fail("model file %s: short read", path);
-        for (size_t i = 0; i < n; i++) { uint32_t bits = (uint32_t)raw[i] << 16; memcpy(&values[i], &bits, 4); }
+        for (size_t i = 0; i < n; i++) values[i] = float_from_bf16_bits(raw[i]);
         free(raw);
     }
     fclose(f);
@@ -338,7 +367,7 @@ inline void gpt2_init_values(float* out, int index, int layer, TensorShape full,
 // the whole model's initial values in file order: GPT-2's initialisation, seeded
 inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
     TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, single_rank_layout(c));
+    parameter_shapes(full, c, whole_model_layout(c));
     float* values = (float*)malloc(parameter_count(full) * sizeof(float));
     float* p = values;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
@@ -351,7 +380,8 @@ inline bool is_depth_init(const char* init) {  // "dN": GPT-2 of depth N from sc
     return init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1);
 }
 
-// the model this rank holds, from -e (a model file or dN), with ZeRO `stage` over the DP group.
+// the model this rank holds, from -e (a model file or dN): its TP part of the whole (every
+// layout starts from the same values), with ZeRO `stage` over its DP group.
 // allocate = false only lays it out (-plan): no memory, no parameter values.
 inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
                        bool allocate) {
@@ -369,57 +399,63 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     }
     model->config = c;
     model->comm = comm;
-    model->layout = single_rank_layout(c);
+    model->layout = model_layout(comm->grid, c);
+    int tp = model->layout.tp;
+    if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
+        comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
+                      tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
     parameter_shapes(model->shapes, c, model->layout);
     model->num_parameters = parameter_count(model->shapes);
     zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
               grads_fp32, allocate, model->memory);
     if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
-    gpt2_reorder(model, file_values, values, true);
+    gpt2_reorder(model, model->layout.tp_rank, file_values, values, true);
     zero_set_params(&model->zero, values);
     free(values);
     free(file_values);
 }
 
 // writes an llm.c model file through a temporary name, so a crash never leaves a torn
-// file: bf16 builds write version 5, the others fp32 version 3. A collective (stage 3
-// gathers); rank 0 writes.
+// file: bf16 builds write version 5, the others fp32 version 3. A collective: ZeRO-3
+// gathers over DP, the TP ranks' parts are gathered to TP rank 0; world rank 0 writes.
 inline void gpt2_write_file(GPT2* model, const char* path) {
     size_t n = model->num_parameters;
-    std::vector<float> units(n);
-    zero_params_to_host(&model->zero, units.data());  // every rank: a collective under ZeRO-3
-    if (model->comm->grid.rank == 0) {
-        std::vector<float> values(n);
-        gpt2_reorder(model, units.data(), values.data(), false);
-        bool bf16 = strcmp(PRECISION_NAME, "bf16") == 0;
-        size_t bytes_per = bf16 ? 2 : 4;
-        char* body = (char*)malloc(n * bytes_per);
-        for (size_t i = 0; i < n; i++) {
-            if (bf16) { uint32_t bits; memcpy(&bits, &values[i], 4); uint16_t top = (uint16_t)(bits >> 16); memcpy(body + 2 * i, &top, 2); }
-            else memcpy(body + 4 * i, &values[i], 4);
-        }
-        const GPT2Config& c = model->config;
-        int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
-                               c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-        char tmp[4096];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        FILE* f = fopen(tmp, "wb");
-        if (!f) fail("cannot write model file %s", tmp);
-        bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body, bytes_per, n, f) == n;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
-        free(body);
+    int tp = model->layout.tp;
+    std::vector<float> units(n), parts(model->comm->grid.tp_rank == 0 ? n * tp : 0);
+    zero_params_to_host(&model->zero, units.data());
+    comm_gather_to_root(&model->comm->tp, units.data(), parts.data(), n);
+    if (model->comm->grid.rank != 0) return;
+    const GPT2Config& c = model->config;
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, c, whole_model_layout(c));
+    size_t total = parameter_count(whole);
+    std::vector<float> values(total);
+    for (int r = tp - 1; r >= 0; r--) gpt2_reorder(model, r, parts.data() + r * n, values.data(), false);
+    bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
+    size_t bytes_per = bf16 ? 2 : 4;
+    std::vector<char> body(total * bytes_per);
+    for (size_t i = 0; i < total; i++) {
+        if (bf16) { uint16_t top = bf16_bits_from_float(values[i]); memcpy(&body[2 * i], &top, 2); }
+        else memcpy(&body[4 * i], &values[i], 4);
     }
+    int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
+                           c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) fail("cannot write model file %s", tmp);
+    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body.data(), bytes_per, total, f) == total;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
 }
 
-// activations for micro-batches of up to (B,T)
-inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, bool allocate) {
+// every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
+// same list is allocated for training and summed for -plan
+inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
-    size_t BT = (size_t)B * T, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp;
-    if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
-    model->B = B; model->T = T; model->recompute = recompute;
+    size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
     const size_t X = sizeof(floatX), F = sizeof(float);
@@ -427,52 +463,88 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, 
     std::vector<BufferSpec> specs = {
         {(void**)&a.encoded, BT * C, X, KEPT},
         {(void**)&a.lnf, BT * C, X, KEPT}, {(void**)&a.lnf_mean, BT, F, KEPT}, {(void**)&a.lnf_rstd, BT, F, KEPT},
-        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, KEPT}, {(void**)&a.losses, BT, F, KEPT},
+        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, MEM_LOGITS}, {(void**)&a.losses, BT, F, KEPT},
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
-        {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * Cl, X, WORK},
-        {(void**)&s.dqkv, BT * 3 * Cl, X, WORK}, {(void**)&s.dfch, BT * 4 * Cl, X, WORK},
-        {(void**)&s.attention, attention_scratch_elements(B, T, Cl, NHl), X, WORK},
+        {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
+        {(void**)&s.dqkv, BT * 3 * C_rank, X, WORK}, {(void**)&s.dfch, BT * 4 * C_rank, X, WORK},
+        {(void**)&s.attention, attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
+        {(void**)&s.loss_max, BT, F, WORK}, {(void**)&s.loss_sum, BT, F, WORK}, {(void**)&s.loss_target, BT, F, WORK},
+        {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
     };
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer; not kept: one reused layer
-        bool kept = recompute_keeps(recompute, t);
+        bool kept = recompute_keeps(model->recompute, t);
         size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
         specs.push_back({&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK});
     }
-    if (!allocate) return;
-    allocate_buffers(specs.data(), (int)specs.size(), model->memory);
-    model->host_losses = (float*)malloc(BT * F);
+    return specs;
+}
+
+// activations for micro-batches of up to (B,T); allocate = false only books them (-plan)
+inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, bool allocate) {
+    if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
+    model->B = B; model->T = T; model->recompute = recompute;
+    model->activation_buffers = activation_buffer_list(model, B, T);
+    allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
+    if (allocate) model->host_losses = (float*)malloc((size_t)B * T * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
 // forward, loss, backward
 
-// block l (local index) on its input, writing the layer's activations; its unit must be gathered
+// the input of block l (local index): the embeddings, or the previous block's output
+inline floatX* block_input(GPT2* model, int l, int B, int T) {
+    return l == 0 ? model->acts.encoded : layer_activations(model, l - 1, B, T).residual3;
+}
+inline LayerParameters block_params(GPT2* model, int l) {
+    return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
+}
+
+// the three pieces of a block that recompute.h may drop and rebuild: each is one call,
+// made by block_forward and again, before the block's backward, by recompute_block
+inline void block_ln1(GPT2* model, int l, int B, int T) {
+    LayerParameters w = block_params(model, l);
+    LayerActivations la = layer_activations(model, l, B, T);
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, l, B, T), w.ln1w, w.ln1b, B * T, model->config.channels);
+}
+inline void block_ln2(GPT2* model, int l, int B, int T) {
+    LayerParameters w = block_params(model, l);
+    LayerActivations la = layer_activations(model, l, B, T);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, B * T, model->config.channels);
+}
+inline void block_gelu(GPT2* model, int l, int B, int T) {
+    LayerActivations la = layer_activations(model, l, B, T);
+    gelu_forward(la.fch_gelu, la.fch, (size_t)B * T * 4 * model->config.channels / model->layout.tp);
+}
+
+// block l (local index) on its input, writing the layer's activations; its unit must be gathered.
+// f (tp.h) is the identity here; g sums the row-parallel outputs over the TP ranks.
 inline void block_forward(GPT2* model, int l, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
-    ActivationTensors& a = model->acts;
+    int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     ScratchTensors& s = model->scratch;
-    LayerParameters w = layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
+    LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, l, B, T);
-    floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
-    // attention: qkv is column-parallel (this rank's heads), attproj row-parallel
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-    matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * Cl);
-    attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, Cl, NHl);
-    matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, Cl, C);
-    bias_forward(s.proj, w.attprojb, N, C);  // after the sum over tp ranks: added once
-    residual_forward(la.residual2, residual, s.proj, (size_t)N * C);
+    // attention: qkv column-parallel (this rank's heads), attproj row-parallel
+    block_ln1(model, l, B, T);
+    matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
+    attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, C_rank, NH_rank);
+    matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
+    tp_g_forward(model->comm, s.proj, (size_t)N * C);
+    bias_forward(s.proj, w.attprojb, N, C);  // after the sum over TP ranks: added once
+    residual_forward(la.residual2, block_input(model, l, B, T), s.proj, (size_t)N * C);
     // MLP: fc column-parallel, fcproj row-parallel
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, N, C);
-    matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * Cl);
-    gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * Cl);
-    matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * Cl, C);
+    block_ln2(model, l, B, T);
+    matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
+    block_gelu(model, l, B, T);
+    matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * C_rank, C);
+    tp_g_forward(model->comm, s.proj, (size_t)N * C);
     bias_forward(s.proj, w.fcprojb, N, C);
     residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
 }
 
-// runs the model on inputs (B,T) up to the logits. A collective under ZeRO-3: every DP rank calls it.
+// runs the model on inputs (B,T) up to this rank's logit columns. A collective under
+// ZeRO-3 (over DP) and under TP: every rank calls it.
 inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
     const GPT2Config& c = model->config;
     int L = gpt2_layers(model), C = c.channels, N = B * T;
@@ -483,50 +555,74 @@ inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
     zero_gather_unit(z, 0);                 // the embeddings and the final LayerNorm stay
     zero_gather_unit(z, head_unit(model));  // gathered until the end of the backward
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
-    encoder_forward(a.encoded, model->scratch.inputs, e.wte, e.wpe, B, T, C);
+    // vocab-parallel embedding: this rank's wte rows (the positions added on TP rank 0 only), then g
+    const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
+    encoder_forward(a.encoded, model->scratch.inputs, e.wte, positions, B, T, C, vocab_range(model));
+    tp_g_forward(model->comm, a.encoded, (size_t)N * C);
     for (int l = 0; l < L; l++) {
         zero_gather_unit(z, 1 + l);
         block_forward(model, l, B, T);
     }
     HeadParameters h = head_parameters(z->units[head_unit(model)], zero_unit_params(z, head_unit(model)));
-    floatX* last = layer_activations(model, L - 1, B, T).residual3;
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, h.lnfw, h.lnfb, N, C);
-    matmul_forward(a.logits, a.lnf, e.wte, NULL, N, C, c.padded_vocab_size / model->layout.tp);  // tied LM head
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, block_input(model, L, B, T), h.lnfw, h.lnfb, N, C);
+    // the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
+    matmul_forward(a.logits, a.lnf, e.wte, NULL, N, C, vocab_range(model).rows);
 }
 
-// cross-entropy of the logits against targets (B,T); with dloss != 0 the logits become their gradient.
-// Returns the sum of the B*T token losses.
+// cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
+// dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
 inline double gpt2_loss(GPT2* model, const int* targets, int B, int T, float dloss) {
     int N = B * T;
-    host_to_device(model->scratch.targets, targets, N * sizeof(int));
-    crossentropy_forward_backward(model->acts.logits, model->acts.losses, model->scratch.targets, N,
-                                  model->config.vocab_size, model->config.padded_vocab_size, dloss);
+    ScratchTensors& s = model->scratch;
+    host_to_device(s.targets, targets, N * sizeof(int));
+    tp_crossentropy(model->comm, model->acts.logits, model->acts.losses, s.targets,
+                    LossStatistics{s.loss_max, s.loss_sum, s.loss_target}, N, model->config.vocab_size,
+                    vocab_range(model), dloss);
     device_to_host(model->host_losses, model->acts.losses, N * sizeof(float));
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += model->host_losses[i];
     return sum;
 }
 
-// rebuilds what recompute level r did not keep of layer l, just before its backward
-inline void recompute_layer(GPT2* model, int l, int B, int T) {
-    if (model->recompute >= 3) { block_forward(model, l, B, T); return; }
-    int C = model->config.channels, N = B * T;
-    LayerParameters w = layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
+// rebuilds what recompute level r did not keep of block l, just before its backward
+inline void recompute_block(GPT2* model, int l, int B, int T) {
+    int r = model->recompute;
+    if (r >= 3) { block_forward(model, l, B, T); return; }
+    if (r >= 2) { block_ln1(model, l, B, T); block_ln2(model, l, B, T); }
+    if (r >= 1) block_gelu(model, l, B, T);
+}
+
+// block l's backward: model->scratch.dresidual holds the gradient of its output and
+// becomes the gradient of its input; the layer's parameter gradients accumulate.
+// g's backward is the identity; f's sums the column-parallel inputs' gradients over TP.
+inline void block_backward(GPT2* model, int l, int B, int T) {
+    const GPT2Config& c = model->config;
+    int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
+    Zero* z = &model->zero;
+    ScratchTensors& s = model->scratch;
+    LayerParameters w = block_params(model, l);
+    LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
     LayerActivations la = layer_activations(model, l, B, T);
-    if (model->recompute >= 2) {
-        floatX* residual = l == 0 ? model->acts.encoded : layer_activations(model, l - 1, B, T).residual3;
-        layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-        layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, N, C);
-    }
-    if (model->recompute >= 1) gelu_forward(la.fch_gelu, la.fch, (size_t)N * 4 * C / model->layout.tp);
+    // MLP
+    matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C);
+    gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * C_rank);
+    matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * C_rank);
+    tp_f_backward(model->comm, s.dln, (size_t)N * C);
+    layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C);
+    // attention; s.dresidual is now the gradient of residual2
+    matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, C_rank, C);
+    attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
+    matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank);
+    tp_f_backward(model->comm, s.dln, (size_t)N * C);
+    layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, l, B, T), w.ln1w, la.ln1_mean,
+                       la.ln1_rstd, N, C);
 }
 
 // accumulates the gradients of the micro-batch whose forward and loss ran last. Under
 // ZeRO-2/3 each unit's gradient is reduce-scattered as soon as its backward is done.
 inline void gpt2_backward(GPT2* model, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, L = gpt2_layers(model), H = head_unit(model);
-    int C = c.channels, Cl = C / tp, NHl = c.num_heads / tp, N = B * T;
+    int L = gpt2_layers(model), H = head_unit(model), C = c.channels, N = B * T;
     Zero* z = &model->zero;
     ActivationTensors& a = model->acts;
     ScratchTensors& s = model->scratch;
@@ -535,49 +631,27 @@ inline void gpt2_backward(GPT2* model, int B, int T) {
     HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
     HeadParameters dh = head_parameters(z->units[H], zero_unit_grads(z, H));
 
-    // LM head and final LayerNorm; a.logits holds dlogits now
-    floatX* last = layer_activations(model, L - 1, B, T).residual3;
-    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, c.padded_vocab_size / tp);
+    // LM head (column-parallel: f sums d(lnf) over TP) and final LayerNorm; a.logits holds dlogits now
+    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows);
+    tp_f_backward(model->comm, s.dln, (size_t)N * C);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, last, h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, block_input(model, L, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
     zero_reduce_unit(z, H);
 
     for (int l = L - 1; l >= 0; l--) {
         zero_gather_unit(z, 1 + l);
-        recompute_layer(model, l, B, T);
-        floatX* residual = l == 0 ? a.encoded : layer_activations(model, l - 1, B, T).residual3;
-        LayerParameters w = layer_parameters(z->units[1 + l], zero_unit_params(z, 1 + l));
-        LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
-        LayerActivations la = layer_activations(model, l, B, T);
-        // MLP; s.dresidual is the gradient of residual3
-        matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * Cl, C);
-        gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * Cl);
-        matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * Cl);
-        layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C);
-        // attention; s.dresidual is now the gradient of residual2
-        matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, Cl, C);
-        attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, Cl, NHl);
-        matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * Cl);
-        layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, residual, w.ln1w, la.ln1_mean, la.ln1_rstd, N, C);
+        recompute_block(model, l, B, T);
+        block_backward(model, l, B, T);
         zero_reduce_unit(z, 1 + l);
     }
-    encoder_backward(de.wte, de.wpe, s.dresidual, s.inputs, B, T, C);
+    // the embedding's backward (g's is the identity): this rank's wte rows, and wpe
+    encoder_backward(de.wte, de.wpe, s.dresidual, s.inputs, B, T, C, vocab_range(model));
     zero_reduce_unit(z, 0);
 }
 
 inline void gpt2_free(GPT2* model) {
-    void* buffers[] = {model->acts.encoded, model->acts.lnf, model->acts.lnf_mean, model->acts.lnf_rstd,
-                       model->acts.logits, model->acts.losses};
-    for (void* b : buffers) device_free(b);
-    for (void* b : model->acts.layer) device_free(b);
-    void** scratch = (void**)&model->scratch;
-    for (size_t i = 0; i < sizeof(ScratchTensors) / sizeof(void*); i++) device_free(scratch[i]);
-    Zero* z = &model->zero;
-    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->grads_fp32_full, z->grad_shard, z->grad_shard_fp32,
-                     z->reduce_buffer, z->norm_scratch};
-    for (void* b : state) device_free(b);
-    for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
-    free(z->units);
+    for (const BufferSpec& b : model->activation_buffers) device_free(*b.ptr);
+    zero_free(&model->zero);
     free(model->host_losses);
 }
 
@@ -672,18 +746,21 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
 }
 
 // samples `n` tokens after EOT at `temperature`, one full forward per token over the last
-// T tokens (simple, not fast: no KV cache). A collective under ZeRO-3: every DP rank
-// calls it with the same Rng state and so draws the same tokens.
+// T tokens (simple, not fast: no KV cache). A collective under ZeRO-3 and TP: every rank
+// calls it with the same Rng state and so draws the same tokens. Under TP the last
+// position's logit columns are all-gathered from the TP ranks (Vp values: small).
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
     int* tokens = (int*)malloc((n + 1) * sizeof(int));
     floatX* row = (floatX*)malloc(c.padded_vocab_size * sizeof(floatX));
     std::vector<double> weights(c.vocab_size);
+    int columns = vocab_range(model).rows;
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
         int context = t < model->T ? t : model->T;
         gpt2_forward(model, tokens + (t - context), 1, context);
-        device_to_host(row, model->acts.logits + (size_t)(context - 1) * c.padded_vocab_size, c.padded_vocab_size * sizeof(floatX));
+        comm_all_gather(&model->comm->tp, model->acts.logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
+        device_to_host(row, model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
         float maxval = -INFINITY;
         for (int v = 0; v < c.vocab_size; v++) maxval = fmaxf(maxval, to_float(row[v]));
         double sum = 0.0;
@@ -737,8 +814,8 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles"},
         {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
         {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)"},
-        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks (dp = world / (tp * pp))"},
-        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages"},
+        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)"},
+        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages (not built yet: 1)"},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
         {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit"},
     };
@@ -789,41 +866,40 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
     return true;
 }
 
-// -plan and the first step's log: what this rank holds and sends, from the formulas of
-// zero.h and recompute.h, beside what was allocated and (after a step) measured
+// -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
+// same whether allocated or not) and what it sends over each of its groups per step (the
+// formulas of zero.h and tp.h), beside what the first step measured
+enum CommGroup { GROUP_DP, GROUP_TP, NUM_COMM_GROUPS };
+[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp"};
+inline Comm* comm_group(Collectives* c, int group) { return group == GROUP_DP ? &c->dp : &c->tp; }
+
 struct Accounting {
-    size_t planned_memory[NUM_MEMORY_KINDS];
-    unsigned long long planned_comm[NUM_COMM_KINDS];
+    size_t memory[NUM_MEMORY_KINDS];
+    unsigned long long comm[NUM_COMM_GROUPS][NUM_COMM_KINDS];
     size_t activations_per_layer;
 };
 
 inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     const GPT2Config& c = model->config;
     int L = gpt2_layers(model), tp = model->layout.tp;
-    size_t X = sizeof(floatX), C = c.channels, N = (size_t)B * T;
     Accounting a = {};
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
+        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
-    size_t reused = 0;
-    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
-        size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
-        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += bytes; else reused += bytes;
-    }
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.planned_memory[k] = z.memory[k];
-    for (int k = 0; k < NUM_COMM_KINDS; k++) a.planned_comm[k] = z.comm[k];
-    // kept: the layers' activations + encoded, lnf (X), lnf mean/rstd and losses (fp32), logits (X)
-    a.planned_memory[MEM_ACTIVATIONS] = L * a.activations_per_layer + 2 * N * C * X + 3 * N * 4 + N * c.padded_vocab_size / tp * X;
-    // working buffers: reused layer tensors, gradients of the residual stream and of one layer's
-    // activations, attention scratch, token ids
-    a.planned_memory[MEM_ACTIVATIONS_TRANSIENT] += reused + X * (3 * N * C + N * C / tp * (1 + 3 + 4)) +
-        X * attention_scratch_elements(B, T, C / tp, c.num_heads / tp) + 2 * N * sizeof(int);
+    for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
+    int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
+    a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
+        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards);
+    a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
     return a;
 }
 
 inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     const ProcessGrid& g = model->comm->grid;
     const Zero& z = model->zero;
-    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
-           g.rank, g.dp, g.tp, g.pp, g.dp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
+           g.rank, g.dp, g.tp, g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
     if (g.rank == 0) {
         printf("parameter tensors held by this rank (layers x rows x cols):\n");
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
@@ -832,45 +908,65 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
     size_t total = 0;
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
-        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.planned_memory[k]);
-        total += a.planned_memory[k];
+        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.memory[k]);
+        total += a.memory[k];
     }
-    size_t state = a.planned_memory[MEM_PARAMETERS] + a.planned_memory[MEM_GRADIENTS] + a.planned_memory[MEM_OPTIMIZER];
+    size_t state = a.memory[MEM_PARAMETERS] + a.memory[MEM_GRADIENTS] + a.memory[MEM_OPTIMIZER];
     printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
-    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per model parameter\n", g.rank, state,
+    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
            (double)state / model->num_parameters);
-    printf("[rank %d]   %-22s %16s\n", g.rank, "sent per step", "bytes");
-    for (int k = 0; k < NUM_COMM_KINDS; k++) printf("[rank %d]   %-22s %16llu\n", g.rank, comm_kind_names[k], a.planned_comm[k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"zero\": %d, \"precision\": \"%s\", \"recompute\": %d, \"num_parameters\": %zu, "
-           "\"activations_per_layer\": %zu, \"memory\": {", g.rank, g.dp, z.stage, PRECISION_NAME, model->recompute,
-           model->num_parameters, a.activations_per_layer);
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", memory_kind_names[k], a.planned_memory[k]);
+    printf("[rank %d]   %-22s %16s %16s\n", g.rank, "sent per step", "dp group", "tp group");
+    for (int k = 0; k < NUM_COMM_KINDS; k++)
+        printf("[rank %d]   %-22s %16llu %16llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k], a.comm[GROUP_TP][k]);
+    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"precision\": \"%s\", \"recompute\": %d, "
+           "\"num_parameters\": %zu, \"activations_per_layer\": %zu, \"memory\": {", g.rank, g.dp, g.tp, z.stage,
+           PRECISION_NAME, model->recompute, model->num_parameters, a.activations_per_layer);
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", memory_kind_names[k], a.memory[k]);
     printf("}, \"comm\": {");
-    for (int k = 0; k < NUM_COMM_KINDS; k++) printf("%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], a.planned_comm[k]);
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
+        printf("%s\"%s\": {", grp ? ", " : "", comm_group_names[grp]);
+        for (int k = 0; k < NUM_COMM_KINDS; k++) printf("%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], a.comm[grp][k]);
+        printf("}");
+    }
     printf("}}\n");
     fflush(stdout);
 }
 
+// the bytes each group's ledger holds now, to subtract from after a step
+struct CommLedger { unsigned long long bytes[NUM_COMM_GROUPS][NUM_COMM_KINDS]; };
+inline CommLedger comm_ledger(GPT2* model) {
+    CommLedger l;
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
+        memcpy(l.bytes[grp], comm_group(model->comm, grp)->bytes, sizeof(l.bytes[grp]));
+    return l;
+}
+
 // the first step's per-rank allocated bytes and bytes sent, gathered to rank 0, as
 // the log's ", \"measured\": [...]" (a collective; empty on other ranks)
-inline std::string measured_accounting_json(const GPT2* model, const unsigned long long sent_before[NUM_COMM_KINDS]) {
+inline std::string measured_accounting_json(GPT2* model, const CommLedger& before) {
     int world = model->comm->grid.world, rank = model->comm->grid.rank;
-    unsigned long long mine[NUM_COMM_KINDS + NUM_MEMORY_KINDS];
-    for (int k = 0; k < NUM_COMM_KINDS; k++) mine[k] = model->comm->dp.bytes[k] - sent_before[k];
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) mine[NUM_COMM_KINDS + k] = model->memory[k];
-    const int n = NUM_COMM_KINDS + NUM_MEMORY_KINDS;
-    std::vector<unsigned long long> all(n * world);
-    MPI_Gather(mine, n, MPI_UNSIGNED_LONG_LONG, all.data(), n, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    const int n = NUM_COMM_GROUPS * NUM_COMM_KINDS + NUM_MEMORY_KINDS;
+    unsigned long long mine[n];
+    CommLedger now = comm_ledger(model);
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
+        for (int k = 0; k < NUM_COMM_KINDS; k++) mine[grp * NUM_COMM_KINDS + k] = now.bytes[grp][k] - before.bytes[grp][k];
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) mine[NUM_COMM_GROUPS * NUM_COMM_KINDS + k] = model->memory[k];
+    std::vector<unsigned long long> all(rank == 0 ? n * world : 0);
+    comm_gather_to_root(&model->comm->world, mine, all.data(), n);
     if (rank != 0) return "";
     std::string out = ", \"measured\": [";
     for (int q = 0; q < world; q++) {
         const unsigned long long* r = &all[q * n];
         out += q ? ", {\"memory\": {" : "{\"memory\": {";
         for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-            out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(r[NUM_COMM_KINDS + k]);
+            out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(r[NUM_COMM_GROUPS * NUM_COMM_KINDS + k]);
         out += "}, \"comm\": {";
-        for (int k = 0; k < NUM_COMM_KINDS; k++)
-            out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(r[k]);
+        for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
+            out += std::string(grp ? ", " : "") + "\"" + comm_group_names[grp] + "\": {";
+            for (int k = 0; k < NUM_COMM_KINDS; k++)
+                out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(r[grp * NUM_COMM_KINDS + k]);
+            out += "}";
+        }
         out += "}}";
     }
     return out + "]";
@@ -894,7 +990,100 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 // ----------------------------------------------------------------------------
-// main
+// main and the steps of a run
+
+// the flags every rank checks alike (one line on every rank, exit 1); returns the
+// accumulation steps per optimizer step
+inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
+    if (grid.pp != 1) comm_fail_all("-pp %d: pipeline parallelism is not built yet; the grid supports it, the model does not", grid.pp);
+    if (tc->B <= 0 || tc->T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc->B, tc->T);
+    int tokens_per_micro = tc->B * tc->T * grid.dp;
+    if (tc->total_batch_tokens == -1) tc->total_batch_tokens = tokens_per_micro;
+    if (tc->total_batch_tokens <= 0 || tc->total_batch_tokens % tokens_per_micro != 0)
+        comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc->total_batch_tokens, tc->B, tc->T, grid.dp, tokens_per_micro);
+    if (tc->zero_stage < 0 || tc->zero_stage > 3) comm_fail_all("-z must be 0, 1, 2 or 3 (got %d)", tc->zero_stage);
+    if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
+        comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
+    if (!(tc->temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc->temperature);
+    return tc->total_batch_tokens / tokens_per_micro;
+}
+
+// -y 1: the newest checkpoint every rank has replaces -e; returns its step (0: none, start fresh)
+inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int rank) {
+    if (!tc->resume) return 0;
+    if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
+    int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir, rank));
+    snprintf(model_path, size, "%s/model_%08d.bin", tc->output_dir, step);
+    if (step > 0) tc->init = model_path;
+    if (rank == 0 && step > 0) printf("resuming from step %d: %s\n", step, model_path);
+    if (rank == 0 && step == 0) printf("no checkpoint in %s: starting fresh\n", tc->output_dir);
+    return step;
+}
+
+// -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
+inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
+    Accounting plan = gpt2_plan(model, tc.B, tc.T, grad_accum);
+    for (int r = 0; r < model->comm->grid.world; r++) {
+        if (r == model->comm->grid.rank) print_plan(model, plan, tc.B, tc.T);
+        comm_barrier(&model->comm->world);
+    }
+}
+
+inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_nccl, int grad_accum, int max_steps,
+                             const DataLoader& train_loader) {
+    const GPT2Config& c = model->config;
+    const ProcessGrid& g = model->comm->grid;
+    printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
+           PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
+           model->num_parameters);
+    printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives\n", g.world, g.dp, g.tp, g.pp, tc.zero_stage,
+           use_nccl ? "NCCL" : "MPI");
+    printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
+           tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
+}
+
+inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, bool scaling) {
+    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss, r.norm, r.lr, ms,
+           tokens / (ms / 1000.0));
+    if (scaling) printf(" | scale %g", r.scale);
+    printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
+    if (r.skipped && !scaling) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
+}
+
+// `n` sampled tokens as text (ids when there is no decoder); a collective
+inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, const Decoder* decoder, bool can_decode) {
+    std::vector<int> tokens(tc.gen_tokens);
+    gpt2_sample(model, tokens.data(), tc.gen_tokens, tc.temperature, rng);
+    std::string text;
+    for (int i = 0; i < tc.gen_tokens; i++) {
+        if (can_decode) decode_append(decoder, tokens[i], &text);
+        else text += (i ? " " : "") + std::to_string(tokens[i]);
+    }
+    return text;
+}
+
+// the model file of step `done`, and with -n the ranks' state files; a collective
+inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const LossScaler& scaler,
+                             const DataLoader& loader, const Rng& sample_rng) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
+    gpt2_write_file(model, path);
+    if (tc.checkpoint_every > 0) {
+        TrainingState state = {done, model->adam_steps, scaler, loader.epoch, loader.shard_index, loader.sample_index, sample_rng.state};
+        checkpoint_write_state(tc.output_dir, &model->zero, &state, model->comm->grid);
+    }
+    if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
+}
+
+inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader, Rng* sample_rng) {
+    TrainingState state = {};
+    state.scaler = *scaler;
+    checkpoint_read_state(tc.output_dir, step, &model->zero, &state, model->comm->grid);
+    model->adam_steps = state.adam_steps;
+    *scaler = state.scaler;
+    dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);
+    sample_rng->state = state.sample_rng;
+}
 
 #ifndef TESTING
 int main(int argc, char** argv) {
@@ -903,99 +1092,54 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     if (!parse_args(&tc, argc, argv)) {
         if (rank == 0) print_usage(TrainConfig{});
-        MPI_Finalize();
+        comm_shutdown();
         return 0;
     }
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
     bool use_nccl = comm_use_nccl(tc.comm_backend);
+    device_init(local_rank);  // before the NCCL communicators, which bind to the current device
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
-    const ProcessGrid& grid = comm.grid;
-    if (grid.tp != 1 || grid.pp != 1)
-        comm_fail_all("-tp %d -pp %d: tensor and pipeline parallelism are not built yet; the grid supports them, the model does not", grid.tp, grid.pp);
-    int dp = grid.dp;
-    if (tc.B <= 0 || tc.T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc.B, tc.T);
-    if (tc.total_batch_tokens == -1) tc.total_batch_tokens = tc.B * tc.T * dp;
-    int tokens_per_micro = tc.B * tc.T * dp;
-    if (tc.total_batch_tokens <= 0 || tc.total_batch_tokens % tokens_per_micro != 0)
-        comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc.total_batch_tokens, tc.B, tc.T, dp, tokens_per_micro);
-    if (tc.zero_stage < 0 || tc.zero_stage > 3) comm_fail_all("-z must be 0, 1, 2 or 3 (got %d)", tc.zero_stage);
-    bool grads_in_fp32 = strcmp(tc.grad_accum_type, "fp32") == 0;
-    if (!grads_in_fp32 && strcmp(tc.grad_accum_type, "floatX") != 0) comm_fail_all("-ga expects floatX or fp32, got '%s'", tc.grad_accum_type);
-    int grad_accum = tc.total_batch_tokens / tokens_per_micro;
-    device_init(grid.local_rank);
-
-    // -y 1: the newest checkpoint every rank has replaces -e
-    int resume_step = 0;
+    int grad_accum = check_batch_flags(&tc, comm.grid);
     char resume_model[4096];
-    if (tc.resume) {
-        if (!tc.output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
-        resume_step = checkpoint_latest_step(tc.output_dir, rank);
-        MPI_Allreduce(MPI_IN_PLACE, &resume_step, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        snprintf(resume_model, sizeof(resume_model), "%s/model_%08d.bin", tc.output_dir, resume_step);
-        if (resume_step > 0) tc.init = resume_model;
-        if (rank == 0 && resume_step > 0) printf("resuming from step %d: %s\n", resume_step, resume_model);
-        if (rank == 0 && resume_step == 0) printf("no checkpoint in %s: starting fresh\n", tc.output_dir);
-    }
+    int resume_step = find_resume_step(&tc, resume_model, sizeof(resume_model), rank);
+
     GPT2 model;
-    bool allocate = !tc.plan;  // -plan needs no memory: it lays the model out and prints the formulas
-    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, grads_in_fp32, allocate);
-    const GPT2Config& c = model.config;
-    if (tc.T > c.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, c.max_seq_len);
-    if (!(tc.temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc.temperature);
-    LossScaler scaler = loss_scaler_init(tc.loss_scale, strcmp(PRECISION_NAME, "fp16") == 0, tc.loss_scale_interval);
+    bool allocate = !tc.plan;  // -plan needs no memory and no data: it lays the model out and prints
+    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
+    if (tc.T > model.config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model.config.max_seq_len);
+    LossScaler scaler = loss_scaler_init(tc.loss_scale, PRECISION == PRECISION_FP16, tc.loss_scale_interval);
     gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, allocate);
-    Accounting plan = gpt2_plan(&model, tc.B, tc.T, grad_accum);
-    if (tc.plan) {  // needs no data and no memory: a function of the model, the layout and the batch
-        for (int r = 0; r < world; r++) {  // one rank at a time, so the lines do not interleave
-            if (r == rank) print_plan(&model, plan, tc.B, tc.T);
-            MPI_Barrier(MPI_COMM_WORLD);
-        }
+    if (tc.plan) {
+        print_plans(&model, tc, grad_accum);
         comm_finalize(&comm);
         return 0;
     }
-    bool default_data = strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0;
     if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
         comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
-    if (default_data && rank == 0) printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
+    if (strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0 && rank == 0)
+        printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
+    const ProcessGrid& grid = comm.grid;
+    DataLoader train_loader, val_loader;  // TP ranks read what their DP rank reads
+    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, model.config.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
     bool validate = tc.val_every > 0 && tc.val_batches > 0;
-    if (validate) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, dp, c.vocab_size, false, 0);
+    if (validate) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, model.config.vocab_size, false, 0);
     int max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(train_loader.total_tokens / tc.total_batch_tokens);
     if (max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
     if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);
-    if (rank == 0) {
-        printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters\n",
-               device_name(), PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size,
-               c.padded_vocab_size, c.max_seq_len, model.num_parameters);
-        printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives\n", world, dp, grid.tp, grid.pp,
-               tc.zero_stage, use_nccl ? "NCCL" : "MPI");
-        printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
-               tc.B, tc.T, dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
-    }
+    if (rank == 0) print_run_header(&model, tc, use_nccl, grad_accum, max_steps, train_loader);
 
     FILE* log = NULL;
     if (rank == 0 && tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
-    Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: ZeRO-3 forwards are collective
-    if (resume_step > 0) {
-        TrainingState state = {};
-        state.scaler = scaler;
-        checkpoint_read_state(tc.output_dir, resume_step, &model.zero, &state, world, rank);
-        model.adam_steps = state.adam_steps;
-        scaler = state.scaler;
-        dataloader_seek(&train_loader, state.epoch, state.shard_index, state.sample_index);
-        sample_rng.state = state.sample_rng;
-    }
+    Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: sampling is a collective
+    if (resume_step > 0) resume_state(&model, tc, resume_step, &scaler, &train_loader, &sample_rng);
     Decoder decoder;
     bool can_decode = decoder_load(&decoder, tc.tokenizer_path);
     if (!can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
-    int* sample_tokens = (int*)malloc((tc.gen_tokens > 0 ? tc.gen_tokens : 1) * sizeof(int));
     for (int step = resume_step; step < max_steps; step++) {
-        unsigned long long sent_before[NUM_COMM_KINDS];
-        memcpy(sent_before, comm.dp.bytes, sizeof(sent_before));
+        CommLedger sent_before = comm_ledger(&model);
         device_synchronize();
         auto start = std::chrono::steady_clock::now();
         StepResult r = train_step(&model, &train_loader, &scaler, tc, grad_accum, step, max_steps);
@@ -1003,46 +1147,20 @@ int main(int argc, char** argv) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         int done = step + 1;
         bool last = done == max_steps;
-        if (rank == 0) {
-            printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss,
-                   r.norm, r.lr, ms, tc.total_batch_tokens / (ms / 1000.0));
-            if (scaler.enabled) printf(" | scale %g", r.scale);
-            printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
-            if (r.skipped && !scaler.enabled) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
-        }
+        if (rank == 0) print_step(done, max_steps, r, ms, tc.total_batch_tokens, scaler.enabled);
         // the first step's measured memory and traffic, per rank, in the log beside the plan
         std::string accounting = step == resume_step ? measured_accounting_json(&model, sent_before) : "";
-        double val_loss = 0.0;
         bool validated = validate && (done % tc.val_every == 0 || last);
-        if (validated) {
-            val_loss = gpt2_validate(&model, &val_loader, tc.val_batches);
-            if (rank == 0) printf("val loss %.6f\n", val_loss);
-        }
-        std::string sample;
+        double val_loss = validated ? gpt2_validate(&model, &val_loader, tc.val_batches) : 0.0;
+        if (validated && rank == 0) printf("val loss %.6f\n", val_loss);
         bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
-        if (sampled) {
-            gpt2_sample(&model, sample_tokens, tc.gen_tokens, tc.temperature, &sample_rng);
-            for (int i = 0; i < tc.gen_tokens; i++) {
-                if (can_decode) decode_append(&decoder, sample_tokens[i], &sample);
-                else sample += (i ? " " : "") + std::to_string(sample_tokens[i]);
-            }
-            if (rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
-        }
+        std::string sample = sampled ? sample_text(&model, tc, &sample_rng, &decoder, can_decode) : "";
+        if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
         if (log) log_step(log, done, r, ms, tc.total_batch_tokens, scaler.enabled, validated, val_loss, sampled, sample, accounting);
-        if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last)) {
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
-            gpt2_write_file(&model, path);
-            if (tc.checkpoint_every > 0) {
-                TrainingState state = {done, model.adam_steps, scaler, train_loader.epoch, train_loader.shard_index,
-                                       train_loader.sample_index, sample_rng.state};
-                checkpoint_write_state(tc.output_dir, &model.zero, &state, world, rank);
-            }
-            if (rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
-        }
+        if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
+            write_checkpoint(&model, tc, done, scaler, train_loader, sample_rng);
     }
     if (log) fclose(log);
-    free(sample_tokens);
     dataloader_free(&train_loader);
     if (validate) dataloader_free(&val_loader);
     gpt2_free(&model);

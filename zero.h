@@ -30,20 +30,26 @@ multiple of dp, and DP rank r owns the r-th contiguous 1/dp of every unit. The
 embedding and final-LayerNorm units stay gathered through a micro-step under stage
 3 (they are used at both ends of the network). Read zero_unit_params and
 zero_reduce_unit first: they are what the forward and backward call.
+
+Under tensor parallelism (tp.h) each TP rank runs its own ZeRO over its own DP
+group, on its own (smaller) units; nothing here crosses TP ranks but the gradient
+norm, which sums the TP ranks' shards and counts replicated tensors once.
 */
 #pragma once
 // defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
 //          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
-//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan
-#include <algorithm>               // defines: std::max
+//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan, ZeroOptimizerState,
+//          zero_optimizer_state, zero_free
+#include <algorithm>               // defines: std::max, std::min
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
 #include "adamw.h"                 // defines: adamw_update
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 
 #define MAX_UNIT_SLICES 12
 
-// one parameter tensor's elements inside a unit
-struct TensorSlice { size_t offset, count; bool decay; };
+// one parameter tensor's elements inside a unit. replicated: every TP rank holds the
+// same values (LayerNorms, wpe, row-parallel biases), so the norm counts it on one
+struct TensorSlice { size_t offset, count; bool decay, replicated; };
 
 struct Unit {
     size_t size;          // elements
@@ -129,7 +135,36 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->norm_scratch, NORM_PARTS, f, MEM_ACTIVATIONS_TRANSIENT},
     };
-    if (allocate) allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger);
+    allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
+}
+
+inline void zero_free(Zero* z) {
+    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->grads_fp32_full, z->grad_shard, z->grad_shard_fp32,
+                     z->reduce_buffer, z->norm_scratch};
+    for (void* b : state) device_free(b);
+    for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
+    free(z->units);
+}
+
+// what a checkpoint saves of this rank: the optimizer shard (m, v, and the fp32 master in 16-bit builds)
+struct ZeroOptimizerState { int stage, num_buffers; size_t elements; float* buffers[3]; };
+inline ZeroOptimizerState zero_optimizer_state(const Zero* z) {
+    ZeroOptimizerState s = {z->stage, z->master ? 3 : 2, z->shard_elements, {z->m, z->v, z->master}};
+    return s;
+}
+
+// calls visit(unit, slice, lo, hi, at) for each tensor slice's part [lo, hi) (unit-relative)
+// that lies in this rank's shard, at index `at` of the shard buffers (stage 0: the whole model)
+template <typename Visit> inline void zero_for_each_shard_slice(const Zero* z, Visit visit) {
+    for (int u = 0; u < z->num_units; u++) {
+        const Unit& unit = z->units[u];
+        size_t S = unit_shard(z, u), begin = z->shard_rank * S, end = begin + S;
+        for (int k = 0; k < unit.num_slices; k++) {
+            size_t lo = std::max(unit.slices[k].offset, begin);
+            size_t hi = std::min(unit.slices[k].offset + unit.slices[k].count, end);
+            if (lo < hi) visit(unit, unit.slices[k], lo, hi, unit.shard_offset + (lo - begin));
+        }
+    }
 }
 
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
@@ -208,20 +243,37 @@ inline void zero_reduce_step(Zero* z) {
     }
 }
 
-// the gradient the optimizer reads: element i of unit u's shard (stage 0: of the unit)
+// the gradient the optimizer reads, indexed like the shard buffers (stage 0: one shard, the whole model)
 inline bool zero_grad_is_fp32(const Zero* z) { return z->grads_fp32; }
-inline size_t zero_grad_index(const Zero* z, int u, size_t i) {
-    return z->stage == 0 ? z->units[u].offset + i : z->units[u].shard_offset + i;
-}
 inline float* zero_grad_fp32(const Zero* z) { return z->stage == 0 ? z->grads_fp32_full : z->grad_shard_fp32; }
 inline floatX* zero_grad_floatX(const Zero* z) { return z->stage == 0 ? z->grads : z->grad_shard; }
 
-// squared norm of the whole model's gradient, identical on every DP rank; non-finite when any element is
+template <typename T> inline double norm_squared_of_range(const T* g, size_t lo, size_t hi, float* scratch) {
+    return hi > lo ? global_norm_squared(g + lo, hi - lo, scratch) : 0.0;
+}
+
+// squared norm of the whole model's gradient (each parameter counted once), identical on
+// every rank of the model; non-finite when any element is. A replicated tensor's gradient
+// is the same on every TP rank (its inputs and output gradients are, tp.h), so only TP
+// rank 0 counts it; the other TP ranks skip those ranges. With tp = 1 nothing is skipped
+// and the buffer is summed in one range.
 inline double zero_grad_norm_squared(Zero* z) {
     size_t n = z->stage == 0 ? z->full_elements : z->shard_elements;
-    double sum = zero_grad_is_fp32(z) ? global_norm_squared(zero_grad_fp32(z), n, z->norm_scratch)
-                                      : global_norm_squared(zero_grad_floatX(z), n, z->norm_scratch);
-    if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each rank holds a shard
+    bool skip_replicated = z->comm->grid.tp_rank != 0;
+    double sum = 0.0;
+    size_t from = 0;  // the counted range that is open: [from, where the next skipped one begins)
+    auto count_up_to = [&](size_t to) {
+        sum += zero_grad_is_fp32(z) ? norm_squared_of_range(zero_grad_fp32(z), from, to, z->norm_scratch)
+                                    : norm_squared_of_range(zero_grad_floatX(z), from, to, z->norm_scratch);
+    };
+    zero_for_each_shard_slice(z, [&](const Unit&, const TensorSlice& slice, size_t lo, size_t hi, size_t at) {
+        if (!skip_replicated || !slice.replicated) return;
+        count_up_to(at);
+        from = at + (hi - lo);
+    });
+    count_up_to(n);
+    if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
+    comm_all_reduce_scalars(&z->comm->tp, &sum, 1);                     // each TP rank a part of each tensor
     return sum;
 }
 
@@ -237,26 +289,17 @@ inline void zero_poison_gradients(Zero* z) {
 
 // AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
-    for (int u = 0; u < z->num_units; u++) {
-        const Unit& unit = z->units[u];
-        size_t S = unit_shard(z, u), begin = z->shard_rank * S, end = begin + S;
-        for (int k = 0; k < unit.num_slices; k++) {
-            size_t lo = unit.slices[k].offset > begin ? unit.slices[k].offset : begin;
-            size_t hi = unit.slices[k].offset + unit.slices[k].count < end ? unit.slices[k].offset + unit.slices[k].count : end;
-            if (lo >= hi) continue;
-            size_t local = unit.shard_offset + (lo - begin);  // in the shard buffers
-            floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
-            AdamWConfig c;
-            c.lr = lr;
-            c.weight_decay = unit.slices[k].decay ? weight_decay : 0.0f;
-            float* master = z->master ? z->master + local : NULL;
-            size_t gi = zero_grad_index(z, u, z->stage == 0 ? lo : lo - begin);
-            if (zero_grad_is_fp32(z))
-                adamw_update(p, master, zero_grad_fp32(z) + gi, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
-            else
-                adamw_update(p, master, zero_grad_floatX(z) + gi, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
-        }
-    }
+    zero_for_each_shard_slice(z, [&](const Unit& unit, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
+        floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
+        AdamWConfig c;
+        c.lr = lr;
+        c.weight_decay = slice.decay ? weight_decay : 0.0f;
+        float* master = z->master ? z->master + local : NULL;  // m, v, master and the gradient share the shard index
+        if (zero_grad_is_fp32(z))
+            adamw_update(p, master, zero_grad_fp32(z) + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+        else
+            adamw_update(p, master, zero_grad_floatX(z) + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+    });
 }
 
 // stages 1-2: every rank updated its shard of the full parameters; all-gather them in place
@@ -281,27 +324,16 @@ inline void zero_params_to_host(Zero* z, float* out) {
 
 // ---------------------------------------------------------------- the plan (formulas above)
 
-struct ZeroPlan {
-    size_t memory[NUM_MEMORY_KINDS];           // model state only; the trainer adds activations
-    unsigned long long comm[NUM_COMM_KINDS];   // bytes this rank sends per optimizer step
-};
-
-// Psi: padded full elements; P = Psi / shards; E, Lu, H: padded embedding, layer, head units;
-// Psi_layers = Psi - E - H; g micro-steps; p = dp
+// the bytes this rank sends over its DP group per optimizer step (the memory it holds is
+// the ledger of zero_init's buffer list). Psi: padded full elements; E, H: padded embedding
+// and head units; Psi_layers = Psi - E - H; g micro-steps; p = dp
+struct ZeroPlan { unsigned long long comm[NUM_COMM_KINDS]; };
 inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     ZeroPlan plan = {};
-    size_t Psi = z->full_elements, P = z->shard_elements, X = sizeof(floatX), K = FLOATX_IS_FP32 ? 8 : 12;
-    size_t E = z->units[0].padded, H = z->units[z->num_units - 1].padded, Lu = z->slot_elements[SLOT_LAYER];
+    size_t Psi = z->full_elements, X = sizeof(floatX);
+    size_t E = z->units[0].padded, H = z->units[z->num_units - 1].padded;
     int p = z->comm->grid.dp, s = z->stage;
     size_t G = z->grads_fp32 ? 4 : X;
-    plan.memory[MEM_PARAMETERS] = X * (s == 3 ? P : Psi);
-    plan.memory[MEM_PARAMETERS_TRANSIENT] = s == 3 ? X * (E + Lu + H) : 0;
-    size_t full_grads = X * Psi + (z->grads_fp32 ? 4 * Psi : 0);  // + the fp32 sum of -ga fp32
-    plan.memory[MEM_GRADIENTS] = s == 0 ? full_grads : s == 1 ? full_grads + G * P : G * P;
-    size_t largest_unit = std::max({E, Lu, H});  // the reduce-scatter buffer holds one unit's shard
-    plan.memory[MEM_GRADIENTS_TRANSIENT] = s >= 2 ? X * (E + Lu + H) + X * largest_unit / p : 0;
-    plan.memory[MEM_OPTIMIZER] = K * P;
-    plan.memory[MEM_ACTIVATIONS_TRANSIENT] = NORM_PARTS * 4;
     unsigned long long g = grad_accum;
     if (s == 0) plan.comm[COMM_ALL_REDUCE] = 2 * ring_bytes(G * Psi, p);
     if (s == 1) plan.comm[COMM_REDUCE_SCATTER] = ring_bytes(G * Psi, p);

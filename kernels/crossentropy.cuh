@@ -11,9 +11,20 @@ activation of a small GPT, and nothing needs them after the loss. dloss is the
 gradient of the step's loss with respect to one token's loss: 1 / (tokens in the
 whole step), so micro-steps and ranks sum to the mean. dloss = 0 computes the loss
 only (validation, sampling). Statistics are fp32 whatever floatX is.
+
+The trainer uses the same computation in four pieces, so that under tensor
+parallelism (tp.h) each rank holds only its Vp/tp logit columns [vocab_begin,
+vocab_begin + cols) and three per-row numbers are all-reduced between the pieces:
+    crossentropy_row_max         m_i = max over the rank's columns j < V
+    crossentropy_row_sumexp      s_i = sum over them of exp(z_ij - m_i)   (m_i: the global max)
+    crossentropy_target_logit    t_i = z_i,target if this rank holds it, else 0
+    crossentropy_finish          loss_i = log(s_i) + m_i - t_i, and dlogits as above
+With one rank the pieces add in the fused op's order: the results are identical.
+The fused op stays as the reference the tests compare the pieces with.
 */
 #pragma once
-// defines: crossentropy_forward_backward
+// defines: crossentropy_forward_backward, crossentropy_row_max, crossentropy_row_sumexp,
+//          crossentropy_target_logit, crossentropy_finish
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 
@@ -35,6 +46,52 @@ inline void crossentropy_forward_backward_host(floatX* logits,      // (N,Vp) in
             float indicator = j == targets[i] ? 1.0f : 0.0f;
             z[j] = from_float(j < V ? (p - indicator) * dloss : 0.0f);
         }
+    }
+}
+
+// ---------------------------------------------------------------- the four pieces
+// logits (N,cols): this rank's columns, global index vocab_begin + j; valid: how many
+// of them are real vocabulary (< V); the rest are padding and get zero gradient
+
+inline void crossentropy_row_max_host(float* maxes, const floatX* logits, int N, int cols, int valid) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float maxval = -INFINITY;
+        for (int j = 0; j < valid; j++) maxval = fmaxf(maxval, to_float(logits[(size_t)i * cols + j]));
+        maxes[i] = maxval;
+    }
+}
+inline void crossentropy_row_sumexp_host(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float sum = 0.0f;
+        for (int j = 0; j < valid; j++) sum += expf(to_float(logits[(size_t)i * cols + j]) - maxes[i]);
+        sums[i] = sum;
+    }
+}
+HOST_DEVICE inline float target_logit_of_row(const floatX* logits, const int* targets, int i, int cols, int vocab_begin) {
+    int j = targets[i] - vocab_begin;
+    return j >= 0 && j < cols ? to_float(logits[(size_t)i * cols + j]) : 0.0f;
+}
+inline void crossentropy_target_logit_host(float* target_logits, const floatX* logits, const int* targets, int N,
+                                           int cols, int vocab_begin) {
+    for (int i = 0; i < N; i++) target_logits[i] = target_logit_of_row(logits, targets, i, cols, vocab_begin);
+}
+// element j of row i: the loss gradient (p - [target]) * dloss, zero on padded columns
+HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, int valid, float maxval, float sum, float dloss) {
+    float p = j < valid ? expf(z - maxval) / sum : 0.0f;
+    return from_float(j < valid ? (p - (j == target_j ? 1.0f : 0.0f)) * dloss : 0.0f);
+}
+inline void crossentropy_finish_host(floatX* logits, float* losses, const int* targets, const float* maxes,
+                                     const float* sums, const float* target_logits, int N, int cols, int vocab_begin,
+                                     int valid, float dloss) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        losses[i] = logf(sums[i]) + maxes[i] - target_logits[i];
+        if (dloss == 0.0f) continue;
+        floatX* z = logits + (size_t)i * cols;
+        for (int j = 0; j < cols; j++)
+            z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i] - vocab_begin, valid, maxes[i], sums[i], dloss);
     }
 }
 
@@ -72,8 +129,68 @@ inline void crossentropy_forward_backward(floatX* logits, float* losses, const i
     crossentropy_kernel<<<N, 512>>>(logits, losses, targets, V, Vp, dloss);
     launchCheck();
 }
+// the pieces: one block per row for the row reductions and the gradient
+__global__ void crossentropy_row_max_kernel(float* maxes, const floatX* logits, int cols, int valid) {
+    const floatX* z = logits + (size_t)blockIdx.x * cols;
+    float maxval = -INFINITY;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) maxval = fmaxf(maxval, to_float(z[j]));
+    maxval = block_reduce(maxval, true);
+    if (threadIdx.x == 0) maxes[blockIdx.x] = maxval;
+}
+__global__ void crossentropy_row_sumexp_kernel(float* sums, const floatX* logits, const float* maxes, int cols, int valid) {
+    const floatX* z = logits + (size_t)blockIdx.x * cols;
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(to_float(z[j]) - maxes[blockIdx.x]);
+    sum = block_reduce(sum, false);
+    if (threadIdx.x == 0) sums[blockIdx.x] = sum;
+}
+__global__ void crossentropy_target_logit_kernel(float* target_logits, const floatX* logits, const int* targets, int N,
+                                                 int cols, int vocab_begin) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) target_logits[i] = target_logit_of_row(logits, targets, i, cols, vocab_begin);
+}
+__global__ void crossentropy_finish_kernel(floatX* logits, float* losses, const int* targets, const float* maxes,
+                                           const float* sums, const float* target_logits, int cols, int vocab_begin,
+                                           int valid, float dloss) {
+    int i = blockIdx.x;
+    if (threadIdx.x == 0) losses[i] = logf(sums[i]) + maxes[i] - target_logits[i];
+    if (dloss == 0.0f) return;
+    floatX* z = logits + (size_t)i * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i] - vocab_begin, valid, maxes[i], sums[i], dloss);
+}
+inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
+    crossentropy_row_max_kernel<<<N, 512>>>(maxes, logits, cols, valid);
+    launchCheck();
+}
+inline void crossentropy_row_sumexp(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
+    crossentropy_row_sumexp_kernel<<<N, 512>>>(sums, logits, maxes, cols, valid);
+    launchCheck();
+}
+inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols, int vocab_begin) {
+    crossentropy_target_logit_kernel<<<ceil_div(N, 256), 256>>>(target_logits, logits, targets, N, cols, vocab_begin);
+    launchCheck();
+}
+inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes, const float* sums,
+                                const float* target_logits, int N, int cols, int vocab_begin, int valid, float dloss) {
+    crossentropy_finish_kernel<<<N, 512>>>(logits, losses, targets, maxes, sums, target_logits, cols, vocab_begin, valid, dloss);
+    launchCheck();
+}
 #else
 inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_forward_backward_host(logits, losses, targets, N, V, Vp, dloss);
+}
+inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
+    crossentropy_row_max_host(maxes, logits, N, cols, valid);
+}
+inline void crossentropy_row_sumexp(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
+    crossentropy_row_sumexp_host(sums, logits, maxes, N, cols, valid);
+}
+inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols, int vocab_begin) {
+    crossentropy_target_logit_host(target_logits, logits, targets, N, cols, vocab_begin);
+}
+inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes, const float* sums,
+                                const float* target_logits, int N, int cols, int vocab_begin, int valid, float dloss) {
+    crossentropy_finish_host(logits, losses, targets, maxes, sums, target_logits, N, cols, vocab_begin, valid, dloss);
 }
 #endif

@@ -48,6 +48,10 @@ for np in 2 4 8; do
     check comm_grid_np$np timeout 300 mpirun -np $np $BUILD/test_comm
 done
 check zero_data_parallel bash tests/test_zero.sh $REF
+for np in 2 4; do
+    check tp_pieces_np$np timeout 300 mpirun -np $np $BUILD/test_tp
+done
+check tensor_parallel bash tests/test_tp.sh $REF
 check resume_bit_exact bash tests/test_resume.sh $REF
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"

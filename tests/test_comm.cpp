@@ -4,8 +4,9 @@ tests/test_comm.cpp: the process grid and the collectives of comm.h, under mpiru
 For every (tp, pp) that divides the world it builds the grid and checks DESIGN's rank
 order, that each group holds exactly the ranks it should (by summing rank ids over the
 group), and every collective against values computed from the rank numbers alone:
-all-reduce (sum and average), reduce-scatter, all-gather (also in place), broadcast, send/recv, scalar
-all-reduce and the ledger's ring-cost bytes. Prints "N passed, M failed" on rank 0.
+all-reduce (sum, average and max), reduce-scatter, all-gather (also in place), broadcast, send/recv,
+scalar all-reduce, the host gather to a group's rank 0, the minimum over the world and the ledger's
+ring-cost bytes. Prints "N passed, M failed" on rank 0.
 */
 #include <stdio.h>
 #include <vector>
@@ -53,6 +54,14 @@ int main(int argc, char** argv) {
             std::vector<float> averaged = x;
             comm_all_reduce_average(&c, d, averaged.data(), averaged.size());
             for (size_t i = 0; i < x.size(); i++) EXPECT(fabsf(averaged[i] - ranks_sum * (i + 1) / p) <= 1e-6f * ranks_sum * (i + 1));
+            std::vector<float> maxed(n);  // element i peaks on group rank i % p
+            for (size_t i = 0; i < n; i++) maxed[i] = (int)(i % p) == r ? 10.0f + i : -(float)r;
+            comm_all_reduce_max(&c, d, maxed.data(), n);
+            for (size_t i = 0; i < n; i++) EXPECT(maxed[i] == 10.0f + i);
+            std::vector<int> mine = {r, 3 * r}, all(r == 0 ? 2 * p : 0);
+            comm_gather_to_root(d, mine.data(), all.data(), 2);
+            for (int q = 0; r == 0 && q < p; q++) EXPECT(all[2 * q] == q && all[2 * q + 1] == 3 * q);
+            EXPECT(comm_min_over_world(rank + 5) == 5);
             std::vector<float> block(n);
             comm_reduce_scatter_sum(&c, d, x.data(), block.data(), n);
             for (size_t i = 0; i < n; i++) EXPECT(block[i] == ranks_sum * (r * n + i + 1));
@@ -75,7 +84,7 @@ int main(int argc, char** argv) {
             }
             // the ledger: ring cost of each call, bytes = 4 * elements
             unsigned long long S = 4ull * n * p;
-            EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * 2 * (S * (p - 1) / p));  // the sum and the average
+            EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * 2 * (S * (p - 1) / p) + 2 * (4ull * n * (p - 1) / p));  // sum, average; max
             EXPECT(d->bytes[COMM_REDUCE_SCATTER] == S * (p - 1) / p);
             EXPECT(d->bytes[COMM_ALL_GATHER] == 2 * (S * (p - 1) / p));
             EXPECT(d->bytes[COMM_BROADCAST] == (r == p - 1 ? 4ull * n : 0));

@@ -99,7 +99,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     gpt2_backward(&model, s.B, s.T);
     auto unit_grads = device_floats(model.zero.grads, model.num_parameters);  // one rank: units are unpadded
     std::vector<float> grads(model.num_parameters);
-    gpt2_reorder(&model, unit_grads.data(), grads.data(), false);  // into the reference's file order
+    gpt2_reorder(&model, 0, unit_grads.data(), grads.data(), false);  // into the reference's file order
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = shape_elements(model.shapes[i]);

@@ -29,7 +29,7 @@ for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cp
                  1: X * (4 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
                  2: X * (2 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
                  3: X * N * C}
-    fixed = X * 2 * N * C + 4 * 3 * N + X * N * Vp    # encoded, lnf; lnf mean, rstd, losses; logits
+    fixed = X * 2 * N * C + 4 * 3 * N                  # encoded, lnf; lnf mean, rstd, losses
     acts = []
     for r in range(4):
         plan = json.load(open(f"{d}/{build}-r{r}.plan.json"))["memory"]        # -plan: the formulas, nothing allocated
@@ -37,6 +37,7 @@ for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cp
         want = L * per_layer[r] + fixed
         assert plan["activations"] == measured["activations"] == want, f"{build} -r {r}: plan {plan['activations']}, measured {measured['activations']}, formula {want}"
         assert plan == measured, (build, r, plan, measured)
+        assert measured["logits"] == X * N * Vp, measured["logits"]
         acts.append(measured["activations"])
         n = json.load(open(f"{d}/{build}-r{r}.plan.json"))["num_parameters"]
         state = sum(measured[k] for k in ("parameters", "gradients", "optimizer"))

@@ -3,7 +3,8 @@
 # logs the same losses, norms, scales and samples (all 17 digits) and writes the same final
 # model file, byte for byte, as the run that never stopped. Covered: shuffled data and the
 # sampling RNG (fp32, one rank); sharded master weights and stochastic rounding (bf16, dp 2,
-# ZeRO-2); the loss scaler's state after an overflow and a growth (fp16, dp 2, ZeRO-3).
+# ZeRO-2); the loss scaler's state after an overflow and a growth (fp16, dp 2, ZeRO-3); tensor
+# parallelism with ZeRO over each TP rank's DP group (bf16, tp 2 x dp 2, ZeRO-3).
 # Bad checkpoints (truncated, another layout) are refused with a message and left untouched.
 # Usage: test_resume.sh REFERENCE_DIR
 set -eu
@@ -27,6 +28,7 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
 }
 resume_case fp32 "" ./train_gpt_cpu ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" ./train_gpt_cpu_bf16 "-b 1 -z 2"
+resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" ./train_gpt_cpu_bf16 "-b 1 -tp 2 -z 3"
 TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" ./train_gpt_cpu_fp16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
 scales=$(grep -o '"scale": [0-9.]*' $D/fp16_dp2_zero3_scaler-whole.jsonl | awk '{print $2}' | tr '\n' ' ')
@@ -41,5 +43,7 @@ cp $D/trunc.bin $D/state_00000004_00000.bin
 if ./train_gpt_cpu $FLAGS -o $D -y 1 -x 8 > /dev/null 2> $D/err.txt; then echo "FAIL: truncated state accepted"; exit 1; fi
 grep -q "is truncated" $D/err.txt && echo "ok: $(cat $D/err.txt)"
 if timeout 120 mpirun -np 2 ./train_gpt_cpu_bf16 $FLAGS -b 1 -z 1 -o $D/bf16_dp2_zero2-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: another layout accepted"; exit 1; fi
+grep -q "was written by another layout" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
+if timeout 120 mpirun -np 4 ./train_gpt_cpu_bf16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4"; exit 1; fi
 grep -q "was written by another layout" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
 [ "$(md5sum $C/* | md5sum)" = "$sums" ] || { echo "FAIL: a refused resume changed the checkpoint"; exit 1; }

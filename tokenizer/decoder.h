@@ -13,7 +13,7 @@ text is whole only once the bytes of neighbouring tokens are joined.
 #include <stdint.h>   // defines: uint32_t, uint8_t
 #include <string>     // defines: std::string
 #include <vector>     // defines: std::vector
-#include "../kernels/common.cuh"  // defines: fail
+#include "../base.h"  // defines: fail
 
 #define TOKENIZER_MAGIC 20240328
 #define TOKENIZER_VERSION 2

@@ -1,0 +1,115 @@
+/*
+base.h: what every file needs, whatever it is built with: the error path (fail),
+"device" memory and copies, and the memory ledger.
+
+fail() prints one line and exits 1. It knows nothing of MPI or CUDA, so the
+tokenizer builds with plain g++. A multi-rank run must not leave the other ranks
+waiting forever in a collective for one that failed: comm.h installs a fail hook
+that ends the whole job (MPI_Abort) after the line is out.
+
+The trainer never calls a CUDA API; it calls device_malloc, device_to_host, ...
+On the CPU build the "device" is host memory and these are malloc and memcpy, so
+the same trainer source runs unchanged.
+*/
+#pragma once
+// defines: fail, FailHook, fail_hook, print_error_line, ceil_div, device_malloc, device_free,
+//          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize,
+//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
+#include <stdio.h>   // defines: fprintf, vsnprintf
+#include <stdlib.h>  // defines: exit, aligned_alloc, free
+#include <string.h>  // defines: memcpy, memset
+#include <stddef.h>  // defines: size_t
+#include <stdarg.h>  // defines: va_list
+#include "precision.h"  // defines: HOST_DEVICE
+
+// ---------------------------------------------------------------- the error path
+
+// "error: ...\n" in one write, so the lines of several ranks do not interleave
+inline void print_error_line(const char* format, va_list args) {
+    char line[2048] = "error: ";
+    vsnprintf(line + 7, sizeof(line) - 8, format, args);
+    strcat(line, "\n");
+    fputs(line, stderr);
+    fflush(stderr);
+}
+
+// called by fail() after the message, before exit: comm.h's ends a multi-rank job. A
+// process-wide setting, like a signal handler: there is one way to die per process.
+typedef void (*FailHook)(void);
+inline FailHook& fail_hook() { static FailHook hook = nullptr; return hook; }
+
+// one line naming the problem and exit 1: the error path of every module. (Errors that
+// every rank detects alike use comm_fail_all, which lets each rank print its line first.)
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* format, ...) {
+    fflush(stdout);
+    va_list args;
+    va_start(args, format);
+    print_error_line(format, args);
+    va_end(args);
+    if (fail_hook()) fail_hook()();
+    exit(EXIT_FAILURE);
+}
+
+HOST_DEVICE inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------- device memory
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>  // defines: cudaMalloc, cudaMemcpy, ...
+
+inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) fail("CUDA %s at %s:%d", cudaGetErrorString(err), file, line);
+}
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+
+inline void* device_malloc(size_t bytes) { void* p = nullptr; if (bytes) cudaCheck(cudaMalloc(&p, bytes)); return p; }
+inline void device_free(void* p) { if (p) cudaCheck(cudaFree(p)); }
+inline void host_to_device(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+inline void device_to_host(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+inline void device_to_device(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)); }
+inline void device_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
+inline void device_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
+
+#else  // CPU build: device memory is host memory
+
+inline void* device_malloc(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* p = aligned_alloc(64, ceil_div(bytes, 64) * 64);
+    if (!p) fail("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+inline void device_free(void* p) { free(p); }
+inline void host_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+inline void device_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+inline void device_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+inline void device_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+inline void device_synchronize() {}
+#endif
+
+// ---------------------------------------------------------------- memory ledger
+// Every device allocation of the trainer is declared once, as a BufferSpec in a list,
+// under one kind. The same list is allocated for training and only summed for -plan,
+// so what -plan prints is what a run allocates; the tests check both against formulas
+// of their own. Persistent: lives through the run. Transient: a working buffer reused
+// within a step. Logits are a kind of their own: the largest activation of a small GPT,
+// and what the vocabulary-parallel head divides by tp.
+enum MemoryKind { MEM_PARAMETERS, MEM_GRADIENTS, MEM_OPTIMIZER, MEM_PARAMETERS_TRANSIENT, MEM_GRADIENTS_TRANSIENT,
+                  MEM_ACTIVATIONS, MEM_LOGITS, MEM_ACTIVATIONS_TRANSIENT, NUM_MEMORY_KINDS };
+[[maybe_unused]] static const char* memory_kind_names[NUM_MEMORY_KINDS] = {
+    "parameters", "gradients", "optimizer", "parameters_transient", "gradients_transient",
+    "activations", "logits", "activations_transient"};
+
+struct BufferSpec { void** ptr; size_t elements, element_bytes; MemoryKind kind; };
+
+inline size_t buffer_bytes(const BufferSpec& s) { return s.elements * s.element_bytes; }
+
+// books every buffer's bytes in the ledger; allocate = false (-plan) stops there
+inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_MEMORY_KINDS], bool allocate) {
+    for (int i = 0; i < n; i++) {
+        size_t bytes = buffer_bytes(specs[i]);
+        ledger[specs[i].kind] += bytes;
+        if (!allocate) continue;
+        *specs[i].ptr = device_malloc(bytes);
+        if (*specs[i].ptr) device_zero(*specs[i].ptr, bytes);
+    }
+}

@@ -1,0 +1,141 @@
+/*
+tests/test_tp.cpp: tensor parallelism's pieces (tp.h) under mpirun, every rank one TP rank
+(tp = world), against the unsharded computation on one rank's worth of data:
+  - tp_for_each_run: over all ranks, every element of a cut matrix is covered exactly once;
+  - vocabulary-parallel cross-entropy (three all-reduces, no gathered logits) equals the
+    fused op on the gathered logits: every row's loss, and each rank's gradient columns.
+    Padded columns (>= V) fall in the last rank's range and targets fall in every rank's;
+  - an MLP pair cut as Megatron cuts it: fc column-parallel (its bias cut with it), fcproj
+    row-parallel with g after it and its bias added once; forward output, input gradient
+    (through f) and every weight and bias gradient shard equal the unsharded layer's.
+Prints "N passed, M failed" on rank 0; exit 1 on any failure.
+*/
+#include <stdio.h>
+#include <math.h>
+#include <vector>
+#include "../tp.h"
+#include "../kernels/matmul.cuh"
+#include "../kernels/gelu.cuh"
+#include "../random.h"
+
+static int checks = 0, failures = 0, rank = 0;
+#define EXPECT(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[rank %d] failed: %s (line %d)\n", rank, #cond, __LINE__); } } while (0)
+
+static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
+    Rng rng = {seed};
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * (float)rng_normal(&rng);
+    return v;
+}
+static double max_abs_diff(const float* a, const float* b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+// rank's (rows', cols') part of a (rows, cols) matrix, cut as `p` says
+static std::vector<float> shard(const std::vector<float>& whole, TensorPartition p, int rows, int cols, int tp, int r) {
+    int lr = rows, lc = cols;
+    tp_local_shape(p, tp, &lr, &lc);
+    std::vector<float> part((size_t)lr * lc);
+    tp_for_each_run(p, rows, cols, tp, r, [&](size_t local, size_t at, size_t count) {
+        for (size_t i = 0; i < count; i++) part[local + i] = whole[at + i];
+    });
+    return part;
+}
+
+static void runs_cover_once(int tp) {
+    TensorPartition parts[] = {{REPLICATED, 1}, {SPLIT_ROWS, 1}, {SPLIT_ROWS, 3}, {SPLIT_COLUMNS, 1}};
+    int rows = 12 * tp, cols = 4 * tp;
+    for (TensorPartition p : parts) {
+        std::vector<int> covered((size_t)rows * cols, 0);
+        size_t local_total = 0;
+        for (int r = 0; r < tp; r++) {
+            int lr = rows, lc = cols;
+            tp_local_shape(p, tp, &lr, &lc);
+            local_total += (size_t)lr * lc;
+            tp_for_each_run(p, rows, cols, tp, r, [&](size_t local, size_t at, size_t count) {
+                EXPECT(local + count <= (size_t)lr * lc);
+                for (size_t i = 0; i < count; i++) covered[at + i]++;
+            });
+        }
+        int want = p.split == REPLICATED ? tp : 1;
+        for (int c : covered) EXPECT(c == want);
+        EXPECT(local_total == (size_t)want * rows * cols);
+    }
+}
+
+static void vocab_parallel_crossentropy(Collectives* comm, int tp, int r) {
+    const int N = 7, Vp = 16 * tp, V = Vp - 5;  // 5 padded columns, all in the last rank's range
+    std::vector<float> logits = random_normal((size_t)N * Vp, 11, 3.0f);
+    std::vector<int> targets(N);
+    for (int i = 0; i < N; i++) targets[i] = (i * 37 + 3) % V;  // spread over every rank's columns
+    // the reference: the fused op on the whole logits
+    std::vector<float> ref = logits, ref_losses(N);
+    const float dloss = 1.0f / N;
+    crossentropy_forward_backward_host(ref.data(), ref_losses.data(), targets.data(), N, V, Vp, dloss);
+    // this rank's columns
+    VocabRange vocab = tp_vocab_range(Vp, tp, r);
+    std::vector<float> mine = shard(logits, TensorPartition{SPLIT_COLUMNS, 1}, N, Vp, tp, r), losses(N);
+    std::vector<float> mx(N), sum(N), target(N);
+    tp_crossentropy(comm, mine.data(), losses.data(), targets.data(), LossStatistics{mx.data(), sum.data(), target.data()},
+                    N, V, vocab, dloss);
+    for (int i = 0; i < N; i++) EXPECT(fabs(losses[i] - ref_losses[i]) < 1e-5 * fabs(ref_losses[i]));
+    std::vector<float> ref_mine = shard(ref, TensorPartition{SPLIT_COLUMNS, 1}, N, Vp, tp, r);
+    EXPECT(max_abs_diff(mine.data(), ref_mine.data(), mine.size()) < 1e-7);
+    if (r == tp - 1) for (int i = 0; i < N; i++) for (int j = V - vocab.begin; j < vocab.rows; j++) EXPECT(mine[(size_t)i * vocab.rows + j] == 0.0f);
+}
+
+static void megatron_mlp(Collectives* comm, int tp, int r) {
+    const int N = 5, C = 4 * tp, H = 4 * C;  // fc: (H, C), fcproj: (C, H)
+    auto x = random_normal((size_t)N * C, 1, 1.0f), dy = random_normal((size_t)N * C, 2, 1.0f);
+    auto fcw = random_normal((size_t)H * C, 3, 0.3f), fcb = random_normal(H, 4, 0.1f);
+    auto projw = random_normal((size_t)C * H, 5, 0.3f), projb = random_normal(C, 6, 0.1f);
+    // unsharded: y = gelu(x fcw^T + fcb) projw^T + projb, and its backward
+    std::vector<float> h(N * H), a(N * H), y(N * C), da(N * H), dh(N * H), dx(N * C);
+    std::vector<float> dfcw(H * C, 0.0f), dfcb(H, 0.0f), dprojw(C * H, 0.0f), dprojb(C, 0.0f);
+    matmul_forward(h.data(), x.data(), fcw.data(), fcb.data(), N, C, H);
+    gelu_forward(a.data(), h.data(), h.size());
+    matmul_forward(y.data(), a.data(), projw.data(), projb.data(), N, H, C);
+    matmul_backward(da.data(), dprojw.data(), dprojb.data(), dy.data(), a.data(), projw.data(), N, H, C);
+    gelu_backward(dh.data(), h.data(), da.data(), h.size());
+    matmul_backward(dx.data(), dfcw.data(), dfcb.data(), dh.data(), x.data(), fcw.data(), N, C, H);
+    // this rank's shards, the code path of block_forward / block_backward
+    const int Hr = H / tp;
+    auto fcw_r = shard(fcw, {SPLIT_ROWS, 1}, H, C, tp, r), fcb_r = shard(fcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
+    auto projw_r = shard(projw, {SPLIT_COLUMNS, 1}, C, H, tp, r);
+    std::vector<float> h_r(N * Hr), a_r(N * Hr), y_r(N * C), da_r(N * Hr), dh_r(N * Hr), dx_r(N * C);
+    std::vector<float> dfcw_r(Hr * C, 0.0f), dfcb_r(Hr, 0.0f), dprojw_r(C * Hr, 0.0f), dprojb_r(C, 0.0f);
+    matmul_forward(h_r.data(), x.data(), fcw_r.data(), fcb_r.data(), N, C, Hr);  // f: identity
+    gelu_forward(a_r.data(), h_r.data(), h_r.size());
+    matmul_forward(y_r.data(), a_r.data(), projw_r.data(), NULL, N, Hr, C);
+    tp_g_forward(comm, y_r.data(), y_r.size());
+    bias_forward(y_r.data(), projb.data(), N, C);  // once, after the sum
+    matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy.data(), a_r.data(), projw_r.data(), N, Hr, C);
+    gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());
+    matmul_backward(dx_r.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x.data(), fcw_r.data(), N, C, Hr);
+    tp_f_backward(comm, dx_r.data(), dx_r.size());
+    const double tol = 1e-5;  // fp32: the sharded sums add the same products in another grouping
+    EXPECT(max_abs_diff(y_r.data(), y.data(), y.size()) < tol);
+    EXPECT(max_abs_diff(dx_r.data(), dx.data(), dx.size()) < tol);
+    auto want_dfcw = shard(dfcw, {SPLIT_ROWS, 1}, H, C, tp, r), want_dfcb = shard(dfcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
+    auto want_dprojw = shard(dprojw, {SPLIT_COLUMNS, 1}, C, H, tp, r);
+    EXPECT(max_abs_diff(dfcw_r.data(), want_dfcw.data(), want_dfcw.size()) < tol);
+    EXPECT(max_abs_diff(dfcb_r.data(), want_dfcb.data(), want_dfcb.size()) < tol);
+    EXPECT(max_abs_diff(dprojw_r.data(), want_dprojw.data(), want_dprojw.size()) < tol);
+    EXPECT(dprojb_r == dprojb);  // replicated: each rank computes the whole bias gradient itself, exactly
+}
+
+int main(int argc, char** argv) {
+    int world, local_rank;
+    comm_start(&argc, &argv, &world, &rank, &local_rank);
+    Collectives comm;
+    comm_init(&comm, world, rank, local_rank, world, 1, false);  // every rank one TP rank
+    runs_cover_once(world);
+    vocab_parallel_crossentropy(&comm, world, comm.grid.tp_rank);
+    megatron_mlp(&comm, world, comm.grid.tp_rank);
+    int totals[2] = {checks, failures};
+    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("tp %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
+    comm_finalize(&comm);
+    return totals[1] != 0;
+}
