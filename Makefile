@@ -102,10 +102,13 @@ tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 
+tests/build/test_pipeline: tests/test_pipeline.cpp pipeline.h $(CATCH_MAIN)
+	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -o $@
+
 tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
-TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

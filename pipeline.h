@@ -1,0 +1,153 @@
+/*
+pipeline.h: pipeline parallelism: the layers cut into p stages, and the order in
+which each stage runs the m micro-batches of a step: GPipe or 1F1B, as data.
+
+Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, the
+first L % p stages one more); stage 0 also the embeddings, stage p-1 the final
+LayerNorm and the LM head. A micro-batch flows forward through the stages, each
+sending its output activation (B,T,C) to the next, and its gradient flows back the
+same way. The micro-batches are the gradient-accumulation steps (-d), so m =
+tokens per step / (B*T*dp).
+
+A schedule is a pure function of (s, p, m): the ordered list of actions stage s
+runs in one step (forward k, backward k, receive or send an activation or a
+gradient); the training loop executes the list, and the tests check the lists.
+  GPipe: every forward, then every backward. Stage s keeps m micro-batches of
+         activations.
+  1F1B:  warmup: min(p - s - 1, m) forwards; steady: one forward, one backward,
+         each backward freeing the oldest micro-batch; cooldown: the remaining
+         backwards. Stage s keeps at most min(p - s, m) micro-batches: the same
+         bubble as GPipe, with a fraction of its activation memory.
+The two for p = 4, m = 8, one slot per forward (F) or backward (B), numbered by
+micro-batch; a message leaves at the end of its slot (tests/test_pipeline.cpp renders
+these from the schedules and checks them against this comment; ".." is the bubble):
+
+GPipe
+  stage 0: F0 F1 F2 F3 F4 F5 F6 F7 .. .. .. .. .. .. B0 B1 B2 B3 B4 B5 B6 B7
+  stage 1: .. F0 F1 F2 F3 F4 F5 F6 F7 .. .. .. .. B0 B1 B2 B3 B4 B5 B6 B7 ..
+  stage 2: .. .. F0 F1 F2 F3 F4 F5 F6 F7 .. .. B0 B1 B2 B3 B4 B5 B6 B7 .. ..
+  stage 3: .. .. .. F0 F1 F2 F3 F4 F5 F6 F7 B0 B1 B2 B3 B4 B5 B6 B7 .. .. ..
+1F1B
+  stage 0: F0 F1 F2 F3 .. .. .. B0 F4 B1 F5 B2 F6 B3 F7 B4 .. B5 .. B6 .. B7
+  stage 1: .. F0 F1 F2 .. .. B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .. B6 .. B7 ..
+  stage 2: .. .. F0 F1 .. B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .. B7 .. ..
+  stage 3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .. .. ..
+Each stage is idle p - 1 forward slots and p - 1 backward slots of every step, so
+the bubble is (p - 1) / (m + p - 1) of the step under both (here 3/11 = 27%); more
+micro-batches shrink it. Stage 0 holds 4 micro-batches under 1F1B, 8 under GPipe.
+
+Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
+k = 0..m-1 the other, and both list them in the same order. Where two neighbours
+would each send to the other at the same moment (1F1B's steady phase: s sends
+activation k and waits for gradient j, while s+1 sends gradient j and waits for
+activation k), the two halves are one paired action, comm_send_recv (MPI_Sendrecv;
+an NCCL group on the GPU), which posts both before waiting on either. With every
+send matched in order and no two blocking sends facing each other, each stage's
+next message is always one its neighbour will post without waiting on it: no
+schedule here can deadlock (tests/test_pipeline.cpp runs all stages' lists against
+each other with blocking semantics and checks that every list completes).
+
+Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
+(1F1B) min(p - s, m) or (GPipe) m micro-batches of its layers' activations; the
+tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
+step: pipeline_embedding_group in comm.h). Read one_f_one_b_schedule first.
+*/
+#pragma once
+// defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction,
+//          gpipe_schedule, one_f_one_b_schedule, pipeline_schedule, pipeline_activation_sets,
+//          pipeline_bubble_fraction
+#include <string.h>  // defines: strcmp
+#include <vector>    // defines: std::vector
+
+// layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
+inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
+    int base = L / p, extra = L % p;
+    *begin = s * base + (s < extra ? s : extra);
+    *end = *begin + base + (s < extra ? 1 : 0);
+}
+
+enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE };
+// "1f1b" or "gpipe"; -1 for anything else
+inline int schedule_kind_from_name(const char* name) {
+    return strcmp(name, "1f1b") == 0 ? SCHEDULE_1F1B : strcmp(name, "gpipe") == 0 ? SCHEDULE_GPIPE : -1;
+}
+
+enum PipelineOp {
+    FORWARD, BACKWARD,                          // run micro-batch k through this stage
+    RECV_ACTIVATION, SEND_ACTIVATION,           // from stage s-1, to stage s+1
+    RECV_GRADIENT, SEND_GRADIENT,               // from stage s+1, to stage s-1
+    SEND_ACTIVATION_RECV_GRADIENT,              // paired, with stage s+1: activation k out, gradient k2 in
+    SEND_GRADIENT_RECV_ACTIVATION,              // paired, with stage s-1: gradient k out, activation k2 in
+};
+struct PipelineAction { PipelineOp op; int micro, micro2; };
+
+// appends an action, leaving out the halves that have no neighbour (stage 0 receives no
+// activation and sends no gradient; stage p-1 sends no activation and receives no gradient)
+inline void add_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int k2, int s, int p) {
+    bool first = s == 0, last = s == p - 1;
+    if ((op == RECV_ACTIVATION || op == SEND_GRADIENT) && first) return;
+    if ((op == SEND_ACTIVATION || op == RECV_GRADIENT) && last) return;
+    if (op == SEND_ACTIVATION_RECV_GRADIENT && last) return;
+    if (op == SEND_GRADIENT_RECV_ACTIVATION && first) return;
+    list->push_back(PipelineAction{op, k, k2});
+}
+
+// GPipe: all forwards, then all backwards
+inline std::vector<PipelineAction> gpipe_schedule(int s, int p, int m) {
+    std::vector<PipelineAction> a;
+    for (int k = 0; k < m; k++) {
+        add_action(&a, RECV_ACTIVATION, k, -1, s, p);
+        add_action(&a, FORWARD, k, -1, s, p);
+        add_action(&a, SEND_ACTIVATION, k, -1, s, p);
+    }
+    for (int k = 0; k < m; k++) {
+        add_action(&a, RECV_GRADIENT, k, -1, s, p);
+        add_action(&a, BACKWARD, k, -1, s, p);
+        add_action(&a, SEND_GRADIENT, k, -1, s, p);
+    }
+    return a;
+}
+
+// 1F1B (PipeDream-flush, as Megatron-LM runs it): warmup, steady, cooldown
+inline std::vector<PipelineAction> one_f_one_b_schedule(int s, int p, int m) {
+    std::vector<PipelineAction> a;
+    int warmup = p - s - 1 < m ? p - s - 1 : m, steady = m - warmup;
+    // warmup: forwards only, as far ahead as the stages after this one are deep
+    for (int k = 0; k < warmup; k++) {
+        add_action(&a, RECV_ACTIVATION, k, -1, s, p);
+        add_action(&a, FORWARD, k, -1, s, p);
+        add_action(&a, SEND_ACTIVATION, k, -1, s, p);
+    }
+    // steady: forward warmup + j, then backward j
+    if (steady > 0) add_action(&a, RECV_ACTIVATION, warmup, -1, s, p);
+    for (int j = 0; j < steady; j++) {
+        int f = warmup + j;
+        add_action(&a, FORWARD, f, -1, s, p);
+        add_action(&a, SEND_ACTIVATION_RECV_GRADIENT, f, j, s, p);
+        add_action(&a, BACKWARD, j, -1, s, p);
+        if (j == steady - 1) add_action(&a, SEND_GRADIENT, j, -1, s, p);
+        else add_action(&a, SEND_GRADIENT_RECV_ACTIVATION, j, f + 1, s, p);
+    }
+    // cooldown: the backwards of the warmup's micro-batches
+    for (int k = steady; k < m; k++) {
+        add_action(&a, RECV_GRADIENT, k, -1, s, p);
+        add_action(&a, BACKWARD, k, -1, s, p);
+        add_action(&a, SEND_GRADIENT, k, -1, s, p);
+    }
+    return a;
+}
+
+// the one place the schedule is chosen. With one stage there is no pipeline: both are
+// forward k, backward k in turn (1F1B with no warmup), holding one micro-batch.
+inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m) {
+    return kind == SCHEDULE_GPIPE && p > 1 ? gpipe_schedule(s, p, m) : one_f_one_b_schedule(s, p, m);
+}
+
+// micro-batches whose activations stage s holds at once: micro-batch k uses set k % sets
+inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
+    if (kind == SCHEDULE_GPIPE) return p == 1 ? 1 : m;  // one stage: each backward follows its forward
+    return p - s < m ? p - s : m;
+}
+
+// the idle fraction of a step with equal forward and backward times on every stage
+inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }

@@ -1,0 +1,205 @@
+/*
+tests/test_pipeline.cpp: the schedules of pipeline.h, as data, over many (p, m):
+  - distribute_layers: contiguous ranges covering [0, L), sizes L/p or L/p + 1, larger first;
+  - each micro-batch runs forward once, then backward once, on every stage;
+  - the activations in flight never exceed pipeline_activation_sets, and 1F1B reaches
+    exactly min(p - s, m) (its warmup of min(p - s - 1, m) forwards, plus one);
+  - every send is matched by the neighbour's receive of the same message, in the same order;
+  - all stages' lists run against each other with blocking (rendezvous) sends and receives,
+    MPI's worst case, and every list completes: no deadlock;
+  - with one slot per forward and backward, every stage idles (p - 1)/(m + p - 1) of the
+    step, and the timelines for p = 4, m = 8 are the tables in pipeline.h's header comment.
+*/
+#include <catch2/catch.hpp>
+#include <stdio.h>
+#include <map>
+#include <deque>
+#include <string>
+#include <vector>
+#include "../pipeline.h"
+
+using std::vector;
+using std::string;
+
+// one posted message: a send or a receive of an activation or a gradient k, with a peer stage
+struct Message { bool send, activation; int micro, peer; bool done; };
+
+static vector<Message> messages_of(const PipelineAction& a, int s) {
+    switch (a.op) {
+        case RECV_ACTIVATION: return {{false, true, a.micro, s - 1, false}};
+        case SEND_ACTIVATION: return {{true, true, a.micro, s + 1, false}};
+        case RECV_GRADIENT: return {{false, false, a.micro, s + 1, false}};
+        case SEND_GRADIENT: return {{true, false, a.micro, s - 1, false}};
+        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1, false}, {false, false, a.micro2, s + 1, false}};
+        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1, false}, {false, true, a.micro2, s - 1, false}};
+        default: return {};
+    }
+}
+
+// rendezvous: a send and its receive complete together, only while both are posted.
+// Returns true when every stage's list runs to its end.
+static bool runs_without_deadlock(const vector<vector<PipelineAction>>& lists) {
+    int p = (int)lists.size();
+    vector<size_t> pc(p, 0);
+    vector<vector<Message>> posted(p);
+    auto post = [&](int s) { posted[s] = pc[s] < lists[s].size() ? messages_of(lists[s][pc[s]], s) : vector<Message>{}; };
+    for (int s = 0; s < p; s++) post(s);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int s = 0; s < p; s++) {
+            if (pc[s] == lists[s].size()) continue;
+            const PipelineAction& a = lists[s][pc[s]];
+            if (a.op == FORWARD || a.op == BACKWARD) { pc[s]++; post(s); progress = true; continue; }
+            for (Message& m : posted[s]) {
+                if (m.done) continue;
+                for (Message& o : posted[m.peer])
+                    if (!o.done && o.send != m.send && o.activation == m.activation && o.micro == m.micro && o.peer == s) {
+                        m.done = o.done = true;
+                        progress = true;
+                    }
+            }
+        }
+        for (int s = 0; s < p; s++) {  // an exchange completes when all its messages have
+            bool all = pc[s] < lists[s].size() && !posted[s].empty();
+            for (const Message& m : posted[s]) all = all && m.done;
+            if (all) { pc[s]++; post(s); progress = true; }
+        }
+    }
+    for (int s = 0; s < p; s++) if (pc[s] != lists[s].size()) return false;
+    return true;
+}
+
+// eager sends (buffered, in order), one slot per forward or backward: each stage's row of
+// "Fk"/"Bk" cells, ".." where it waits; every row padded to the step's length
+static vector<string> timeline(const vector<vector<PipelineAction>>& lists) {
+    int p = (int)lists.size();
+    vector<int> clock(p, 0);
+    vector<string> rows(p);
+    std::map<std::pair<int, int>, std::deque<std::pair<int, int>>> channel;  // (from, to*2+activation) -> (micro, sent at)
+    vector<size_t> pc(p, 0);
+    vector<bool> sent(p, false);  // the current action's sends are out (a paired action posts them first)
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int s = 0; s < p; s++) {
+            while (pc[s] < lists[s].size()) {
+                const PipelineAction& a = lists[s][pc[s]];
+                if (a.op == FORWARD || a.op == BACKWARD) {
+                    rows[s] += string(rows[s].empty() ? "" : " ") + (a.op == FORWARD ? "F" : "B") + std::to_string(a.micro);
+                    clock[s]++;
+                } else {
+                    vector<Message> ms = messages_of(a, s);
+                    for (const Message& m : ms)
+                        if (m.send && !sent[s]) channel[{s, m.peer * 2 + m.activation}].push_back({m.micro, clock[s]});
+                    if (!sent[s]) progress = true;
+                    sent[s] = true;
+                    bool ready = true;  // every receive's message must have been sent
+                    for (const Message& m : ms)
+                        if (!m.send && channel[{m.peer, s * 2 + m.activation}].empty()) ready = false;
+                    if (!ready) break;
+                    for (const Message& m : ms) {
+                        if (m.send) continue;
+                        auto& q = channel[{m.peer, s * 2 + m.activation}];
+                        REQUIRE(q.front().first == m.micro);  // messages arrive in the order they are expected
+                        while (clock[s] < q.front().second) { rows[s] += rows[s].empty() ? ".." : " .."; clock[s]++; }
+                        q.pop_front();
+                    }
+                }
+                pc[s]++;
+                sent[s] = false;
+                progress = true;
+            }
+        }
+    }
+    int end = 0;
+    for (int c : clock) end = std::max(end, c);
+    for (int s = 0; s < p; s++) for (int c = clock[s]; c < end; c++) rows[s] += " ..";
+    return rows;
+}
+
+TEST_CASE("distribute_layers: contiguous, even, the first stages take the remainder") {
+    for (int L = 1; L <= 13; L++)
+        for (int p = 1; p <= L; p++) {
+            int next = 0;
+            for (int s = 0; s < p; s++) {
+                int b, e;
+                distribute_layers(L, p, s, &b, &e);
+                CHECK(b == next);
+                CHECK((e - b == L / p || e - b == L / p + 1));
+                CHECK((e - b == L / p + 1) == (s < L % p));
+                next = e;
+            }
+            CHECK(next == L);
+        }
+}
+
+TEST_CASE("schedules over many (p, m): order, memory bound, matched messages, no deadlock, the bubble") {
+    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE})
+        for (int p = 1; p <= 6; p++)
+            for (int m = 1; m <= 12; m++) {
+                INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m);
+                vector<vector<PipelineAction>> lists(p);
+                for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
+                for (int s = 0; s < p; s++) {
+                    vector<int> forwarded(m, 0), backwarded(m, 0);
+                    int in_flight = 0, peak = 0;
+                    for (const PipelineAction& a : lists[s]) {
+                        if (a.op == FORWARD) { CHECK(forwarded[a.micro]++ == 0); peak = std::max(peak, ++in_flight); }
+                        if (a.op == BACKWARD) { CHECK(forwarded[a.micro] == 1); CHECK(backwarded[a.micro]++ == 0); in_flight--; }
+                    }
+                    for (int k = 0; k < m; k++) CHECK((forwarded[k] == 1 && backwarded[k] == 1));
+                    CHECK(peak <= pipeline_activation_sets(kind, s, p, m));
+                    if (kind == SCHEDULE_1F1B) CHECK(peak == std::min(p - s, m));
+                    if (kind == SCHEDULE_GPIPE && p > 1) CHECK(peak == m);
+                    if (s + 1 < p) {  // what s sends to s+1 is what s+1 receives from s, in order; and back
+                        vector<int> sent[2], received[2];
+                        for (const PipelineAction& a : lists[s])
+                            for (const Message& msg : messages_of(a, s)) if (msg.peer == s + 1) (msg.send ? sent : received)[msg.activation].push_back(msg.micro);
+                        vector<int> sent_back[2], received_back[2];
+                        for (const PipelineAction& a : lists[s + 1])
+                            for (const Message& msg : messages_of(a, s + 1)) if (msg.peer == s) (msg.send ? sent_back : received_back)[msg.activation].push_back(msg.micro);
+                        CHECK(sent[1] == received_back[1]);   // activations s -> s+1
+                        CHECK(sent_back[0] == received[0]);   // gradients s+1 -> s
+                        CHECK((int)sent[1].size() == m);
+                        CHECK((int)received[0].size() == m);
+                    }
+                }
+                REQUIRE(runs_without_deadlock(lists));
+                vector<string> rows = timeline(lists);
+                for (const string& row : rows) {  // cells are separated by one space
+                    int cells = 0, idle = 0;
+                    for (size_t at = 0; at <= row.size();) {
+                        size_t space = row.find(' ', at);
+                        if (space == string::npos) space = row.size();
+                        cells++;
+                        idle += row.compare(at, space - at, "..") == 0;
+                        at = space + 1;
+                    }
+                    CHECK(cells == 2 * (m + p - 1));
+                    CHECK(idle == 2 * (p - 1));
+                }
+            }
+}
+
+TEST_CASE("the tables in pipeline.h's header are the schedules' timelines for p = 4, m = 8") {
+    FILE* f = fopen("pipeline.h", "r");
+    REQUIRE(f != nullptr);
+    std::map<string, vector<string>> documented;
+    string section;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        string l(line);
+        while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+        if (l == "GPipe" || l == "1F1B") section = l;
+        else if (!section.empty() && l.rfind("  stage ", 0) == 0) documented[section].push_back(l.substr(l.find(": ") + 2));
+        else section = "";
+    }
+    fclose(f);
+    for (ScheduleKind kind : {SCHEDULE_GPIPE, SCHEDULE_1F1B}) {
+        vector<vector<PipelineAction>> lists(4);
+        for (int s = 0; s < 4; s++) lists[s] = pipeline_schedule(kind, s, 4, 8);
+        vector<string> rows = timeline(lists);
+        const char* name = kind == SCHEDULE_GPIPE ? "GPipe" : "1F1B";
+        for (int s = 0; s < 4; s++) printf("%s stage %d: %s\n", name, s, rows[s].c_str());
+        CHECK(documented[name] == rows);
+    }
+}
