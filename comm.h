@@ -4,7 +4,9 @@ comm.h: the processes of a run, the groups they form, and the collectives betwee
 Process grid: world = dp * tp * pp, with rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
 TP is fastest-varying, so a tensor-parallel group is tp consecutive ranks (one node);
 PP slowest. Each rank belongs to one group of each kind: its DP group (same tp_rank
-and pp_rank), TP group and PP group; a Comm is one such group.
+and pp_rank), TP group and PP group; a Comm is one such group. The first and last
+rank of each PP group also form an embedding group (pipeline.h: they both hold the
+tied wte); the stages between belong to none (size 0).
 
 Collectives on device buffers, two backends:
   NCCL  GPU build default: device buffers directly
@@ -18,6 +20,7 @@ Bytes moved: each call adds to the group's ledger what one rank sends in a ring
 algorithm, for a buffer of S bytes over p ranks (the usual cost model):
     all-reduce 2 S (p-1)/p    reduce-scatter S (p-1)/p (S = the whole input)
     all-gather S (p-1)/p (S = the whole output)    broadcast S    send S
+(a paired send-and-receive books its send).
 Scalar all-reduces on the host (loss, norm) are booked apart, under "scalars".
 Each group keeps its own ledger, so the log can say what DP and TP each cost.
 The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED),
@@ -26,14 +29,16 @@ so it is right under mpirun of MPICH or OpenMPI and under srun.
 #pragma once
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
 //          comm_all_reduce_average, comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
-//          comm_send, comm_recv, comm_all_reduce_scalars, comm_min_over_world, comm_gather_to_root, comm_barrier,
-//          comm_fail_all, comm_use_nccl, CommKind
+//          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
+//          comm_gather_to_root, comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <type_traits>  // defines: std::is_same
+#include <string>    // defines: std::string
 #include <string.h>  // defines: strcmp
 #include <unistd.h>  // defines: usleep
 #include "base.h"    // defines: fail, fail_hook, device_to_host, host_to_device
+#include "trace.h"   // defines: Trace, TraceSpan (-trace: a span per collective)
 #ifdef __CUDACC__
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
 #endif
@@ -58,8 +63,11 @@ inline ProcessGrid make_grid(int world, int rank, int tp, int pp) {
 
 struct Comm {
     MPI_Comm mpi;
-    int size, rank;
+    int size, rank;                 // size 0: this rank is not in such a group (an embedding group's middle stages)
     bool use_nccl;
+    const char* name;               // "dp", "tp", ...: the trace's span names
+    Trace* trace;                   // -trace: where this group's collectives record their spans (NULL: off)
+    int world_rank;                 // the trace's track
 #ifdef __CUDACC__
     ncclComm_t nccl;
 #endif
@@ -68,7 +76,7 @@ struct Comm {
 
 struct Collectives {
     ProcessGrid grid;
-    Comm world, dp, tp, pp;
+    Comm world, dp, tp, pp, embedding;
     MPI_Op sum_floatX;  // MPI sum of 16-bit floatX (unused in fp32 builds)
 };
 
@@ -91,9 +99,12 @@ inline void floatX_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
     for (int i = 0; i < *len; i++) b[i] = from_float(to_float(a[i]) + to_float(b[i]));
 }
 
-inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl) {
+inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl, const char* name) {
     *c = Comm{};
     c->mpi = mpi;
+    c->name = name;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
+    if (mpi == MPI_COMM_NULL) { c->rank = -1; return; }
     MPI_Comm_size(mpi, &c->size);
     MPI_Comm_rank(mpi, &c->rank);
     c->use_nccl = use_nccl && c->size > 1;
@@ -149,23 +160,33 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     c->grid = make_grid(world, rank, tp, pp);
     c->grid.local_rank = local_rank;
     const ProcessGrid& g = c->grid;
-    MPI_Comm dp, tpc, ppc;
+    MPI_Comm dp, tpc, ppc, emb;
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.dp_rank, &dp);   // same (pp, tp)
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp + g.dp_rank, g.tp_rank, &tpc);  // same (pp, dp)
     MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.pp_rank, &ppc);   // same (dp, tp)
-    comm_group_init(&c->world, MPI_COMM_WORLD, use_nccl);
-    comm_group_init(&c->dp, dp, use_nccl);
-    comm_group_init(&c->tp, tpc, use_nccl);
-    comm_group_init(&c->pp, ppc, use_nccl);
+    bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                              // first and last stage
+    MPI_Comm_split(MPI_COMM_WORLD, ends ? g.dp_rank * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
+    comm_group_init(&c->world, MPI_COMM_WORLD, use_nccl, "world");
+    comm_group_init(&c->dp, dp, use_nccl, "dp");
+    comm_group_init(&c->tp, tpc, use_nccl, "tp");
+    comm_group_init(&c->pp, ppc, use_nccl, "pp");
+    comm_group_init(&c->embedding, emb, use_nccl, "embedding");
     MPI_Op_create(floatX_sum_op, 1, &c->sum_floatX);
 }
+
+// -trace: every group's collectives record spans into `trace` (NULL: none)
+inline void comm_set_trace(Collectives* c, Trace* trace) {
+    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
+    for (Comm* g : groups) g->trace = trace;
+}
+inline std::string comm_span_name(const Comm* c, const char* what) { return std::string(what) + " " + (c->name ? c->name : ""); }
 
 // the end of a run that never built the groups (-h)
 inline void comm_shutdown() { MPI_Finalize(); }
 
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
-    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp};
+    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
     for (Comm* g : groups) if (g->use_nccl) ncclCommDestroy(g->nccl);
 #endif
     MPI_Op_free(&c->sum_floatX);
@@ -176,7 +197,7 @@ inline void comm_finalize(Collectives* c) {
 inline Collectives comm_single_process() {
     Collectives c = {};
     c.grid = make_grid(1, 0, 1, 1);
-    Comm* groups[] = {&c.world, &c.dp, &c.tp, &c.pp};
+    Comm* groups[] = {&c.world, &c.dp, &c.tp, &c.pp, &c.embedding};
     for (Comm* g : groups) { *g = Comm{}; g->size = 1; }
     return c;
 }
@@ -226,7 +247,7 @@ template <typename T> struct HostView {
     }
 };
 
-inline unsigned long long ring_bytes(size_t bytes, int p) { return (unsigned long long)bytes * (p - 1) / p; }
+inline unsigned long long ring_bytes(size_t bytes, int p) { return p <= 1 ? 0 : (unsigned long long)bytes * (p - 1) / p; }
 
 // ---------------------------------------------------------------- collectives
 
@@ -234,8 +255,9 @@ enum ReduceOp { REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MAX };
 
 // buf (n) = sum, mean or max over the group, in place (the mean: summed in the buffer's type, then divided)
 template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, ReduceOp op) {
+    if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
-    if (c->size == 1) return;
+    TraceSpan span(c->trace, comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"), "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
         ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : op == REDUCE_AVERAGE ? ncclAvg : ncclMax;
@@ -267,6 +289,7 @@ inline void comm_all_reduce_max(const Collectives* cs, Comm* c, float* buf, size
 template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs, Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+    TraceSpan span(c->trace, comm_span_name(c, "reduce-scatter"), "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
 #endif
@@ -279,6 +302,7 @@ template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs,
 template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_ALL_GATHER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+    TraceSpan span(c->trace, comm_span_name(c, "all-gather"), "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
 #endif
@@ -294,8 +318,9 @@ template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* rec
 }
 
 template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int root) {
+    if (c->size <= 1) return;
     if (c->rank == root) c->bytes[COMM_BROADCAST] += n * sizeof(T);
-    if (c->size == 1) return;
+    TraceSpan span(c->trace, comm_span_name(c, "broadcast"), "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
 #endif
@@ -311,6 +336,25 @@ template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int
 #endif
     HostView<T> h((T*)buf, n, true);
     MPI_Send(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, peer, 0, c->mpi);
+}
+
+// send (n) to send_peer while receiving recv (n) from recv_peer: both are posted before either
+// is waited on, so two neighbours exchanging at the same moment cannot deadlock (pipeline.h)
+template <typename T> inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n) {
+    c->bytes[COMM_SEND] += n * sizeof(T);
+#ifdef __CUDACC__
+    if (c->use_nccl) {
+        nccl_check(ncclGroupStart(), "ncclGroupStart");
+        nccl_check(ncclSend(send, n, nccl_type<T>(), send_peer, c->nccl, 0), "ncclSend");
+        nccl_check(ncclRecv(recv, n, nccl_type<T>(), recv_peer, c->nccl, 0), "ncclRecv");
+        nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+        return;
+    }
+#endif
+    HostView<T> out((T*)send, n, true), in(recv, n, false);
+    MPI_Sendrecv(out.ptr, (int)(n * sizeof(T)), MPI_BYTE, send_peer, 0, in.ptr, (int)(n * sizeof(T)), MPI_BYTE, recv_peer, 0,
+                 c->mpi, MPI_STATUS_IGNORE);
+    in.copy_out(recv);
 }
 
 template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer) {
@@ -335,9 +379,36 @@ inline int comm_min_over_world(int value) {
     MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return value;
 }
+// the largest (the worst stage's pipeline bubble)
+inline double comm_max_over_world(double value) {
+    MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return value;
+}
 
 // host buffers: recv (n * size, on the group's rank 0 only) = every rank's send (n), in rank order.
 // Bookkeeping and file assembly, not training traffic: not in the ledger.
+// host vectors of any length (each under 2^31 elements, and all of them together) to the
+// group's rank 0, in rank order (empty elsewhere): model parts, a trace's events
+template <typename T> inline std::vector<std::vector<T>> comm_gatherv_to_root(Comm* c, const std::vector<T>& mine) {
+    if (c->size == 1) return {mine};
+    if (mine.size() > (size_t)INT32_MAX) fail("comm_gatherv_to_root: %zu elements exceed MPI's int count", mine.size());
+    int length = (int)mine.size();
+    std::vector<int> lengths(c->rank == 0 ? c->size : 0), at(c->size, 0);
+    MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, c->mpi);
+    size_t total = 0;
+    for (int r = 0; r < (int)lengths.size(); r++) { at[r] = (int)total; total += lengths[r]; }
+    if (total > (size_t)INT32_MAX) fail("comm_gatherv_to_root: %zu elements in all exceed MPI's int count", total);
+    MPI_Datatype element;
+    MPI_Type_contiguous((int)sizeof(T), MPI_BYTE, &element);
+    MPI_Type_commit(&element);
+    std::vector<T> all(total);
+    MPI_Gatherv(mine.data(), length, element, all.data(), lengths.data(), at.data(), element, 0, c->mpi);
+    MPI_Type_free(&element);
+    std::vector<std::vector<T>> out;
+    for (int r = 0; r < (int)lengths.size(); r++) out.emplace_back(all.begin() + at[r], all.begin() + at[r] + lengths[r]);
+    return out;
+}
+
 template <typename T> inline void comm_gather_to_root(Comm* c, const T* send, T* recv, size_t n) {
     if (c->size == 1) { memcpy(recv, send, n * sizeof(T)); return; }
     if (n > (size_t)INT32_MAX) fail("comm_gather_to_root: %zu elements exceed MPI's int count", n);

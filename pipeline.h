@@ -50,7 +50,7 @@ each other with blocking semantics and checks that every list completes).
 Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
 (1F1B) min(p - s, m) or (GPipe) m micro-batches of its layers' activations; the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
-step: pipeline_embedding_group in comm.h). Read one_f_one_b_schedule first.
+step: the embedding group of comm.h). Read one_f_one_b_schedule first.
 */
 #pragma once
 // defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction,

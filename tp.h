@@ -134,9 +134,12 @@ inline void tp_crossentropy(Collectives* comm, floatX* logits, float* losses, co
 // ---------------------------------------------------------------- cost (the formulas above)
 
 // bytes one rank sends in all-reduces over its TP group in one micro-step's forward and
-// backward of N tokens through L layers; block_forwards = 2 when -r 3 reruns every block
-inline unsigned long long tp_all_reduce_bytes_per_micro_step(int L, size_t N, int C, int tp, int block_forwards) {
+// backward of N tokens through L layers; block_forwards = 2 when -r 3 reruns every block.
+// The embedding's g and the loss's three are on the first and last pipeline stage.
+inline unsigned long long tp_all_reduce_bytes_per_micro_step(int L, size_t N, int C, int tp, int block_forwards,
+                                                              bool first_stage, bool last_stage) {
     unsigned long long activation = 2 * ring_bytes(N * C * sizeof(floatX), tp);
     unsigned long long statistic = 2 * ring_bytes(N * sizeof(float), tp);
-    return (2ull * block_forwards * L + 2ull * L + 2) * activation + 3 * statistic;
+    unsigned long long activations = 2ull * block_forwards * L + 2ull * L + (first_stage ? 1 : 0) + (last_stage ? 1 : 0);
+    return activations * activation + (last_stage ? 3 : 0) * statistic;
 }

@@ -25,8 +25,14 @@ in the backward, the vocabulary-parallel embedding and loss. Shapes come from th
 parallel layout (tp, pp): a rank holds 3C/tp rows of qkvw, C/tp columns of
 attprojw, and so on; with tp = 1 the same code is the single-GPU model.
 
-Read in this order: block_forward, gpt2_forward, block_backward, gpt2_backward,
-train_step, main.
+Pipeline parallelism (pipeline.h) cuts the layers into stages. The model is written
+as a stage: embed (first stage), blocks, head and loss (last stage), each with its
+forward and backward, on an explicit set of activations, one per micro-batch in
+flight. A step runs this stage's schedule, a list of actions (run_schedule); with one
+stage the list is forward k, backward k for each micro-batch, and that is all.
+
+Read in this order: block_forward, block_backward, stage_forward, stage_backward,
+run_schedule, train_step, main.
 */
 #include <stdio.h>     // defines: printf, fopen
 #include <stdlib.h>    // defines: malloc, strtol
@@ -53,6 +59,7 @@ train_step, main.
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
+#include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineAction
 #include "checkpoint.h"            // defines: TrainingState, checkpoint_write_state, checkpoint_read_state
 
 // ----------------------------------------------------------------------------
@@ -81,9 +88,15 @@ struct ModelLayout {
 
 // the whole model, as one rank alone holds it and as files store it
 inline ModelLayout whole_model_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, 0, c.num_layers}; }
+// the part of pipeline stage pp_rank and TP rank tp_rank
+inline ModelLayout stage_layout(const GPT2Config& c, int tp, int tp_rank, int pp, int pp_rank) {
+    ModelLayout lay = {tp, tp_rank, pp, pp_rank, 0, 0};
+    distribute_layers(c.num_layers, pp, pp_rank, &lay.layer_begin, &lay.layer_end);
+    return lay;
+}
 // this rank's part, from the process grid: the one source of tp, pp and the ranks
 inline ModelLayout model_layout(const ProcessGrid& g, const GPT2Config& c) {
-    return ModelLayout{g.tp, g.tp_rank, g.pp, g.pp_rank, 0, c.num_layers};
+    return stage_layout(c, g.tp, g.tp_rank, g.pp, g.pp_rank);
 }
 inline bool is_first_stage(const ModelLayout& lay) { return lay.pp_rank == 0; }
 inline bool is_last_stage(const ModelLayout& lay) { return lay.pp_rank == lay.pp - 1; }
@@ -136,8 +149,11 @@ inline size_t parameter_count(const TensorShape shapes[NUM_PARAMETER_TENSORS]) {
 inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GPT2Config& c, const ModelLayout& lay) {
     int C = c.channels, L = lay.layer_end - lay.layer_begin;
     bool first = is_first_stage(lay), last = is_last_stage(lay);
-    shapes[WTE]      = {1, (first || last) ? c.padded_vocab_size : 0, C};  // tied: the LM head too
-    shapes[WPE]      = {1, first ? c.max_seq_len : 0, C};
+    // the embedding unit {wte, wpe} lives on the first stage and, whole, on the last: wte is
+    // tied to the LM head, and a whole copy keeps the two copies' ZeRO shards aligned
+    // (pipeline.h); the last stage's wpe is unused and gets zero gradient
+    shapes[WTE]      = {1, (first || last) ? c.padded_vocab_size : 0, C};
+    shapes[WPE]      = {1, (first || last) ? c.max_seq_len : 0, C};
     shapes[LN1W]     = {L, C, 1};
     shapes[LN1B]     = {L, C, 1};
     shapes[QKVW]     = {L, 3 * C, C};
@@ -201,13 +217,16 @@ inline HeadParameters head_parameters(const Unit& u, floatX* base) {
 }
 
 // ----------------------------------------------------------------------------
-// activations: what the forward keeps for the backward (recompute.h decides which
-// per-layer tensors exist for every layer), and transient scratch
+// activations: what the forward of one micro-batch keeps for its backward (recompute.h
+// decides which per-layer tensors exist for every layer), and transient scratch. A
+// pipeline stage holds one ActivationTensors per micro-batch in flight (pipeline.h);
+// without a pipeline there is one.
 
 struct ActivationTensors {
-    floatX* encoded;    // (B,T,C)
-    void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: L layers if kept, else 1 reused layer
-    floatX* lnf;        // (B,T,C)
+    int* inputs;        // (B,T) the tokens (first stage)
+    floatX* input;      // (B,T,C) the stage's input: the embeddings (first stage) or the previous stage's output
+    void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: L layers if kept, else 1 layer every set reuses
+    floatX* lnf;        // (B,T,C) last stage from here on
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
     floatX* logits;     // (B,T,Vp/tp): this rank's vocabulary columns; the gradient in place after the loss
@@ -224,7 +243,7 @@ struct ScratchTensors {  // reused by every layer
     floatX* attention;  // attention_scratch_elements
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
-    int* inputs;        // (B,T)
+    int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward and backward
     int* targets;       // (B,T)
 };
 
@@ -246,24 +265,27 @@ struct GPT2 {
     Collectives* comm;
     int adam_steps;                 // updates applied (skipped steps do not count)
     int recompute;                  // -r level, recompute.h
+    ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
-    ActivationTensors acts;
+    std::vector<ActivationTensors> sets;  // one per micro-batch in flight: micro-batch k uses sets[k % size]
     ScratchTensors scratch;
-    std::vector<BufferSpec> activation_buffers;  // every buffer of acts and scratch, declared once
+    std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     float* host_losses;             // (B,T)
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 
 inline int gpt2_layers(const GPT2* m) { return m->layout.layer_end - m->layout.layer_begin; }
 inline int head_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
+inline bool first_stage(const GPT2* m) { return is_first_stage(m->layout); }
+inline bool last_stage(const GPT2* m) { return is_last_stage(m->layout); }
 inline VocabRange vocab_range(const GPT2* m) { return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank); }
 
-inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T) {
+inline LayerActivations layer_activations(const GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     void* at[NUM_LAYER_ACTIVATIONS];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t layer = recompute_keeps(model->recompute, t) ? l : 0;
-        at[t] = (char*)model->acts.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp);
+        at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp);
     }
     return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
                             (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
@@ -271,21 +293,23 @@ inline LayerActivations layer_activations(const GPT2* model, int l, int B, int T
                             (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
 }
 
-// values in llm.c's file order (the whole model) <-> TP rank tp_rank's units (unit-major,
-// unpadded): copies that rank's part of every tensor (tp.h: tp_for_each_run)
-inline void gpt2_reorder(const GPT2* m, int tp_rank, const float* src, float* dst, bool file_to_units) {
-    const GPT2Config& c = m->config;
-    TensorShape whole[NUM_PARAMETER_TENSORS];
+// values in llm.c's file order (the whole model) <-> the units of the part `lay` describes
+// (unit-major, unpadded): copies that part of every tensor (tp.h: tp_for_each_run)
+inline void reorder_part(const GPT2Config& c, const ModelLayout& lay, const Unit* units, const float* src, float* dst,
+                         bool file_to_units) {
+    TensorShape whole[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, c, whole_model_layout(c));
-    int L = gpt2_layers(m);
+    parameter_shapes(part, c, lay);
+    int L = lay.layer_end - lay.layer_begin;
     size_t file_offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t per_layer = (size_t)whole[i].rows * whole[i].cols;
-        for (int l = 0; l < m->shapes[i].layers; l++) {
-            const Unit& u = m->zero.units[unit_of(i, l, L)];
+        bool per_block = i > WPE && i < LNFW;
+        for (int l = 0; l < part[i].layers && part[i].rows > 0; l++) {
+            const Unit& u = units[unit_of(i, l, L)];
             size_t unit_at = u.origin + u.slices[slice_of(i)].offset;
-            size_t file_at = file_offset + (size_t)(m->layout.layer_begin + l) * per_layer;
-            tp_for_each_run(parameter_partition[i], whole[i].rows, whole[i].cols, m->layout.tp, tp_rank,
+            size_t file_at = file_offset + (size_t)(per_block ? lay.layer_begin + l : 0) * per_layer;
+            tp_for_each_run(parameter_partition[i], whole[i].rows, whole[i].cols, lay.tp, lay.tp_rank,
                             [&](size_t local, size_t whole_offset, size_t count) {
                 if (file_to_units) memcpy(dst + unit_at + local, src + file_at + whole_offset, count * sizeof(float));
                 else memcpy(dst + file_at + whole_offset, src + unit_at + local, count * sizeof(float));
@@ -401,6 +425,8 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     model->comm = comm;
     model->layout = model_layout(comm->grid, c);
     int tp = model->layout.tp;
+    if (c.num_layers < model->layout.pp)
+        comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", model->layout.pp, c.num_layers);
     if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
         comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
                       tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
@@ -410,7 +436,7 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
               grads_fp32, allocate, model->memory);
     if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
-    gpt2_reorder(model, model->layout.tp_rank, file_values, values, true);
+    reorder_part(c, model->layout, model->zero.units, file_values, values, true);
     zero_set_params(&model->zero, values);
     free(values);
     free(file_values);
@@ -418,20 +444,30 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
 
 // writes an llm.c model file through a temporary name, so a crash never leaves a torn
 // file: bf16 builds write version 5, the others fp32 version 3. A collective: ZeRO-3
-// gathers over DP, the TP ranks' parts are gathered to TP rank 0; world rank 0 writes.
+// gathers over DP; world rank 0 gathers one DP replica's parts (every stage, every TP
+// rank) and places each with that part's layout.
 inline void gpt2_write_file(GPT2* model, const char* path) {
-    size_t n = model->num_parameters;
-    int tp = model->layout.tp;
-    std::vector<float> units(n), parts(model->comm->grid.tp_rank == 0 ? n * tp : 0);
+    const ProcessGrid& g = model->comm->grid;
+    std::vector<float> units(model->num_parameters);
     zero_params_to_host(&model->zero, units.data());
-    comm_gather_to_root(&model->comm->tp, units.data(), parts.data(), n);
-    if (model->comm->grid.rank != 0) return;
+    if (g.dp_rank != 0) units.clear();  // the whole model is the parts of one DP replica
+    std::vector<std::vector<float>> parts = comm_gatherv_to_root(&model->comm->world, units);
+    if (g.rank != 0) return;
     const GPT2Config& c = model->config;
     TensorShape whole[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, c, whole_model_layout(c));
     size_t total = parameter_count(whole);
     std::vector<float> values(total);
-    for (int r = tp - 1; r >= 0; r--) gpt2_reorder(model, r, parts.data() + r * n, values.data(), false);
+    for (int q = g.world - 1; q >= 0; q--) {  // rank 0's copies of shared tensors land last
+        if (parts[q].empty()) continue;
+        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
+        ModelLayout lay = stage_layout(c, g.tp, other.tp_rank, g.pp, other.pp_rank);
+        TensorShape shapes[NUM_PARAMETER_TENSORS];
+        parameter_shapes(shapes, c, lay);
+        Unit* part_units = gpt2_units(shapes, lay.layer_end - lay.layer_begin);
+        reorder_part(c, lay, part_units, parts[q].data(), values.data(), false);
+        free(part_units);
+    }
     bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
     size_t bytes_per = bf16 ? 2 : 4;
     std::vector<char> body(total * bytes_per);
@@ -451,19 +487,34 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
 }
 
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
-// same list is allocated for training and summed for -plan
-inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T) {
+// same list is allocated for training and summed for -plan. `num_sets` sets of what the
+// forward keeps (one per micro-batch in flight, pipeline.h), one of everything else.
+inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T, int num_sets) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
-    ActivationTensors& a = model->acts;
+    size_t head = last_stage(model) ? 1 : 0;  // lnf, logits and losses live on the last stage
     ScratchTensors& s = model->scratch;
     const size_t X = sizeof(floatX), F = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
-    std::vector<BufferSpec> specs = {
-        {(void**)&a.encoded, BT * C, X, KEPT},
-        {(void**)&a.lnf, BT * C, X, KEPT}, {(void**)&a.lnf_mean, BT, F, KEPT}, {(void**)&a.lnf_rstd, BT, F, KEPT},
-        {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, MEM_LOGITS}, {(void**)&a.losses, BT, F, KEPT},
+    model->sets.assign(num_sets, ActivationTensors{});
+    std::vector<BufferSpec> specs;
+    for (ActivationTensors& a : model->sets) {
+        std::vector<BufferSpec> kept = {
+            {(void**)&a.input, BT * C, X, KEPT},
+            {(void**)&a.lnf, head * BT * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT, F, KEPT},
+            {(void**)&a.lnf_rstd, head * BT, F, KEPT}, {(void**)&a.losses, head * BT, F, KEPT},
+            {(void**)&a.logits, head * BT * c.padded_vocab_size / tp, X, MEM_LOGITS},
+        };
+        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
+            if (recompute_keeps(model->recompute, t))
+                kept.push_back({&a.layer[t], L * layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, KEPT});
+        specs.insert(specs.end(), kept.begin(), kept.end());
+    }
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
+        if (!recompute_keeps(model->recompute, t))
+            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, WORK});
+    std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
         {(void**)&s.dqkv, BT * 3 * C_rank, X, WORK}, {(void**)&s.dfch, BT * 4 * C_rank, X, WORK},
@@ -472,137 +523,98 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
     };
-    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {  // kept: one per layer; not kept: one reused layer
-        bool kept = recompute_keeps(model->recompute, t);
-        size_t bytes = layer_activation_bytes(t, B, T, C, c.num_heads, tp);
-        specs.push_back({&a.layer[t], (kept ? L : 1) * bytes, 1, kept ? KEPT : WORK});
-    }
+    specs.insert(specs.end(), scratch.begin(), scratch.end());
     return specs;
 }
 
-// activations for micro-batches of up to (B,T); allocate = false only books them (-plan)
-inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, bool allocate) {
+// activations for micro-batches of up to (B,T), `num_sets` of them in flight;
+// allocate = false only books them (-plan)
+inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, int num_sets, bool allocate) {
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
     model->B = B; model->T = T; model->recompute = recompute;
-    model->activation_buffers = activation_buffer_list(model, B, T);
+    model->activation_buffers = activation_buffer_list(model, B, T, num_sets);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
+    for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
+        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
+            if (!recompute_keeps(recompute, t)) a.layer[t] = model->sets[0].layer[t];
     if (allocate) model->host_losses = (float*)malloc((size_t)B * T * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
-// forward, loss, backward
+// a block: forward and backward
 
-// the input of block l (local index): the embeddings, or the previous block's output
-inline floatX* block_input(GPT2* model, int l, int B, int T) {
-    return l == 0 ? model->acts.encoded : layer_activations(model, l - 1, B, T).residual3;
+// the input of block l (local index): the stage's input, or the previous block's output
+inline floatX* block_input(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+    return l == 0 ? a.input : layer_activations(model, a, l - 1, B, T).residual3;
 }
+// what this stage hands to the next: its last block's output
+inline floatX* stage_output(GPT2* model, ActivationTensors& a, int B, int T) { return block_input(model, a, gpt2_layers(model), B, T); }
 inline LayerParameters block_params(GPT2* model, int l) {
     return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
 }
 
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call,
 // made by block_forward and again, before the block's backward, by recompute_block
-inline void block_ln1(GPT2* model, int l, int B, int T) {
+inline void block_ln1(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, l, B, T);
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, l, B, T), w.ln1w, w.ln1b, B * T, model->config.channels);
+    LayerActivations la = layer_activations(model, a, l, B, T);
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T), w.ln1w, w.ln1b, B * T, model->config.channels);
 }
-inline void block_ln2(GPT2* model, int l, int B, int T) {
+inline void block_ln2(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T);
     layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, B * T, model->config.channels);
 }
-inline void block_gelu(GPT2* model, int l, int B, int T) {
-    LayerActivations la = layer_activations(model, l, B, T);
+inline void block_gelu(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+    LayerActivations la = layer_activations(model, a, l, B, T);
     gelu_forward(la.fch_gelu, la.fch, (size_t)B * T * 4 * model->config.channels / model->layout.tp);
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
 // f (tp.h) is the identity here; g sums the row-parallel outputs over the TP ranks.
-inline void block_forward(GPT2* model, int l, int B, int T) {
+inline void block_forward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T);
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
-    block_ln1(model, l, B, T);
+    block_ln1(model, a, l, B, T);
     matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, C_rank, NH_rank);
     matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
     tp_g_forward(model->comm, s.proj, (size_t)N * C);
     bias_forward(s.proj, w.attprojb, N, C);  // after the sum over TP ranks: added once
-    residual_forward(la.residual2, block_input(model, l, B, T), s.proj, (size_t)N * C);
+    residual_forward(la.residual2, block_input(model, a, l, B, T), s.proj, (size_t)N * C);
     // MLP: fc column-parallel, fcproj row-parallel
-    block_ln2(model, l, B, T);
+    block_ln2(model, a, l, B, T);
     matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
-    block_gelu(model, l, B, T);
+    block_gelu(model, a, l, B, T);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * C_rank, C);
     tp_g_forward(model->comm, s.proj, (size_t)N * C);
     bias_forward(s.proj, w.fcprojb, N, C);
     residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
 }
 
-// runs the model on inputs (B,T) up to this rank's logit columns. A collective under
-// ZeRO-3 (over DP) and under TP: every rank calls it.
-inline void gpt2_forward(GPT2* model, const int* inputs, int B, int T) {
-    const GPT2Config& c = model->config;
-    int L = gpt2_layers(model), C = c.channels, N = B * T;
-    if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
-    Zero* z = &model->zero;
-    ActivationTensors& a = model->acts;
-    host_to_device(model->scratch.inputs, inputs, N * sizeof(int));
-    zero_gather_unit(z, 0);                 // the embeddings and the final LayerNorm stay
-    zero_gather_unit(z, head_unit(model));  // gathered until the end of the backward
-    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
-    // vocab-parallel embedding: this rank's wte rows (the positions added on TP rank 0 only), then g
-    const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
-    encoder_forward(a.encoded, model->scratch.inputs, e.wte, positions, B, T, C, vocab_range(model));
-    tp_g_forward(model->comm, a.encoded, (size_t)N * C);
-    for (int l = 0; l < L; l++) {
-        zero_gather_unit(z, 1 + l);
-        block_forward(model, l, B, T);
-    }
-    HeadParameters h = head_parameters(z->units[head_unit(model)], zero_unit_params(z, head_unit(model)));
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, block_input(model, L, B, T), h.lnfw, h.lnfb, N, C);
-    // the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
-    matmul_forward(a.logits, a.lnf, e.wte, NULL, N, C, vocab_range(model).rows);
-}
-
-// cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
-// dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
-inline double gpt2_loss(GPT2* model, const int* targets, int B, int T, float dloss) {
-    int N = B * T;
-    ScratchTensors& s = model->scratch;
-    host_to_device(s.targets, targets, N * sizeof(int));
-    tp_crossentropy(model->comm, model->acts.logits, model->acts.losses, s.targets,
-                    LossStatistics{s.loss_max, s.loss_sum, s.loss_target}, N, model->config.vocab_size,
-                    vocab_range(model), dloss);
-    device_to_host(model->host_losses, model->acts.losses, N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model->host_losses[i];
-    return sum;
-}
-
 // rebuilds what recompute level r did not keep of block l, just before its backward
-inline void recompute_block(GPT2* model, int l, int B, int T) {
+inline void recompute_block(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     int r = model->recompute;
-    if (r >= 3) { block_forward(model, l, B, T); return; }
-    if (r >= 2) { block_ln1(model, l, B, T); block_ln2(model, l, B, T); }
-    if (r >= 1) block_gelu(model, l, B, T);
+    if (r >= 3) { block_forward(model, a, l, B, T); return; }
+    if (r >= 2) { block_ln1(model, a, l, B, T); block_ln2(model, a, l, B, T); }
+    if (r >= 1) block_gelu(model, a, l, B, T);
 }
 
 // block l's backward: model->scratch.dresidual holds the gradient of its output and
 // becomes the gradient of its input; the layer's parameter gradients accumulate.
 // g's backward is the identity; f's sums the column-parallel inputs' gradients over TP.
-inline void block_backward(GPT2* model, int l, int B, int T) {
+inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     Zero* z = &model->zero;
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
-    LayerActivations la = layer_activations(model, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T);
     // MLP
     matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C);
     gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * C_rank);
@@ -614,39 +626,190 @@ inline void block_backward(GPT2* model, int l, int B, int T) {
     attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
     matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
-    layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, l, B, T), w.ln1w, la.ln1_mean,
+    layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean,
                        la.ln1_rstd, N, C);
 }
 
-// accumulates the gradients of the micro-batch whose forward and loss ran last. Under
-// ZeRO-2/3 each unit's gradient is reduce-scattered as soon as its backward is done.
-inline void gpt2_backward(GPT2* model, int B, int T) {
-    const GPT2Config& c = model->config;
-    int L = gpt2_layers(model), H = head_unit(model), C = c.channels, N = B * T;
+// ----------------------------------------------------------------------------
+// the stages: embed (first stage), blocks (every stage), head and loss (last stage),
+// each with its forward and backward. With one stage they are the whole model.
+
+struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B,T); targets NULL: no loss
+
+// vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only), then g
+inline void embed_forward(GPT2* model, ActivationTensors& a, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
-    ActivationTensors& a = model->acts;
+    host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
+    encoder_forward(a.input, model->scratch.inputs, e.wte, positions, B, T, model->config.channels, vocab_range(model));
+    tp_g_forward(model->comm, a.input, (size_t)B * T * model->config.channels);
+}
+// the embedding's backward (g's is the identity): this rank's wte rows, and wpe
+inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
+    Zero* z = &model->zero;
+    host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
+    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
+    encoder_backward(de.wte, de.wpe, model->scratch.dresidual, model->scratch.inputs, B, T, model->config.channels, vocab_range(model));
+}
+
+inline void blocks_forward(GPT2* model, ActivationTensors& a, int B, int T) {
+    for (int l = 0; l < gpt2_layers(model); l++) {
+        zero_gather_unit(&model->zero, 1 + l);
+        block_forward(model, a, l, B, T);
+    }
+}
+// under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done
+inline void blocks_backward(GPT2* model, ActivationTensors& a, int B, int T) {
+    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+        zero_gather_unit(&model->zero, 1 + l);
+        recompute_block(model, a, l, B, T);
+        block_backward(model, a, l, B, T);
+        zero_reduce_unit(&model->zero, 1 + l);
+    }
+}
+
+// final LayerNorm and the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
+inline void head_forward(GPT2* model, ActivationTensors& a, int B, int T) {
+    Zero* z = &model->zero;
+    int H = head_unit(model), C = model->config.channels;
+    HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, B * T, C);
+    matmul_forward(a.logits, a.lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
+}
+// cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
+// dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
+inline double head_loss(GPT2* model, ActivationTensors& a, const int* targets, int B, int T, float dloss) {
+    int N = B * T;
+    ScratchTensors& s = model->scratch;
+    host_to_device(s.targets, targets, N * sizeof(int));
+    tp_crossentropy(model->comm, a.logits, a.losses, s.targets, LossStatistics{s.loss_max, s.loss_sum, s.loss_target},
+                    N, model->config.vocab_size, vocab_range(model), dloss);
+    device_to_host(model->host_losses, a.losses, N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += model->host_losses[i];
+    return sum;
+}
+// the head's backward from dlogits (in a.logits): f sums d(lnf) over TP; dresidual becomes the
+// gradient of the stage's output
+inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
+    Zero* z = &model->zero;
+    int H = head_unit(model), C = model->config.channels, N = B * T;
     ScratchTensors& s = model->scratch;
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
     HeadParameters dh = head_parameters(z->units[H], zero_unit_grads(z, H));
-
-    // LM head (column-parallel: f sums d(lnf) over TP) and final LayerNorm; a.logits holds dlogits now
     matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, block_input(model, L, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
-    zero_reduce_unit(z, H);
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+}
 
-    for (int l = L - 1; l >= 0; l--) {
-        zero_gather_unit(z, 1 + l);
-        recompute_block(model, l, B, T);
-        block_backward(model, l, B, T);
-        zero_reduce_unit(z, 1 + l);
+// one micro-batch through this stage: a.input holds its input unless this is the first stage.
+// Returns the sum of its token losses on the last stage (0 elsewhere, or without targets).
+// A collective under ZeRO-3 (over DP) and TP.
+inline double stage_forward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
+    if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
+    zero_gather_unit(&model->zero, 0);                  // ZeRO-3: the embeddings and the final LayerNorm
+    zero_gather_unit(&model->zero, head_unit(model));   // stay gathered through the micro-batch
+    if (first_stage(model)) embed_forward(model, a, mb.inputs, B, T);
+    blocks_forward(model, a, B, T);
+    if (!last_stage(model)) return 0.0;
+    head_forward(model, a, B, T);
+    return mb.targets ? head_loss(model, a, mb.targets, B, T, dloss) : 0.0;
+}
+// its backward: on the last stage from its loss, elsewhere from the gradient of the stage's
+// output in scratch.dresidual, which ends as the gradient of the stage's input
+inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T) {
+    if (last_stage(model)) head_backward(model, a, B, T);
+    zero_reduce_unit(&model->zero, head_unit(model));
+    blocks_backward(model, a, B, T);
+    if (first_stage(model)) embed_backward(model, mb.inputs, B, T);
+    zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
+}
+
+// ----------------------------------------------------------------------------
+// the pipeline: this stage runs its list of actions (pipeline.h)
+
+// time spent computing (forwards and backwards) and in the whole schedule, for the bubble
+struct ScheduleTiming { double busy_ms, total_ms; };
+
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
+inline std::string action_name(const PipelineAction& a) {
+    static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
+                                  "send gradient", "send activation %d / recv gradient", "send gradient %d / recv activation"};
+    char text[96];
+    bool paired = a.op == SEND_ACTIVATION_RECV_GRADIENT || a.op == SEND_GRADIENT_RECV_ACTIVATION;
+    if (paired) { snprintf(text, sizeof(text), names[a.op], a.micro); snprintf(text + strlen(text), sizeof(text) - strlen(text), " %d", a.micro2); }
+    else snprintf(text, sizeof(text), "%s %d", names[a.op], a.micro);
+    return text;
+}
+
+// executes stage s's actions for one step's micro-batches; returns the sum of their token
+// losses on the last stage (0 elsewhere). Activations and gradients travel as (B,T,C) floatX.
+inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, const std::vector<PipelineAction>& actions,
+                           float dloss, int B, int T, ScheduleTiming* timing) {
+    Comm* pp = &model->comm->pp;
+    int s = model->layout.pp_rank;
+    size_t n = (size_t)B * T * model->config.channels;
+    floatX* grad = model->scratch.dresidual;  // the gradient of a stage's output, then of its input
+    auto set = [&](int k) -> ActivationTensors& { return model->sets[k % model->sets.size()]; };
+    auto out = [&](int k) { return stage_output(model, set(k), B, T); };
+    double loss = 0.0;
+    auto start = std::chrono::steady_clock::now();
+    *timing = ScheduleTiming{0.0, 0.0};
+    for (const PipelineAction& a : actions) {
+        auto began = std::chrono::steady_clock::now();
+        TraceSpan span(pp->trace, action_name(a), a.op == FORWARD || a.op == BACKWARD ? "compute" : "pipeline", pp->world_rank);
+        switch (a.op) {
+            case FORWARD: loss += stage_forward(model, set(a.micro), batches[a.micro], B, T, dloss); break;
+            case BACKWARD:
+                stage_backward(model, set(a.micro), batches[a.micro], B, T);
+                zero_end_micro_step(&model->zero);
+                break;
+            case RECV_ACTIVATION: comm_recv(pp, set(a.micro).input, n, s - 1); break;
+            case SEND_ACTIVATION: comm_send(pp, out(a.micro), n, s + 1); break;
+            case RECV_GRADIENT: comm_recv(pp, grad, n, s + 1); break;
+            case SEND_GRADIENT: comm_send(pp, grad, n, s - 1); break;
+            case SEND_ACTIVATION_RECV_GRADIENT: comm_send_recv(pp, out(a.micro), s + 1, grad, s + 1, n); break;
+            case SEND_GRADIENT_RECV_ACTIVATION: comm_send_recv(pp, grad, s - 1, set(a.micro2).input, s - 1, n); break;
+        }
+        if (a.op == FORWARD || a.op == BACKWARD) { device_synchronize(); timing->busy_ms += ms_since(began); }
     }
-    // the embedding's backward (g's is the identity): this rank's wte rows, and wpe
-    encoder_backward(de.wte, de.wpe, s.dresidual, s.inputs, B, T, C, vocab_range(model));
-    zero_reduce_unit(z, 0);
+    device_synchronize();
+    timing->total_ms = ms_since(start);
+    return loss;
+}
+
+// one micro-batch through every stage in turn, forward only (validation, sampling), in set 0;
+// returns the token losses' sum on the last stage (0 elsewhere)
+inline double pipeline_forward(GPT2* model, const MicroBatch& mb, int B, int T) {
+    Comm* pp = &model->comm->pp;
+    int s = model->layout.pp_rank;
+    size_t n = (size_t)B * T * model->config.channels;
+    ActivationTensors& a = model->sets[0];
+    if (!first_stage(model)) comm_recv(pp, a.input, n, s - 1);
+    double loss = stage_forward(model, a, mb, B, T, 0.0f);
+    if (!last_stage(model)) comm_send(pp, stage_output(model, a, B, T), n, s + 1);
+    return loss;
+}
+
+// the squared norm of the whole model's gradient, each parameter counted once: a tensor
+// replicated over TP on TP rank 0 only, the tied embedding unit on the first stage only
+inline double gpt2_grad_norm_squared(GPT2* model) {
+    bool tp_copy = model->layout.tp_rank != 0, tied_copy = model->layout.pp > 1 && !first_stage(model);
+    double sum = zero_grad_norm_squared(&model->zero, [&](int unit, const TensorSlice& slice) {
+        return !(slice.replicated && tp_copy) && !(unit == 0 && tied_copy);
+    });
+    comm_all_reduce_scalars(&model->comm->tp, &sum, 1);  // each TP rank holds a part of each tensor
+    comm_all_reduce_scalars(&model->comm->pp, &sum, 1);  // each stage its layers
+    return sum;
 }
 
 inline void gpt2_free(GPT2* model) {
@@ -686,39 +849,48 @@ struct TrainConfig {
     const char* grad_accum_type = "floatX";  // floatX | fp32
     int zero_stage = 0;
     int tp = 1, pp = 1;
+    const char* schedule = "1f1b";           // 1f1b | gpipe (pipeline.h)
+    const char* trace_path = NULL;           // -trace: a Chrome trace of the first steps (trace.h)
+    int trace_steps = 3;
     const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
 };
 
-struct StepResult { double loss, norm; float lr, scale; bool skipped; };
+struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTiming timing; };
 
-// one optimizer step: grad_accum micro-steps of forward, loss, backward on this rank's
-// slice of the batch, then the gradient reduction (zero.h), the finite check, unscaling,
-// clipping and AdamW. `step` counts from 0.
+// one optimizer step: the step's micro-batches through this stage's schedule (pipeline.h;
+// without a pipeline: forward, loss and backward of each in turn) on this rank's slice of
+// the batch, then the gradient reductions (zero.h; the tied embedding's two copies), the
+// finite check, unscaling, clipping and AdamW. `step` counts from 0.
 inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
                              int grad_accum, int step, int max_steps) {
     int B = tc.B, T = tc.T, dp = model->comm->grid.dp;
     double tokens_per_step = (double)B * T * grad_accum * dp;
-    StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false};
+    StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false, {}};
     // the step's loss is the mean over all its tokens on all ranks: summing gradients over
     // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
-    double loss_sum = 0.0;
-    zero_begin_step(&model->zero);
-    for (int micro = 0; micro < grad_accum; micro++) {
+    // every stage reads the same micro-batches: its DP rank's slice of each, in order
+    std::vector<std::vector<int>> tokens(2 * grad_accum);
+    std::vector<MicroBatch> batches(grad_accum);
+    for (int k = 0; k < grad_accum; k++) {
         dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, B, T);
-        loss_sum += gpt2_loss(model, loader->targets, B, T, dloss);
-        gpt2_backward(model, B, T);
-        zero_end_micro_step(&model->zero);
+        tokens[2 * k].assign(loader->inputs, loader->inputs + B * T);
+        tokens[2 * k + 1].assign(loader->targets, loader->targets + B * T);
+        batches[k] = MicroBatch{tokens[2 * k].data(), tokens[2 * k + 1].data()};
     }
+    zero_begin_step(&model->zero);
+    std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
+    double loss_sum = run_schedule(model, batches, schedule, dloss, B, T, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
+    zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
+    comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);  // the last stage has it
     comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;
     r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
-    double norm_squared = zero_grad_norm_squared(&model->zero);
+    double norm_squared = gpt2_grad_norm_squared(model);
     r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
     if (!loss_scaler_update(scaler, isfinite(norm_squared))) {
         r.skipped = true;
@@ -727,6 +899,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
     int t = ++model->adam_steps;
     uint64_t rounding_seed = random_u32((uint64_t)tc.seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
+    TraceSpan span(model->comm->world.trace, "optimizer step", "optimizer", model->comm->grid.rank);
     zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed);
     zero_gather_updated(&model->zero);
     return r;
@@ -738,17 +911,17 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        gpt2_forward(model, loader->inputs, loader->B, loader->T);
-        sum += gpt2_loss(model, loader->targets, loader->B, loader->T, 0.0f);
+        sum += pipeline_forward(model, MicroBatch{loader->inputs, loader->targets}, loader->B, loader->T);
     }
+    comm_all_reduce_scalars(&model->comm->pp, &sum, 1);
     comm_all_reduce_scalars(&model->comm->dp, &sum, 1);
     return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
 }
 
 // samples `n` tokens after EOT at `temperature`, one full forward per token over the last
-// T tokens (simple, not fast: no KV cache). A collective under ZeRO-3 and TP: every rank
-// calls it with the same Rng state and so draws the same tokens. Under TP the last
-// position's logit columns are all-gathered from the TP ranks (Vp values: small).
+// T tokens (simple, not fast: no KV cache). A collective: every rank calls it with the
+// same Rng state and so draws the same tokens. The last stage all-gathers the last
+// position's logit columns from its TP ranks and broadcasts them to the other stages.
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
     int* tokens = (int*)malloc((n + 1) * sizeof(int));
@@ -758,8 +931,10 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
         int context = t < model->T ? t : model->T;
-        gpt2_forward(model, tokens + (t - context), 1, context);
-        comm_all_gather(&model->comm->tp, model->acts.logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
+        pipeline_forward(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
+        if (last_stage(model))
+            comm_all_gather(&model->comm->tp, model->sets[0].logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
+        comm_broadcast(&model->comm->pp, model->scratch.logit_row, c.padded_vocab_size, model->layout.pp - 1);
         device_to_host(row, model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
         float maxval = -INFINITY;
         for (int v = 0; v < c.vocab_size; v++) maxval = fmaxf(maxval, to_float(row[v]));
@@ -815,8 +990,10 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
         {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)"},
         {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)"},
-        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages (not built yet: 1)"},
+        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)"},
+        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown) or gpipe (all forwards, then all backwards)"},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
+        {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
         {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit"},
     };
     int n = sizeof(table) / sizeof(table[0]);
@@ -869,9 +1046,12 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
 // -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
 // same whether allocated or not) and what it sends over each of its groups per step (the
 // formulas of zero.h and tp.h), beside what the first step measured
-enum CommGroup { GROUP_DP, GROUP_TP, NUM_COMM_GROUPS };
-[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp"};
-inline Comm* comm_group(Collectives* c, int group) { return group == GROUP_DP ? &c->dp : &c->tp; }
+enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };
+[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding"};
+inline Comm* comm_group(Collectives* c, int group) {
+    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding};
+    return groups[group];
+}
 
 struct Accounting {
     size_t memory[NUM_MEMORY_KINDS];
@@ -890,8 +1070,17 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
     a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
-        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards);
+        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, first_stage(model), last_stage(model));
     a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
+    // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
+    int p = model->layout.pp;
+    unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
+    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((last_stage(model) ? 0 : 1) + (first_stage(model) ? 0 : 1));
+    a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
+    // the tied embedding: the unit's gradient shard summed over {first, last} stage
+    int ends = model->comm->embedding.size;
+    size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
+    a.comm[GROUP_EMBEDDING][COMM_ALL_REDUCE] = ends > 1 ? 2 * ring_bytes(G * unit_shard(&model->zero, 0), ends) : 0;
     return a;
 }
 
@@ -915,12 +1104,16 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
     printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
            (double)state / model->num_parameters);
-    printf("[rank %d]   %-22s %16s %16s\n", g.rank, "sent per step", "dp group", "tp group");
+    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
+           model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
+    printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
-        printf("[rank %d]   %-22s %16llu %16llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k], a.comm[GROUP_TP][k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"zero\": %d, \"precision\": \"%s\", \"recompute\": %d, "
-           "\"num_parameters\": %zu, \"activations_per_layer\": %zu, \"memory\": {", g.rank, g.dp, g.tp, z.stage,
-           PRECISION_NAME, model->recompute, model->num_parameters, a.activations_per_layer);
+        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
+               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
+    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
+           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, "
+           "\"memory\": {", g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute,
+           model->sets.size(), model->num_parameters, a.activations_per_layer);
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", memory_kind_names[k], a.memory[k]);
     printf("}, \"comm\": {");
     for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
@@ -974,7 +1167,8 @@ inline std::string measured_accounting_json(GPT2* model, const CommLedger& befor
 
 // one JSON object per optimizer step (README: Log rows)
 inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, bool scaling, bool validated,
-                     double val_loss, bool sampled, const std::string& sample, const std::string& accounting) {
+                     double val_loss, bool sampled, const std::string& sample, const std::string& accounting,
+                     const std::string& bubble) {
     char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
     if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
     fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f",
@@ -983,7 +1177,7 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
     if (r.skipped) fprintf(log, ", \"skipped\": true");
     if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
     if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
-    fprintf(log, "%s}\n", accounting.c_str());
+    fprintf(log, "%s%s}\n", bubble.c_str(), accounting.c_str());
     fflush(log);
 }
 
@@ -995,12 +1189,16 @@ inline bool file_exists(const char* path) { struct stat st; return stat(path, &s
 // the flags every rank checks alike (one line on every rank, exit 1); returns the
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
-    if (grid.pp != 1) comm_fail_all("-pp %d: pipeline parallelism is not built yet; the grid supports it, the model does not", grid.pp);
+    if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b or gpipe, got '%s'", tc->schedule);
     if (tc->B <= 0 || tc->T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc->B, tc->T);
     int tokens_per_micro = tc->B * tc->T * grid.dp;
-    if (tc->total_batch_tokens == -1) tc->total_batch_tokens = tokens_per_micro;
+    if (tc->total_batch_tokens == -1) tc->total_batch_tokens = tokens_per_micro * grid.pp;  // m = p micro-batches
     if (tc->total_batch_tokens <= 0 || tc->total_batch_tokens % tokens_per_micro != 0)
         comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc->total_batch_tokens, tc->B, tc->T, grid.dp, tokens_per_micro);
+    int micro_batches = tc->total_batch_tokens / tokens_per_micro;
+    if (micro_batches < grid.pp && grid.rank == 0)
+        printf("note: %d micro-batches for %d pipeline stages: every stage idles at least (p-1)/(m+p-1) = %.0f%% of each step; "
+               "raise -d for a smaller bubble\n", micro_batches, grid.pp, 100.0 * pipeline_bubble_fraction(grid.pp, micro_batches));
     if (tc->zero_stage < 0 || tc->zero_stage > 3) comm_fail_all("-z must be 0, 1, 2 or 3 (got %d)", tc->zero_stage);
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
@@ -1036,8 +1234,10 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
     printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
            PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
            model->num_parameters);
-    printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives\n", g.world, g.dp, g.tp, g.pp, tc.zero_stage,
+    printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.tp, g.pp, tc.zero_stage,
            use_nccl ? "NCCL" : "MPI");
+    if (g.pp > 1) printf(" | %s schedule, bubble (p-1)/(m+p-1) = %.3f", tc.schedule, pipeline_bubble_fraction(g.pp, grad_accum));
+    printf("\n");
     printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
            tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
 }
@@ -1075,6 +1275,47 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
     if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
 }
 
+// a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
+// forwards and backwards), the worst over the ranks and the last stage's, beside the formula
+// (a collective; empty without a pipeline). In GPT-2 the last stage carries the LM head, the
+// heaviest stage, so its idle time is the schedule's bubble; the worst adds load imbalance.
+inline std::string bubble_json(GPT2* model, const StepResult& r, int grad_accum) {
+    if (model->layout.pp == 1) return "";
+    double idle = r.timing.total_ms > 0 ? 1.0 - r.timing.busy_ms / r.timing.total_ms : 0.0;
+    double worst = comm_max_over_world(idle), last = comm_max_over_world(last_stage(model) ? idle : -1.0);
+    char text[160];
+    snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
+             pipeline_bubble_fraction(model->layout.pp, grad_accum));
+    return text;
+}
+
+// -trace: rank 0 writes every rank's spans, one track per rank named by its place in the grid (a collective)
+inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
+    trace->on = false;
+    std::vector<char> mine(trace->events.begin(), trace->events.end());
+    std::vector<std::vector<char>> all = comm_gatherv_to_root(&comm->world, mine);
+    const ProcessGrid& g = comm->grid;
+    if (g.rank != 0) return;
+    FILE* f = fopen(path, "w");
+    if (!f) fail("cannot write trace file %s", path);
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (int q = 0; q < g.world; q++) {
+        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                   "\"rank %d: stage %d, dp %d, tp %d\"}},\n", q, q, other.pp_rank, other.dp_rank, other.tp_rank);
+        fprintf(f, "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"sort_index\": %d}},\n", q, q);
+    }
+    bool first = true;
+    for (const std::vector<char>& events : all) {
+        if (events.empty()) continue;
+        fprintf(f, "%s%.*s", first ? "" : ",\n", (int)events.size(), events.data());
+        first = false;
+    }
+    bool ok = fprintf(f, "\n]}\n") > 0;
+    if (fclose(f) != 0 || !ok) fail("writing trace file %s failed", path);
+    printf("wrote %s: open it in ui.perfetto.dev or chrome://tracing\n", path);
+}
+
 inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader, Rng* sample_rng) {
     TrainingState state = {};
     state.scaler = *scaler;
@@ -1109,7 +1350,9 @@ int main(int argc, char** argv) {
     gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
     if (tc.T > model.config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model.config.max_seq_len);
     LossScaler scaler = loss_scaler_init(tc.loss_scale, PRECISION == PRECISION_FP16, tc.loss_scale_interval);
-    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, allocate);
+    model.schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
+    int sets = pipeline_activation_sets(model.schedule, model.layout.pp_rank, model.layout.pp, grad_accum);
+    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, sets, allocate);
     if (tc.plan) {
         print_plans(&model, tc, grad_accum);
         comm_finalize(&comm);
@@ -1138,7 +1381,10 @@ int main(int argc, char** argv) {
     bool can_decode = decoder_load(&decoder, tc.tokenizer_path);
     if (!can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
+    Trace trace = {};
+    if (tc.trace_path) comm_set_trace(&comm, &trace);
     for (int step = resume_step; step < max_steps; step++) {
+        if (tc.trace_path && step == resume_step) { comm_barrier(&comm.world); trace_start(&trace); }
         CommLedger sent_before = comm_ledger(&model);
         device_synchronize();
         auto start = std::chrono::steady_clock::now();
@@ -1156,7 +1402,9 @@ int main(int argc, char** argv) {
         bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
         std::string sample = sampled ? sample_text(&model, tc, &sample_rng, &decoder, can_decode) : "";
         if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
-        if (log) log_step(log, done, r, ms, tc.total_batch_tokens, scaler.enabled, validated, val_loss, sampled, sample, accounting);
+        std::string bubble = bubble_json(&model, r, grad_accum);
+        if (log) log_step(log, done, r, ms, tc.total_batch_tokens, scaler.enabled, validated, val_loss, sampled, sample, accounting, bubble);
+        if (trace.on && (done - resume_step == tc.trace_steps || last)) write_trace(&comm, &trace, tc.trace_path);
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
             write_checkpoint(&model, tc, done, scaler, train_loader, sample_rng);
     }

@@ -31,15 +31,16 @@ embedding and final-LayerNorm units stay gathered through a micro-step under sta
 3 (they are used at both ends of the network). Read zero_unit_params and
 zero_reduce_unit first: they are what the forward and backward call.
 
-Under tensor parallelism (tp.h) each TP rank runs its own ZeRO over its own DP
-group, on its own (smaller) units; nothing here crosses TP ranks but the gradient
-norm, which sums the TP ranks' shards and counts replicated tensors once.
+Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
+over its own DP group, on its own units; nothing here crosses TP ranks or stages.
+The trainer says which tensors the gradient norm counts (a copy is counted once) and
+sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
 */
 #pragma once
 // defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
 //          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan, ZeroOptimizerState,
-//          zero_optimizer_state, zero_free
+//          zero_optimizer_state, zero_free, zero_sum_unit_gradient
 #include <algorithm>               // defines: std::max, std::min
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
 #include "adamw.h"                 // defines: adamw_update
@@ -153,7 +154,7 @@ inline ZeroOptimizerState zero_optimizer_state(const Zero* z) {
     return s;
 }
 
-// calls visit(unit, slice, lo, hi, at) for each tensor slice's part [lo, hi) (unit-relative)
+// calls visit(u, slice, lo, hi, at) for each tensor slice's part [lo, hi) (relative to unit u)
 // that lies in this rank's shard, at index `at` of the shard buffers (stage 0: the whole model)
 template <typename Visit> inline void zero_for_each_shard_slice(const Zero* z, Visit visit) {
     for (int u = 0; u < z->num_units; u++) {
@@ -162,7 +163,7 @@ template <typename Visit> inline void zero_for_each_shard_slice(const Zero* z, V
         for (int k = 0; k < unit.num_slices; k++) {
             size_t lo = std::max(unit.slices[k].offset, begin);
             size_t hi = std::min(unit.slices[k].offset + unit.slices[k].count, end);
-            if (lo < hi) visit(unit, unit.slices[k], lo, hi, unit.shard_offset + (lo - begin));
+            if (lo < hi) visit(u, unit.slices[k], lo, hi, unit.shard_offset + (lo - begin));
         }
     }
 }
@@ -252,29 +253,36 @@ template <typename T> inline double norm_squared_of_range(const T* g, size_t lo,
     return hi > lo ? global_norm_squared(g + lo, hi - lo, scratch) : 0.0;
 }
 
-// squared norm of the whole model's gradient (each parameter counted once), identical on
-// every rank of the model; non-finite when any element is. A replicated tensor's gradient
-// is the same on every TP rank (its inputs and output gradients are, tp.h), so only TP
-// rank 0 counts it; the other TP ranks skip those ranges. With tp = 1 nothing is skipped
-// and the buffer is summed in one range.
-inline double zero_grad_norm_squared(Zero* z) {
+// squared norm of this rank's part of the step's gradient, summed over the DP group;
+// non-finite when any element is. counts(u, slice) says whether this rank counts a tensor:
+// a copy held elsewhere too (a tensor replicated over TP, the tied embedding's second
+// copy) is counted by one rank only, and the caller sums over TP ranks and stages. When
+// everything counts, the buffer is summed in one range.
+template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts counts) {
     size_t n = z->stage == 0 ? z->full_elements : z->shard_elements;
-    bool skip_replicated = z->comm->grid.tp_rank != 0;
     double sum = 0.0;
     size_t from = 0;  // the counted range that is open: [from, where the next skipped one begins)
     auto count_up_to = [&](size_t to) {
         sum += zero_grad_is_fp32(z) ? norm_squared_of_range(zero_grad_fp32(z), from, to, z->norm_scratch)
                                     : norm_squared_of_range(zero_grad_floatX(z), from, to, z->norm_scratch);
     };
-    zero_for_each_shard_slice(z, [&](const Unit&, const TensorSlice& slice, size_t lo, size_t hi, size_t at) {
-        if (!skip_replicated || !slice.replicated) return;
+    zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t at) {
+        if (counts(u, slice)) return;
         count_up_to(at);
         from = at + (hi - lo);
     });
     count_up_to(n);
     if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
-    comm_all_reduce_scalars(&z->comm->tp, &sum, 1);                     // each TP rank a part of each tensor
     return sum;
+}
+
+// after the step's reductions: unit u's gradient, as the optimizer reads it, summed over
+// `group` (the first and last stage's copies of the tied embedding, pipeline.h). Both
+// copies have the same units and shards, so the sum is elementwise.
+inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
+    size_t at = z->units[u].shard_offset, n = unit_shard(z, u);
+    if (z->grads_fp32) comm_all_reduce_sum(z->comm, group, zero_grad_fp32(z) + at, n);
+    else comm_all_reduce_sum(z->comm, group, zero_grad_floatX(z) + at, n);
 }
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
@@ -289,7 +297,8 @@ inline void zero_poison_gradients(Zero* z) {
 
 // AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
-    zero_for_each_shard_slice(z, [&](const Unit& unit, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
+    zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
+        const Unit& unit = z->units[u];
         floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
         AdamWConfig c;
         c.lr = lr;

@@ -1,18 +1,22 @@
 #!/usr/bin/python3
 """
 tests/accounting.py: what each rank should hold and send, from formulas written here
-(zero.h's and tp.h's header comments, DESIGN's layout), independent of the trainer.
+(zero.h's, tp.h's and pipeline.h's header comments, DESIGN's layout), independent of the
+trainer.
 
 -plan and the first step's "measured" both come from the trainer's buffer lists and its
 collectives' ledgers; this checks both against these formulas, rank by rank:
 
-    check_accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
-                        --B B --T T --accum G --dp DP --tp TP --zero Z --x X [--ga-fp32] [--recompute R]
+    accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
+                  --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe] --zero Z --x X
+                  [--ga-fp32] [--recompute R]
 
-Per-rank units (elements): embeddings E = Vp/tp*C + T0*C, a layer
+Rank r sits at pp_rank = r // (dp tp), dp_rank = r // tp % dp, tp_rank = r % tp. Stage s holds
+L_s = L/p layers (the first L % p stages one more); its units (elements): the embedding unit
+E = Vp/tp*C + T0*C on the first and the last stage (the tied wte's two copies), a layer
 12 C^2/tp + 7 C/tp + 6 C (qkv and fc cut by rows with their biases, attproj and fcproj by
-columns, LayerNorms and row-parallel biases whole), the head H = 2 C; each padded to a
-multiple of the ZeRO shards (dp from stage 1 on).
+columns, LayerNorms and row-parallel biases whole), the head H = 2 C on the last stage; each
+padded to a multiple of the ZeRO shards (dp from stage 1 on).
 """
 import argparse
 import json
@@ -20,36 +24,52 @@ import sys
 
 
 def ring(b, p):
-    return b * (p - 1) // p
+    return 0 if p <= 1 else b * (p - 1) // p
 
 
 def padded(n, shards):
     return -(-n // shards) * shards
 
 
-def state_memory(L, C, T0, Vp, tp, dp, zero, X, grads_fp32):
-    """parameters, gradients and optimizer state per rank (zero.h's formulas)"""
-    shards = 1 if zero == 0 else dp
-    E = padded(Vp // tp * C + T0 * C, shards)
-    Lu = padded(12 * C * C // tp + 7 * C // tp + 6 * C, shards)
-    H = padded(2 * C, shards)
-    Psi = E + L * Lu + H
+def stage_layers(L, p, s):
+    return L // p + (1 if s < L % p else 0)
+
+
+def units(a, s):
+    """padded embedding, layer and head units of stage s, and the layer count"""
+    shards = 1 if a.zero == 0 else a.dp
+    first, last = s == 0, s == a.pp - 1
+    C = a.channels
+    E = padded(a.vocab // a.tp * C + a.max_seq_len * C, shards) if first or last else 0
+    Lu = padded(12 * C * C // a.tp + 7 * C // a.tp + 6 * C, shards)
+    H = padded(2 * C, shards) if last else 0
+    return E, Lu, H, stage_layers(a.layers, a.pp, s)
+
+
+def state_memory(a, s):
+    """parameters, gradients and optimizer state of a rank of stage s (zero.h's formulas)"""
+    E, Lu, H, Ls = units(a, s)
+    shards = 1 if a.zero == 0 else a.dp
+    X, zero = a.x, a.zero
+    Psi = E + Ls * Lu + H
     P = Psi // shards
     K = 8 if X == 4 else 12           # m, v (+ the fp32 master in 16-bit builds)
-    G = 4 if grads_fp32 else X        # the gradient sum's element
-    full_grads = X * Psi + (4 * Psi if grads_fp32 else 0)
-    m = {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
-         "parameters_transient": X * (E + Lu + H) if zero == 3 else 0,
-         "gradients": full_grads if zero == 0 else full_grads + G * P if zero == 1 else G * P,
-         "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // dp if zero >= 2 else 0}
-    return m, Psi, E, H
+    G = 4 if a.ga_fp32 else X         # the gradient sum's element
+    full_grads = X * Psi + (4 * Psi if a.ga_fp32 else 0)
+    return {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
+            "parameters_transient": X * (E + Lu + H) if zero == 3 else 0,
+            "gradients": full_grads if zero == 0 else full_grads + G * P if zero == 1 else G * P,
+            "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.dp if zero >= 2 else 0}
 
 
-def comm_bytes(L, C, T0, Vp, tp, dp, zero, X, grads_fp32, B, T, g, recompute):
-    """bytes sent per step over the DP group (zero.h) and the TP group (tp.h)"""
-    _, Psi, E, H = state_memory(L, C, T0, Vp, tp, dp, zero, X, grads_fp32)
-    G = 4 if grads_fp32 else X
-    d = dict(all_reduce=0, reduce_scatter=0, all_gather=0, broadcast=0, send=0, scalars=0)
+def comm_bytes(a, s):
+    """bytes a rank of stage s sends per step over its DP (zero.h), TP (tp.h), PP and embedding groups"""
+    E, Lu, H, Ls = units(a, s)
+    first, last = s == 0, s == a.pp - 1
+    Psi, X, g, dp, zero = E + Ls * Lu + H, a.x, a.accum, a.dp, a.zero
+    G = 4 if a.ga_fp32 else X
+    kinds = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "scalars")
+    d, t, p, e = (dict.fromkeys(kinds, 0) for _ in range(4))
     if zero == 0: d["all_reduce"] = 2 * ring(G * Psi, dp)
     if zero == 1: d["reduce_scatter"] = ring(G * Psi, dp)
     if zero == 2: d["reduce_scatter"] = g * ring(X * Psi, dp)
@@ -58,12 +78,21 @@ def comm_bytes(L, C, T0, Vp, tp, dp, zero, X, grads_fp32, B, T, g, recompute):
         d["all_gather"] = g * (ring(X * Psi, dp) + ring(X * (Psi - E - H), dp))
         d["reduce_scatter"] = g * ring(X * Psi, dp)
     d["scalars"] = 2 * ring(8, dp) * (1 if zero == 0 else 2)   # the loss; the norm when sharded
-    N = B * T
-    per_block = 2 * (2 if recompute == 3 else 1) + 2          # g twice per forward, f twice backward
-    t = dict(all_reduce=0, reduce_scatter=0, all_gather=0, broadcast=0, send=0, scalars=0)
-    t["all_reduce"] = g * ((per_block * L + 2) * 2 * ring(N * C * X, tp) + 3 * 2 * ring(N * 4, tp))
-    t["scalars"] = 2 * ring(8, tp)                              # the squared norm
-    return {"dp": d, "tp": t}
+    N = a.B * a.T
+    per_block = 2 * (2 if a.recompute == 3 else 1) + 2          # g twice per forward, f twice backward
+    reduces = per_block * Ls + first + last                     # + the embedding's g, the head's f
+    t["all_reduce"] = g * (reduces * 2 * ring(N * a.channels * X, a.tp) + (3 * 2 * ring(N * 4, a.tp) if last else 0))
+    t["scalars"] = 2 * ring(8, a.tp)                            # the squared norm
+    p["send"] = g * N * a.channels * X * ((not last) + (not first))  # activations on, gradients back
+    p["scalars"] = 2 * 2 * ring(8, a.pp)                        # the loss and the squared norm
+    if a.pp > 1 and (first or last):
+        e["all_reduce"] = 2 * ring(G * E // (1 if zero == 0 else dp), 2)  # the tied embedding's gradient shard
+    return {"dp": d, "tp": t, "pp": p, "embedding": e}
+
+
+def activation_sets(a, s):
+    if a.pp == 1: return 1
+    return a.accum if a.schedule == "gpipe" else min(a.pp - s, a.accum)
 
 
 def main():
@@ -72,29 +101,32 @@ def main():
     ap.add_argument("log")
     for k in ("layers", "channels", "max_seq_len", "vocab", "B", "T", "accum", "dp", "tp", "zero", "x"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, required=True)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--recompute", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
     a = ap.parse_args()
     plans = sorted((json.loads(l) for l in open(a.plan) if l.startswith("{")), key=lambda p: p["rank"])
     first = json.loads(open(a.log).readline())
-    world = a.dp * a.tp
+    world = a.dp * a.tp * a.pp
     assert len(plans) == world and len(first["measured"]) == world, (len(plans), len(first["measured"]))
-    args = (a.layers, a.channels, a.max_seq_len, a.vocab, a.tp, a.dp, a.zero, a.x, a.ga_fp32)
-    want_state, _, _, _ = state_memory(*args)
-    want_comm = comm_bytes(*args, a.B, a.T, a.accum, a.recompute)
-    N, X = a.B * a.T, a.x
+    N = a.B * a.T
     for plan, measured in zip(plans, first["measured"]):
         r = plan["rank"]
+        s = r // (a.dp * a.tp)
+        assert plan["pp_rank"] == s and plan["activation_sets"] == activation_sets(a, s), (r, plan)
         assert plan["memory"] == measured["memory"], (r, plan["memory"], measured["memory"])
         assert plan["comm"] == measured["comm"], (r, plan["comm"], measured["comm"])
-        for k, v in want_state.items():
+        for k, v in state_memory(a, s).items():
             assert measured["memory"][k] == v, f"rank {r} {k}: {measured['memory'][k]}, formula {v}"
-        assert measured["memory"]["logits"] == N * a.vocab // a.tp * X, (r, measured["memory"]["logits"])
-        assert measured["comm"] == want_comm, (r, measured["comm"], want_comm)
+        logits = N * a.vocab // a.tp * a.x * activation_sets(a, s) if s == a.pp - 1 else 0
+        assert measured["memory"]["logits"] == logits, (r, measured["memory"]["logits"], logits)
+        want = comm_bytes(a, s)
+        assert measured["comm"] == want, (r, measured["comm"], want)
     m = first["measured"][0]
-    print(f"dp {a.dp} tp {a.tp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
-          f"state {sum(m['memory'][k] for k in ('parameters', 'gradients', 'optimizer'))} bytes, "
-          f"logits {m['memory']['logits']} bytes, sent {m['comm']}")
+    print(f"dp {a.dp} tp {a.tp} pp {a.pp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
+          f"rank 0: state {sum(m['memory'][k] for k in ('parameters', 'gradients', 'optimizer'))} bytes, "
+          f"sent {dict((g, {k: v for k, v in c.items() if v}) for g, c in m['comm'].items())}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ for np in 2 4; do
     check tp_pieces_np$np timeout 300 mpirun -np $np $BUILD/test_tp
 done
 check tensor_parallel bash tests/test_tp.sh $REF
+check pipeline_schedules $BUILD/test_pipeline
+check pytorch_reference_4_layers $PYTHON tests/reference.py --out $BUILD/ref4 --layers 4 --accum 4,8 --debug-steps 1
+check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"

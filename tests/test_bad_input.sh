@@ -81,7 +81,7 @@ expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
 
 # help lists every flag the parser knows
 $TRAINER -h > $D/help.txt || { echo "FAIL: -h exit code"; fails=$((fails + 1)); }
-for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -temp -tok -n -y -shuffle -seed -log -r -ls -lsi -ga -z -tp -pp -comm -plan -h; do
+for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -temp -tok -n -y -shuffle -seed -log -r -ls -lsi -ga -z -tp -pp -ps -trace -comm -plan -h; do
     grep -q -- "^  $flag " $D/help.txt || { echo "FAIL: -h does not list $flag"; fails=$((fails + 1)); }
 done
 echo "$fails failures"

@@ -40,6 +40,15 @@ int main(int argc, char** argv) {
             for (int d = 0; d < dp; d++) want_dp += (g.pp_rank * dp + d) * tp + g.tp_rank;
             for (int p = 0; p < pp; p++) want_pp += (p * dp + g.dp_rank) * tp + g.tp_rank;
             EXPECT(sum_tp == want_tp && sum_dp == want_dp && sum_pp == want_pp);
+            // the embedding group: the first and last stage of this rank's pipeline, none between
+            bool end_stage = g.pp_rank == 0 || g.pp_rank == pp - 1;
+            EXPECT(c.embedding.size == (end_stage ? (pp == 1 ? 1 : 2) : 0));
+            if (end_stage) {
+                double sum_emb = rank;
+                comm_all_reduce_scalars(&c.embedding, &sum_emb, 1);
+                double want_emb = pp == 1 ? rank : (g.dp_rank * tp + g.tp_rank) * 2 + (pp - 1) * dp * tp;
+                EXPECT(sum_emb == want_emb);
+            }
 
             // collectives over the DP group, element values from (group rank, index)
             Comm* d = &c.dp;
@@ -76,6 +85,11 @@ int main(int argc, char** argv) {
             std::vector<float> b(n, (float)r);
             comm_broadcast(d, b.data(), n, p - 1);
             for (size_t i = 0; i < n; i++) EXPECT(b[i] == p - 1);
+            if (p > 1) {  // paired: every rank sends to the next and receives from the previous at once
+                std::vector<float> out(n, (float)r), got(n, -1.0f);
+                comm_send_recv(d, out.data(), (r + 1) % p, got.data(), (r + p - 1) % p, n);
+                for (size_t i = 0; i < n; i++) EXPECT(got[i] == (r + p - 1) % p);
+            }
             if (p > 1) {  // a ring of sends: each rank sends to the next and receives from the previous
                 std::vector<float> out(n, (float)r), got(n, -1.0f);
                 if (r % 2 == 0) { comm_send(d, out.data(), n, (r + 1) % p); comm_recv(d, got.data(), n, (r + p - 1) % p); }
@@ -87,9 +101,11 @@ int main(int argc, char** argv) {
             EXPECT(d->bytes[COMM_ALL_REDUCE] == 2 * 2 * (S * (p - 1) / p) + 2 * (4ull * n * (p - 1) / p));  // sum, average; max
             EXPECT(d->bytes[COMM_REDUCE_SCATTER] == S * (p - 1) / p);
             EXPECT(d->bytes[COMM_ALL_GATHER] == 2 * (S * (p - 1) / p));
-            EXPECT(d->bytes[COMM_BROADCAST] == (r == p - 1 ? 4ull * n : 0));
+            EXPECT(d->bytes[COMM_BROADCAST] == (p > 1 && r == p - 1 ? 4ull * n : 0));  // a group of one sends nothing
+            EXPECT(d->bytes[COMM_SEND] == (p > 1 ? 2 * 4ull * n : 0));  // the paired exchange and the ring
             comm_barrier(&c.world);
             MPI_Comm_free(&c.dp.mpi); MPI_Comm_free(&c.tp.mpi); MPI_Comm_free(&c.pp.mpi);
+            if (c.embedding.mpi != MPI_COMM_NULL) MPI_Comm_free(&c.embedding.mpi);
             MPI_Op_free(&c.sum_floatX);
         }
     }

@@ -82,24 +82,26 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     REQUIRE(c.num_layers == s.L);
     REQUIRE(c.channels == s.C);
-    gpt2_allocate_activations(&model, s.B, s.T, 0, true);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, 1, true);
     int N = s.B * s.T;
+    ActivationTensors& a = model.sets[0];
+    MicroBatch batch = {s.inputs.data(), s.targets.data()};
 
-    gpt2_forward(&model, s.inputs.data(), s.B, s.T);
-    auto logits = device_floats(model.acts.logits, (size_t)N * c.padded_vocab_size);
+    stage_forward(&model, a, batch, s.B, s.T, 0.0f);  // dloss 0: the loss, and the logits left as they are
+    auto logits = device_floats(a.logits, (size_t)N * c.padded_vocab_size);
     double max_diff = 0;
     for (size_t i = 0; i < logits.size(); i++) max_diff = fmax(max_diff, fabs(logits[i] - s.logits[i]));
     INFO("max |logit - reference| = " << max_diff);
     CHECK(max_diff < 1e-5);
 
-    double loss = gpt2_loss(&model, s.targets.data(), s.B, s.T, 1.0f / N) / N;
+    double loss = stage_forward(&model, a, batch, s.B, s.T, 1.0f / N) / N;  // again, with the loss's gradient
     INFO("loss " << loss << " reference " << s.loss);
     CHECK(fabs(loss - s.loss) < 1e-5);
 
-    gpt2_backward(&model, s.B, s.T);
+    stage_backward(&model, a, batch, s.B, s.T);
     auto unit_grads = device_floats(model.zero.grads, model.num_parameters);  // one rank: units are unpadded
     std::vector<float> grads(model.num_parameters);
-    gpt2_reorder(&model, 0, unit_grads.data(), grads.data(), false);  // into the reference's file order
+    reorder_part(c, model.layout, model.zero.units, unit_grads.data(), grads.data(), false);  // into the reference's file order
     size_t off = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t n = shape_elements(model.shapes[i]);
@@ -118,7 +120,8 @@ TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     GPT2 model;
     gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
-    gpt2_allocate_activations(&model, s.B, s.T, 0, true);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, 1, true);
+    model.schedule = SCHEDULE_1F1B;
     TrainConfig tc;
     tc.B = s.B; tc.T = s.T; tc.lr = s.lr; tc.weight_decay = s.wd; tc.grad_clip = s.clip;
     tc.warmup = 0; tc.final_fraction = 1.0f;

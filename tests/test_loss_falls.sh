@@ -4,7 +4,7 @@
 # on tinyshakespeare (BPE shards from ./tokenize), with no -i/-j: the loss must fall, the
 # validation must run, samples must print as decoded text and land in the log, the model file
 # must be written.
-set -eu
+set -euo pipefail
 PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/text; rm -rf $D; mkdir -p $D
 ./train_gpt_cpu -e d2 -b 4 -t 256 -x 20 -s 10 -log $D/log.jsonl -o $D/out | tee $D/stdout.txt

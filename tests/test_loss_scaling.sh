@@ -2,7 +2,7 @@
 # TRAIN_GPT_INJECT_NONFINITE=3: under FP16 step 3 is skipped, the scale halves, training goes
 # on and the loss keeps falling; under BF16 (scaling off) the step is skipped with a warning.
 # Usage: test_loss_scaling.sh REFERENCE_DIR
-set -eu
+set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/scaling; rm -rf $D; mkdir -p $D
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 4 -t 32 -x 14 -l 3e-3 -v 0 -s 0"  # shards of `make data`

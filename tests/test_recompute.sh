@@ -3,7 +3,7 @@
 # and the memory allocated (measured in the first step's log row) equals -plan's formulas
 # and the formula computed here independently (recompute.h's header comment; 16 bytes per
 # parameter). Usage: test_recompute.sh REFERENCE_DIR
-set -eu
+set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/recompute; rm -rf $D; mkdir -p $D
 FLAGS="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0"

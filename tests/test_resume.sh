@@ -4,10 +4,11 @@
 # model file, byte for byte, as the run that never stopped. Covered: shuffled data and the
 # sampling RNG (fp32, one rank); sharded master weights and stochastic rounding (bf16, dp 2,
 # ZeRO-2); the loss scaler's state after an overflow and a growth (fp16, dp 2, ZeRO-3); tensor
-# parallelism with ZeRO over each TP rank's DP group (bf16, tp 2 x dp 2, ZeRO-3).
+# parallelism with ZeRO over each TP rank's DP group (bf16, tp 2 x dp 2, ZeRO-3); 3D (bf16,
+# dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches).
 # Bad checkpoints (truncated, another layout) are refused with a message and left untouched.
 # Usage: test_resume.sh REFERENCE_DIR
-set -eu
+set -euo pipefail
 REF=$1
 D=tests/build/resume; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
@@ -20,8 +21,8 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
     head -n 4 $D/$name-cut.jsonl > $D/$name-cut.tmp && mv $D/$name-cut.tmp $D/$name-cut.jsonl
     $launch $trainer $FLAGS $extra -o $D/$name-cut -y 1 -log $D/$name-cut.jsonl > $D/$name-resume.txt
     grep -q "resuming from step 4" $D/$name-resume.txt
-    # identical rows but for timing (ms, tok_per_s) and the first step's measured block
-    strip() { sed -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*//' -e 's/, "measured": .*}$/}/' "$1"; }
+    # identical rows but for timing (ms, tok_per_s, the bubble) and the first step's measured block
+    strip() { sed -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*//' -e 's/, "bubble": [0-9.]*, "bubble_last_stage": [0-9.-]*//' -e 's/, "measured": .*}$/}/' "$1"; }
     diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) > /dev/null || { echo "FAIL $name: logs differ"; diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) | head; exit 1; }
     cmp $D/$name-whole/model_00000008.bin $D/$name-cut/model_00000008.bin || { echo "FAIL $name: final models differ"; exit 1; }
     echo "ok $name: steps 5-8 after resuming equal the unbroken run, final model identical"
@@ -29,6 +30,7 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
 resume_case fp32 "" ./train_gpt_cpu ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" ./train_gpt_cpu_bf16 "-b 1 -z 2"
 resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" ./train_gpt_cpu_bf16 "-b 1 -tp 2 -z 3"
+resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" ./train_gpt_cpu_bf16 "-b 1 -tp 2 -pp 2 -z 1"
 TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" ./train_gpt_cpu_fp16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
 scales=$(grep -o '"scale": [0-9.]*' $D/fp16_dp2_zero3_scaler-whole.jsonl | awk '{print $2}' | tr '\n' ' ')

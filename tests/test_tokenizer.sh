@@ -5,7 +5,7 @@
 # for this run (a new seed each time, printed), and on all of tinyshakespeare; `text` gives
 # the bytes back exactly; shards hold [EOT] + ids of each document; bad input is an error.
 # Usage: test_tokenizer.sh VOCAB_DIR TINYSHAKESPEARE_TXT (make data puts them in data/)
-set -eu
+set -euo pipefail
 VOCAB=$1; SHAKESPEARE=$2; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/tokenizer; rm -rf $D; mkdir -p $D
 TOK="./tokenize --vocab $VOCAB"

@@ -11,7 +11,7 @@
 #  - validation and sampling under tp 2 give the single rank's validation loss and samples;
 #  - -e dN gives tp 4 the same model as tp 1: after a step at learning rate 0 the model files
 #    written under tp 1 and tp 4 are identical, byte for byte (init, slicing, gathering, writing).
-set -eu
+set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/tp; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
@@ -70,13 +70,7 @@ PY
 EVAL="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 2 -t 32 -x 2 -v 2 -m 3 -s 2 -g 12"
 ./train_gpt_cpu $EVAL -log $D/eval1.jsonl > /dev/null
 $MPIRUN -np 2 ./train_gpt_cpu $EVAL -tp 2 -log $D/eval2.jsonl > /dev/null
-$PYTHON - $D <<'PY'
-import json, sys
-d = sys.argv[1]
-one, two = (json.loads(open(f"{d}/eval{k}.jsonl").readlines()[-1]) for k in (1, 2))
-print(f"val loss tp 1 {one['val_loss']:.7f}, tp 2 {two['val_loss']:.7f}; samples equal: {one['sample'] == two['sample']}")
-assert abs(one["val_loss"] - two["val_loss"]) < 1e-5 and one["sample"] == two["sample"] and len(one["sample"]) > 0
-PY
+$PYTHON tests/same_evaluation.py $D/eval1.jsonl $D/eval2.jsonl "tp 2"
 
 # one model whatever the layout: GPT-2 d4 from the seed, a step at lr 0, the files written
 INIT="-e d4 -i $REF/train.bin -b 1 -t 16 -x 1 -l 0 -v 0 -s 0 -seed 7"

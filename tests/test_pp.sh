@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Pipeline parallelism (pipeline.h) and 3D layouts on the CPU build under mpirun, on a 4-layer
+# model. Usage: test_pp.sh REFERENCE_DIR (made by tests/reference.py --layers 4 --accum 4,8)
+#  - pp 2 and 4 under 1F1B and GPipe (8 micro-batches), dp 2 x tp 2 x pp 2 with ZeRO 1 and 3, and
+#    pp 4 x dp 2 with ZeRO 2 (4 micro-batches): every step's loss matches tests/reference.py's float64
+#    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7), and the final model follows
+#    the single-rank run's (tests/compare_models.py);
+#  - every rank's memory and traffic (DP, TP, PP, embedding groups) equal -plan and the formulas of
+#    tests/accounting.py; at p = 4, m = 8 stage 0 holds 4 micro-batches of activations under 1F1B
+#    and 8 under GPipe: half, as planned and as measured;
+#  - a bf16 pipeline within the precision tolerance; -r 3 identical to -r 0 under both schedules;
+#  - the log rows carry the measured bubble beside (p-1)/(m+p-1); validation and samples under
+#    pp 2 equal one rank's;
+#  - -e d4 under pp 4 and under dp 2 x tp 2 x pp 2 writes the file one rank writes, byte for byte;
+#  - -trace of 1F1B at p = 4, m = 8 is trace-event JSON with one track per rank, and stage 0's track
+#    runs the warmup, steady and cooldown phases in the schedule's order;
+#  - bad layouts (fewer layers than stages, an unknown schedule) end with one line on every rank.
+set -euo pipefail
+REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
+D=tests/build/pp; rm -rf $D; mkdir -p $D
+export OMP_NUM_THREADS=1
+MPIRUN="timeout 300 mpirun"
+MODEL="--layers 4 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --x 4"
+FLAGS="-e $REF/model.bin -i $REF/train.bin -t 32 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -x 6 -shuffle 0 -v 0 -s 0"
+./train_gpt_cpu $FLAGS -b 4 -d 1024 -o $D/single8 > /dev/null
+./train_gpt_cpu $FLAGS -b 4 -d 512 -o $D/single4 > /dev/null
+
+layout() {  # layout NP DP TP PP ZERO SCHEDULE MICRO_BATCHES
+    local np=$1 dp=$2 tp=$3 pp=$4 z=$5 ps=$6 m=$7 B=$((4 / $2)) tag=dp$2-tp$3-pp$4-z$5-$6
+    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum $m --tol 1e-4 \
+        --launcher "$MPIRUN -np $np" --extra "-b $B -tp $tp -pp $pp -ps $ps -z $z -o $D/$tag" > $D/$tag.txt
+    cp $REF/run_accum$m.jsonl $D/$tag.jsonl
+    $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $B -t 32 -d $((B * 32 * dp * m)) -tp $tp \
+        -pp $pp -ps $ps -z $z -plan 1 | grep '^{' > $D/$tag.plan.jsonl
+    echo "dp $dp tp $tp pp $pp ZeRO-$z $ps: $(tail -n 1 $D/$tag.txt)"
+    $PYTHON tests/accounting.py $D/$tag.plan.jsonl $D/$tag.jsonl $MODEL --B $B --accum $m --dp $dp --tp $tp --pp $pp \
+        --schedule $ps --zero $z
+}
+layout 2 1 1 2 0 1f1b 8
+layout 2 1 1 2 0 gpipe 8
+layout 4 1 1 4 0 1f1b 8
+layout 4 1 1 4 0 gpipe 8
+layout 8 2 2 2 1 1f1b 4
+layout 8 2 2 2 3 1f1b 4
+layout 8 2 1 4 2 gpipe 4
+$PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/dp1-*/model_00000006.bin
+$PYTHON tests/compare_models.py $D/single4/model_00000006.bin $REF/model.bin $D/dp2-*/model_00000006.bin
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+def stage0(tag):
+    plan = [json.loads(l) for l in open(f"{d}/{tag}.plan.jsonl") if json.loads(l)["rank"] == 0][0]
+    measured = json.loads(open(f"{d}/{tag}.jsonl").readline())["measured"][0]
+    assert plan["memory"]["activations"] == measured["memory"]["activations"]
+    return plan["activation_sets"], measured["memory"]["activations"]
+(s1, one), (sg, gpipe) = stage0("dp1-tp1-pp4-z0-1f1b"), stage0("dp1-tp1-pp4-z0-gpipe")
+print(f"p 4, m 8, stage 0: 1F1B holds {s1} micro-batches, {one} bytes of activations; GPipe {sg}, {gpipe} bytes: {one / gpipe:.3f}")
+assert (s1, sg) == (4, 8) and one * 2 <= gpipe
+rows = [json.loads(l) for l in open(f"{d}/dp1-tp1-pp4-z0-1f1b.jsonl")]
+assert all(abs(r["bubble_formula"] - 3 / 11) < 1e-4 and 0 <= r["bubble_last_stage"] <= r["bubble"] < 1 for r in rows), rows[0]
+print(f"bubble: formula {rows[0]['bubble_formula']}, measured: worst stage {[r['bubble'] for r in rows]}, last stage {[r['bubble_last_stage'] for r in rows]}")
+PY
+
+# a bf16 pipeline; recompute under GPipe
+$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 4 --tol 3e-2 \
+    --launcher "$MPIRUN -np 4" --extra "-b 2 -pp 2 -z 1" | tail -n 1
+for ps in 1f1b gpipe; do
+    for r in 0 3; do $MPIRUN -np 2 ./train_gpt_cpu $FLAGS -b 4 -d 512 -x 2 -pp 2 -ps $ps -r $r -log $D/$ps-r$r.jsonl > /dev/null; done
+done
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+for ps in ("1f1b", "gpipe"):
+    rows = [[(x["loss"], x["norm"]) for x in map(json.loads, open(f"{d}/{ps}-r{r}.jsonl"))] for r in (0, 3)]
+    assert rows[0] == rows[1], rows
+    print(f"pp 2 {ps}: -r 3 identical to -r 0, last step {rows[0][-1]}")
+PY
+
+# validation and sampling through the pipeline against one rank
+EVAL="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 2 -t 32 -d 128 -x 2 -v 2 -m 3 -s 2 -g 12"
+./train_gpt_cpu $EVAL -log $D/eval1.jsonl > /dev/null
+$MPIRUN -np 2 ./train_gpt_cpu $EVAL -pp 2 -log $D/eval2.jsonl > /dev/null
+$PYTHON tests/same_evaluation.py $D/eval1.jsonl $D/eval2.jsonl "pp 2"
+
+# one model whatever the layout: GPT-2 d4 from the seed, a step at lr 0, the files written
+INIT="-e d4 -i $REF/train.bin -b 1 -t 16 -x 1 -l 0 -v 0 -s 0 -seed 7"
+./train_gpt_cpu $INIT -d 64 -o $D/d4_one > /dev/null
+$MPIRUN -np 4 ./train_gpt_cpu $INIT -d 64 -pp 4 -o $D/d4_pp4 > /dev/null
+$MPIRUN -np 8 ./train_gpt_cpu $INIT -d 64 -tp 2 -pp 2 -z 3 -o $D/d4_3d > /dev/null
+cmp $D/d4_one/model_00000001.bin $D/d4_pp4/model_00000001.bin
+cmp $D/d4_one/model_00000001.bin $D/d4_3d/model_00000001.bin
+echo "ok: -e d4 under pp 4 and under dp 2 x tp 2 x pp 2 (ZeRO-3) writes the file one rank writes, byte for byte"
+
+# the timeline of 1F1B at p = 4, m = 8
+$MPIRUN -np 4 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -d 256 -x 1 -pp 4 -v 0 -s 0 -trace $D/trace.json > /dev/null
+$PYTHON - $D/trace.json <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+spans = [e for e in events if e["ph"] == "X"]
+names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+assert sorted(names) == [0, 1, 2, 3] and sorted({e["tid"] for e in spans}) == [0, 1, 2, 3], names
+def order(tid):
+    return [e["name"].replace("forward ", "F").replace("backward ", "B") for e in sorted(spans, key=lambda e: e["ts"])
+            if e["tid"] == tid and e["cat"] == "compute"]
+want = "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7".split()   # warmup 3 + 1, steady, cooldown
+assert order(0) == want, order(0)
+assert order(3) == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7".split(), order(3)
+kinds = sorted({e["cat"] for e in spans})
+print(f"trace: {len(spans)} spans on 4 tracks ({', '.join(names.values())}); categories {kinds}; stage 0: {' '.join(order(0))}")
+assert {"compute", "pipeline", "optimizer"} <= set(kinds)
+PY
+
+# bad layouts: every rank reports, the job exits non-zero
+bad() {  # bad NP EXPECTED ARGS...
+    local np=$1 want=$2; shift 2
+    local code=0
+    $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -v 0 -s 0 "$@" > $D/bad.out 2> $D/bad.err || code=$?
+    [ $code -ne 0 ] && [ $code -ne 124 ] || { echo "FAIL: $* exit $code"; exit 1; }
+    local count=$(grep -c -- "$want" $D/bad.err || true)
+    [ "$count" -eq "$np" ] || { echo "FAIL: '$want' reported by $count of $np ranks"; cat $D/bad.err; exit 1; }
+    echo "ok ($np ranks): $(grep -m1 -- "$want" $D/bad.err)"
+}
+bad 8 "fewer than the stages" -pp 8
+bad 2 "-ps expects 1f1b or gpipe" -pp 2 -ps zigzag
+$MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -d 32 -x 1 -pp 2 -v 0 -s 0 > $D/note.txt
+grep -m1 "note: 1 micro-batches" $D/note.txt

@@ -1,0 +1,65 @@
+/*
+trace.h: a timeline of the first steps of a run, to look at: -trace FILE writes Chrome's
+trace-event JSON, which opens in Perfetto (ui.perfetto.dev: "Open trace file") and in
+chrome://tracing. One track per rank; a span per forward and backward of each
+micro-batch, per pipeline send and receive, per DP/TP/embedding collective and per
+optimizer step. A pipeline's bubble is the empty stretches of each track: GPipe's
+two triangles, 1F1B's warmup, steady one-forward-one-backward and cooldown.
+
+Each rank records its own spans in memory (host clock, microseconds since a barrier
+that every rank passes together); when tracing stops, rank 0 gathers them and writes
+the file. While tracing, a span waits for the device at its end (device_synchronize),
+so a GPU span covers the work, not just its launch; untraced steps run at full speed.
+Format: {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur", "pid": 0, "tid": rank}, ...]}
+plus one "thread_name" record per rank naming its place in the grid.
+*/
+#pragma once
+// defines: Trace, TraceSpan, trace_start, trace_event_json
+#include <chrono>   // defines: std::chrono::steady_clock
+#include <string>   // defines: std::string
+#include <vector>   // defines: std::vector
+#include "base.h"   // defines: device_synchronize
+
+struct Trace {
+    bool on;
+    std::chrono::steady_clock::time_point origin;
+    std::string events;  // this rank's JSON objects, comma-separated
+};
+
+inline double trace_now_us(const Trace* t) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t->origin).count();
+}
+
+inline void trace_start(Trace* t) {
+    t->on = true;
+    t->origin = std::chrono::steady_clock::now();
+    t->events.clear();
+}
+
+// one complete event ("ph": "X") on track `tid`
+inline std::string trace_event_json(const std::string& name, const char* category, double start_us, double duration_us, int tid) {
+    char head[160];
+    snprintf(head, sizeof(head), "\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %d}",
+             category, start_us, duration_us, tid);
+    return "{\"name\": \"" + name + head;
+}
+
+// a span from its construction to its end (the end of the scope); nothing when tracing is off
+struct TraceSpan {
+    Trace* trace;
+    std::string name;
+    const char* category;
+    int tid;
+    double start_us;
+    TraceSpan(Trace* t, std::string span_name, const char* cat, int rank)
+        : trace(t && t->on ? t : nullptr), name(std::move(span_name)), category(cat), tid(rank), start_us(0) {
+        if (trace) start_us = trace_now_us(trace);
+    }
+    ~TraceSpan() {
+        if (!trace) return;
+        device_synchronize();
+        double end = trace_now_us(trace);
+        if (!trace->events.empty()) trace->events += ",\n";
+        trace->events += trace_event_json(name, category, start_us, end - start_us, tid);
+    }
+};
