@@ -13,6 +13,9 @@ NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/de
 MPICXX ?= mpicxx
 CXX = g++
 PYTHON ?= /usr/bin/python3
+# the GPU suite's interpreter: the first that can import torch (on a GPU machine PyTorch is
+# usually the python3 on PATH, here Debian's /usr/bin/python3)
+GPU_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' > /dev/null 2>&1 && echo $$p && break; done)
 
 # MPI for nvcc: flags from the environment (the device bundle sets them) or from pkg-config
 MPI_CFLAGS ?= $(shell pkg-config --cflags mpich 2>/dev/null || pkg-config --cflags ompi 2>/dev/null)
@@ -34,6 +37,10 @@ CXXFLAGS = -O2 -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas
 CPU_LIBS = -lopenblas -lm
 NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=[sm_$(GPU_ARCH),compute_$(GPU_ARCH)] \
              $(MPI_CFLAGS) $(NCCL_CFLAGS)
+# make DEBUG=1: every kernel launch waits for the kernel, so a fault is reported where it happened
+ifeq ($(DEBUG),1)
+  NVCC_FLAGS += -DDEBUG_SYNC -lineinfo
+endif
 NVCC_LIBS = -lcublas $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
 
 HEADERS = $(wildcard *.h kernels/*.cuh)
@@ -113,7 +120,8 @@ test: $(CPU_TRAINERS) data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
-	PYTHON=$(PYTHON) bash tests/run_tests_gpu.sh
+	@[ -n "$(GPU_PYTHON)" ] || { echo "make test-gpu: no python3 here can import torch (set GPU_PYTHON=...)"; exit 1; }
+	PYTHON=$(GPU_PYTHON) bash tests/run_tests_gpu.sh
 
 help:
 	@echo "targets:"
@@ -125,9 +133,10 @@ help:
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
-	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU)"
+	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU; GPU_PYTHON: a python3 with torch)"
+	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"
 	@echo "  make clean           remove build outputs"
-	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON,"
+	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON, GPU_PYTHON, DEBUG,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:

@@ -13,7 +13,7 @@ the same trainer source runs unchanged.
 */
 #pragma once
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, device_malloc, device_free,
-//          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize,
+//          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
@@ -69,6 +69,9 @@ inline void device_to_host(void* dst, const void* src, size_t bytes) { cudaCheck
 inline void device_to_device(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)); }
 inline void device_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
 inline void device_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
+// page-locked host memory: device copies to and from it run at full speed (MPI staging)
+inline void* pinned_host_malloc(size_t bytes) { void* p = nullptr; if (bytes) cudaCheck(cudaMallocHost(&p, bytes)); return p; }
+inline void pinned_host_free(void* p) { if (p) cudaCheck(cudaFreeHost(p)); }
 
 #else  // CPU build: device memory is host memory
 

@@ -23,6 +23,8 @@ algorithm, for a buffer of S bytes over p ranks (the usual cost model):
 (a paired send-and-receive books its send).
 Scalar all-reduces on the host (loss, norm) are booked apart, under "scalars".
 Each group keeps its own ledger, so the log can say what DP and TP each cost.
+The host-staged path copies through page-locked buffers that each group keeps and
+reuses, and sends a large buffer in messages of at most 1 GiB (MPI counts are int).
 The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED),
 so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
@@ -68,6 +70,9 @@ struct Comm {
     const char* name;               // "dp", "tp", ...: the trace's span names
     Trace* trace;                   // -trace: where this group's collectives record their spans (NULL: off)
     int world_rank;                 // the trace's track
+    size_t chunk_bytes;             // the largest single MPI message (MPI counts are int)
+    void* staging[2];               // GPU build, -comm mpi: page-locked host copies, reused
+    size_t staging_bytes[2];
 #ifdef __CUDACC__
     ncclComm_t nccl;
 #endif
@@ -103,6 +108,7 @@ inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl, const char* na
     *c = Comm{};
     c->mpi = mpi;
     c->name = name;
+    c->chunk_bytes = (size_t)1 << 30;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
     if (mpi == MPI_COMM_NULL) { c->rank = -1; return; }
     MPI_Comm_size(mpi, &c->size);
@@ -111,9 +117,11 @@ inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl, const char* na
 #ifdef __CUDACC__
     if (c->use_nccl) {  // rank 0 of the group makes the id, MPI carries it to the others
         ncclUniqueId id;
-        if (c->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) fail("ncclGetUniqueId failed");
+        ncclResult_t r = c->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+        if (r != ncclSuccess) fail("ncclGetUniqueId: %s", ncclGetErrorString(r));
         MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi);
-        if (ncclCommInitRank(&c->nccl, c->size, id, c->rank) != ncclSuccess) fail("ncclCommInitRank failed");
+        r = ncclCommInitRank(&c->nccl, c->size, id, c->rank);
+        if (r != ncclSuccess) fail("ncclCommInitRank (%s group of %d): %s", name, c->size, ncclGetErrorString(r));
     }
 #else
     if (use_nccl) fail("NCCL is the GPU build's backend; the CPU build uses -comm mpi");
@@ -127,7 +135,8 @@ inline bool comm_use_nccl(const char* choice) {
 #ifdef __CUDACC__
     return strcmp(choice, "mpi") != 0;
 #else
-    return strcmp(choice, "nccl") == 0;  // comm_init then says the CPU build has no NCCL
+    if (strcmp(choice, "nccl") == 0) comm_fail_all("NCCL is the GPU build's backend; the CPU build uses -comm mpi");
+    return false;
 #endif
 }
 
@@ -151,6 +160,16 @@ inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* loca
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, local_rank);
     MPI_Comm_free(&node);
+}
+
+// how many ranks run on this rank's node (MPI_COMM_TYPE_SHARED)
+inline int comm_ranks_on_node() {
+    MPI_Comm node;
+    int size = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &size);
+    MPI_Comm_free(&node);
+    return size;
 }
 
 // the grid's groups; every rank must call it with the same tp, pp and backend
@@ -187,7 +206,10 @@ inline void comm_shutdown() { MPI_Finalize(); }
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
     Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
-    for (Comm* g : groups) if (g->use_nccl) ncclCommDestroy(g->nccl);
+    for (Comm* g : groups) {
+        if (g->use_nccl) ncclCommDestroy(g->nccl);
+        for (void* s : g->staging) pinned_host_free(s);
+    }
 #endif
     MPI_Op_free(&c->sum_floatX);
     MPI_Finalize();
@@ -198,7 +220,7 @@ inline Collectives comm_single_process() {
     Collectives c = {};
     c.grid = make_grid(1, 0, 1, 1);
     Comm* groups[] = {&c.world, &c.dp, &c.tp, &c.pp, &c.embedding};
-    for (Comm* g : groups) { *g = Comm{}; g->size = 1; }
+    for (Comm* g : groups) { *g = Comm{}; g->size = 1; g->chunk_bytes = (size_t)1 << 30; }
     return c;
 }
 
@@ -226,21 +248,36 @@ template <> inline ncclDataType_t nccl_type<floatX>() { return ncclHalf; }
 inline void nccl_check(ncclResult_t r, const char* what) { if (r != ncclSuccess) fail("%s: %s", what, ncclGetErrorString(r)); }
 #endif
 
-// a host copy of a device buffer for MPI: on the CPU build the device buffer itself
-template <typename T> struct HostView {
-    T* ptr; size_t n; std::vector<T> staging;
-    HostView(T* device, size_t count, bool copy_in) : ptr(device), n(count) {
+// the GPU build's staging buffer `slot` of a group, page-locked, grown when a call needs
+// more and reused after: no allocation per call
+inline void* comm_staging(Comm* c, int slot, size_t bytes) {
 #ifdef __CUDACC__
-        staging.resize(n);
-        if (copy_in) device_to_host(staging.data(), device, n * sizeof(T));
-        ptr = staging.data();
+    if (bytes > c->staging_bytes[slot]) {
+        pinned_host_free(c->staging[slot]);
+        c->staging[slot] = pinned_host_malloc(bytes);
+        c->staging_bytes[slot] = bytes;
+    }
 #else
-        (void)copy_in;
+    (void)bytes;
+#endif
+    return c->staging[slot];
+}
+
+// a host copy of a device buffer for MPI, in the group's staging buffer `slot`; on the CPU
+// build the device buffer itself
+template <typename T> struct HostView {
+    T* ptr; size_t n;
+    HostView(Comm* c, int slot, T* device, size_t count, bool copy_in) : ptr(device), n(count) {
+#ifdef __CUDACC__
+        ptr = (T*)comm_staging(c, slot, n * sizeof(T));
+        if (copy_in) device_to_host(ptr, device, n * sizeof(T));
+#else
+        (void)c; (void)slot; (void)copy_in;
 #endif
     }
     void copy_out(T* device) {
 #ifdef __CUDACC__
-        host_to_device(device, staging.data(), n * sizeof(T));
+        host_to_device(device, ptr, n * sizeof(T));
 #else
         (void)device;
 #endif
@@ -248,6 +285,17 @@ template <typename T> struct HostView {
 };
 
 inline unsigned long long ring_bytes(size_t bytes, int p) { return p <= 1 ? 0 : (unsigned long long)bytes * (p - 1) / p; }
+
+// MPI counts are int: byte streams and element-wise reductions go in chunks of at most
+// c->chunk_bytes (1 GiB); a collective whose per-rank block itself exceeds an int is refused
+inline int mpi_count(size_t n, const char* what) {
+    if (n > (size_t)INT32_MAX) fail("%s of %zu elements per rank exceeds MPI's int count; use NCCL", what, n);
+    return (int)n;
+}
+template <typename Chunk> inline void for_each_chunk(size_t total, size_t chunk, Chunk visit) {
+    if (chunk == 0) chunk = 1;
+    for (size_t at = 0; at < total; at += chunk) visit(at, total - at < chunk ? total - at : chunk);
+}
 
 // ---------------------------------------------------------------- collectives
 
@@ -265,9 +313,11 @@ template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c
         return;
     }
 #endif
-    HostView<T> h(buf, n, true);
+    HostView<T> h(c, 0, buf, n, true);
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(cs);
-    MPI_Allreduce(MPI_IN_PLACE, h.ptr, (int)n, mpi_type<T>(), mpi_op, c->mpi);
+    for_each_chunk(n, c->chunk_bytes / sizeof(T), [&](size_t at, size_t count) {
+        MPI_Allreduce(MPI_IN_PLACE, h.ptr + at, (int)count, mpi_type<T>(), mpi_op, c->mpi);
+    });
     for (size_t i = 0; op == REDUCE_AVERAGE && i < n; i++) {
         if constexpr (std::is_same<T, float>::value) h.ptr[i] /= c->size;
         else h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
@@ -293,8 +343,8 @@ template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs,
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
 #endif
-    HostView<T> in((T*)send, n * c->size, true), out(recv, n, false);
-    MPI_Reduce_scatter_block(in.ptr, out.ptr, (int)n, mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
+    MPI_Reduce_scatter_block(in.ptr, out.ptr, mpi_count(n, "reduce-scatter"), mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
     out.copy_out(recv);
 }
 
@@ -306,14 +356,15 @@ template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* rec
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
 #endif
+    int count = mpi_count(n, "all-gather");
     if (send == recv + c->rank * n) {  // in place: this rank's block already sits in recv
-        HostView<T> out(recv, n * c->size, true);
-        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.ptr, (int)n, mpi_type<T>(), c->mpi);
+        HostView<T> out(c, 0, recv, n * c->size, true);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.ptr, count, mpi_type<T>(), c->mpi);
         out.copy_out(recv);
         return;
     }
-    HostView<T> in((T*)send, n, true), out(recv, n * c->size, false);
-    MPI_Allgather(in.ptr, (int)n, mpi_type<T>(), out.ptr, (int)n, mpi_type<T>(), c->mpi);
+    HostView<T> in(c, 0, (T*)send, n, true), out(c, 1, recv, n * c->size, false);
+    MPI_Allgather(in.ptr, count, mpi_type<T>(), out.ptr, count, mpi_type<T>(), c->mpi);
     out.copy_out(recv);
 }
 
@@ -324,8 +375,10 @@ template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int 
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
 #endif
-    HostView<T> h(buf, n, c->rank == root);
-    MPI_Bcast(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, root, c->mpi);
+    HostView<T> h(c, 0, buf, n, c->rank == root);
+    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
+        MPI_Bcast((char*)h.ptr + at, (int)count, MPI_BYTE, root, c->mpi);
+    });
     h.copy_out(buf);
 }
 
@@ -334,8 +387,10 @@ template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclSend(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclSend"); return; }
 #endif
-    HostView<T> h((T*)buf, n, true);
-    MPI_Send(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, peer, 0, c->mpi);
+    HostView<T> h(c, 0, (T*)buf, n, true);
+    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
+        MPI_Send((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi);
+    });
 }
 
 // send (n) to send_peer while receiving recv (n) from recv_peer: both are posted before either
@@ -351,9 +406,11 @@ template <typename T> inline void comm_send_recv(Comm* c, const T* send, int sen
         return;
     }
 #endif
-    HostView<T> out((T*)send, n, true), in(recv, n, false);
-    MPI_Sendrecv(out.ptr, (int)(n * sizeof(T)), MPI_BYTE, send_peer, 0, in.ptr, (int)(n * sizeof(T)), MPI_BYTE, recv_peer, 0,
-                 c->mpi, MPI_STATUS_IGNORE);
+    HostView<T> out(c, 0, (T*)send, n, true), in(c, 1, recv, n, false);
+    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
+        MPI_Sendrecv((char*)out.ptr + at, (int)count, MPI_BYTE, send_peer, 0, (char*)in.ptr + at, (int)count, MPI_BYTE,
+                     recv_peer, 0, c->mpi, MPI_STATUS_IGNORE);
+    });
     in.copy_out(recv);
 }
 
@@ -361,8 +418,10 @@ template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer)
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclRecv(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclRecv"); return; }
 #endif
-    HostView<T> h(buf, n, false);
-    MPI_Recv(h.ptr, (int)(n * sizeof(T)), MPI_BYTE, peer, 0, c->mpi, MPI_STATUS_IGNORE);
+    HostView<T> h(c, 0, buf, n, false);
+    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
+        MPI_Recv((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi, MPI_STATUS_IGNORE);
+    });
     h.copy_out(buf);
 }
 

@@ -1326,6 +1326,70 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
     sample_rng->state = state.sample_rng;
 }
 
+// what the training loop carries from step to step
+struct Run {
+    GPT2* model;
+    const TrainConfig* tc;
+    DataLoader train_loader, val_loader;
+    bool validate;
+    int grad_accum, max_steps, resume_step;
+    LossScaler scaler;
+    Rng sample_rng;    // the same on every rank: sampling is a collective
+    Decoder decoder;
+    bool can_decode;
+    FILE* log;         // rank 0, with -log
+    Trace trace;       // -trace
+};
+
+// the training and validation shards (every rank reads its DP rank's slices) and the number of steps
+inline void open_data(Run* run) {
+    const TrainConfig& tc = *run->tc;
+    const ProcessGrid& grid = run->model->comm->grid;
+    int V = run->model->config.vocab_size;
+    if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
+        comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
+    if (strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0 && grid.rank == 0)
+        printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
+    dataloader_init(&run->train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, V, tc.shuffle != 0, (uint64_t)tc.seed);
+    run->validate = tc.val_every > 0 && tc.val_batches > 0;
+    if (run->validate) dataloader_init(&run->val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
+    run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
+    if (run->max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
+}
+
+// the steps, each followed by what the flags ask for: log, validation, samples, trace, checkpoint
+inline void train_loop(Run* run) {
+    GPT2* model = run->model;
+    const TrainConfig& tc = *run->tc;
+    int rank = model->comm->grid.rank;
+    for (int step = run->resume_step; step < run->max_steps; step++) {
+        if (tc.trace_path && step == run->resume_step) { comm_barrier(&model->comm->world); trace_start(&run->trace); }
+        CommLedger sent_before = comm_ledger(model);
+        device_synchronize();
+        auto start = std::chrono::steady_clock::now();
+        StepResult r = train_step(model, &run->train_loader, &run->scaler, tc, run->grad_accum, step, run->max_steps);
+        device_synchronize();
+        double ms = ms_since(start);
+        int done = step + 1;
+        bool last = done == run->max_steps;
+        if (rank == 0) print_step(done, run->max_steps, r, ms, tc.total_batch_tokens, run->scaler.enabled);
+        // the first step's measured memory and traffic, per rank, in the log beside the plan
+        std::string accounting = step == run->resume_step ? measured_accounting_json(model, sent_before) : "";
+        bool validated = run->validate && (done % tc.val_every == 0 || last);
+        double val_loss = validated ? gpt2_validate(model, &run->val_loader, tc.val_batches) : 0.0;
+        if (validated && rank == 0) printf("val loss %.6f\n", val_loss);
+        bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
+        std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
+        if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", run->can_decode ? "" : " (token ids)", sample.c_str());
+        std::string bubble = bubble_json(model, r, run->grad_accum);
+        if (run->log) log_step(run->log, done, r, ms, tc.total_batch_tokens, run->scaler.enabled, validated, val_loss, sampled,
+                               sample, accounting, bubble);
+        if (run->trace.on && (done - run->resume_step == tc.trace_steps || last)) write_trace(model->comm, &run->trace, tc.trace_path);
+        if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
+            write_checkpoint(model, tc, done, run->scaler, run->train_loader, run->sample_rng);
+    }
+}
+
 #ifndef TESTING
 int main(int argc, char** argv) {
     int world, rank, local_rank;
@@ -1339,78 +1403,46 @@ int main(int argc, char** argv) {
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
     bool use_nccl = comm_use_nccl(tc.comm_backend);
     device_init(local_rank);  // before the NCCL communicators, which bind to the current device
+    if (use_nccl && comm_ranks_on_node() > device_count())
+        comm_fail_all("%d ranks share %d GPU(s) on this node: NCCL needs a GPU per rank; give several ranks one GPU with -comm mpi",
+                      comm_ranks_on_node(), device_count());
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
-    int grad_accum = check_batch_flags(&tc, comm.grid);
+    Run run = {};
+    run.tc = &tc;
+    run.grad_accum = check_batch_flags(&tc, comm.grid);
     char resume_model[4096];
-    int resume_step = find_resume_step(&tc, resume_model, sizeof(resume_model), rank);
+    run.resume_step = find_resume_step(&tc, resume_model, sizeof(resume_model), rank);
 
     GPT2 model;
+    run.model = &model;
     bool allocate = !tc.plan;  // -plan needs no memory and no data: it lays the model out and prints
     gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
     if (tc.T > model.config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model.config.max_seq_len);
-    LossScaler scaler = loss_scaler_init(tc.loss_scale, PRECISION == PRECISION_FP16, tc.loss_scale_interval);
+    run.scaler = loss_scaler_init(tc.loss_scale, PRECISION == PRECISION_FP16, tc.loss_scale_interval);
     model.schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
-    int sets = pipeline_activation_sets(model.schedule, model.layout.pp_rank, model.layout.pp, grad_accum);
+    int sets = pipeline_activation_sets(model.schedule, model.layout.pp_rank, model.layout.pp, run.grad_accum);
     gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, sets, allocate);
     if (tc.plan) {
-        print_plans(&model, tc, grad_accum);
+        print_plans(&model, tc, run.grad_accum);
         comm_finalize(&comm);
         return 0;
     }
-    if (!file_exists(tc.train_pattern) && strpbrk(tc.train_pattern, "*?[") == NULL)
-        comm_fail_all("training shards %s not found: run `make data` for tinyshakespeare, or pass -i", tc.train_pattern);
-    if (strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0 && rank == 0)
-        printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
-    const ProcessGrid& grid = comm.grid;
-    DataLoader train_loader, val_loader;  // TP ranks read what their DP rank reads
-    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, model.config.vocab_size, tc.shuffle != 0, (uint64_t)tc.seed);
-    bool validate = tc.val_every > 0 && tc.val_batches > 0;
-    if (validate) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, model.config.vocab_size, false, 0);
-    int max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(train_loader.total_tokens / tc.total_batch_tokens);
-    if (max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
+    open_data(&run);
     if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);
-    if (rank == 0) print_run_header(&model, tc, use_nccl, grad_accum, max_steps, train_loader);
-
-    FILE* log = NULL;
-    if (rank == 0 && tc.log_path && !(log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
-    Rng sample_rng = {(uint64_t)tc.seed + 0x5A5A};  // the same on every rank: sampling is a collective
-    if (resume_step > 0) resume_state(&model, tc, resume_step, &scaler, &train_loader, &sample_rng);
-    Decoder decoder;
-    bool can_decode = decoder_load(&decoder, tc.tokenizer_path);
-    if (!can_decode && rank == 0 && tc.sample_every > 0)
+    if (rank == 0) print_run_header(&model, tc, use_nccl, run.grad_accum, run.max_steps, run.train_loader);
+    if (rank == 0 && tc.log_path && !(run.log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
+    run.sample_rng = Rng{(uint64_t)tc.seed + 0x5A5A};
+    if (run.resume_step > 0) resume_state(&model, tc, run.resume_step, &run.scaler, &run.train_loader, &run.sample_rng);
+    run.can_decode = decoder_load(&run.decoder, tc.tokenizer_path);
+    if (!run.can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
-    Trace trace = {};
-    if (tc.trace_path) comm_set_trace(&comm, &trace);
-    for (int step = resume_step; step < max_steps; step++) {
-        if (tc.trace_path && step == resume_step) { comm_barrier(&comm.world); trace_start(&trace); }
-        CommLedger sent_before = comm_ledger(&model);
-        device_synchronize();
-        auto start = std::chrono::steady_clock::now();
-        StepResult r = train_step(&model, &train_loader, &scaler, tc, grad_accum, step, max_steps);
-        device_synchronize();
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        int done = step + 1;
-        bool last = done == max_steps;
-        if (rank == 0) print_step(done, max_steps, r, ms, tc.total_batch_tokens, scaler.enabled);
-        // the first step's measured memory and traffic, per rank, in the log beside the plan
-        std::string accounting = step == resume_step ? measured_accounting_json(&model, sent_before) : "";
-        bool validated = validate && (done % tc.val_every == 0 || last);
-        double val_loss = validated ? gpt2_validate(&model, &val_loader, tc.val_batches) : 0.0;
-        if (validated && rank == 0) printf("val loss %.6f\n", val_loss);
-        bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
-        std::string sample = sampled ? sample_text(&model, tc, &sample_rng, &decoder, can_decode) : "";
-        if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", can_decode ? "" : " (token ids)", sample.c_str());
-        std::string bubble = bubble_json(&model, r, grad_accum);
-        if (log) log_step(log, done, r, ms, tc.total_batch_tokens, scaler.enabled, validated, val_loss, sampled, sample, accounting, bubble);
-        if (trace.on && (done - resume_step == tc.trace_steps || last)) write_trace(&comm, &trace, tc.trace_path);
-        if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
-            write_checkpoint(&model, tc, done, scaler, train_loader, sample_rng);
-    }
-    if (log) fclose(log);
-    dataloader_free(&train_loader);
-    if (validate) dataloader_free(&val_loader);
+    if (tc.trace_path) comm_set_trace(&comm, &run.trace);
+    train_loop(&run);
+    if (run.log) fclose(run.log);
+    dataloader_free(&run.train_loader);
+    if (run.validate) dataloader_free(&run.val_loader);
     gpt2_free(&model);
     comm_finalize(&comm);
     return 0;

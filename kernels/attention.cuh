@@ -125,8 +125,10 @@ __global__ void heads_to_rows_kernel(floatX* rows, int row_stride, const floatX*
     int h = r % NH; int b = r / NH;
     rows[((size_t)b * T + t) * row_stride + h * hs + i] = heads[idx];
 }
-// one warp per row (b,h,t): att = softmax(scale * preatt) over t2 <= t, zero beyond
-__global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, float scale, int rows, int T) {
+// one warp per row (b,h,t): att = softmax(preatt) over t2 <= t, zero beyond. preatt is already
+// scaled by 1/sqrt(hs) (in the GEMM), as the host twin stores it: unscaled scores would sit
+// sqrt(hs) = 8x closer to fp16's largest value
+__global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -134,12 +136,12 @@ __global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, float s
     const floatX* x = preatt + (size_t)row * T;
     floatX* y = att + (size_t)row * T;
     float maxval = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, scale * to_float(x[t2]));
+    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, to_float(x[t2]));
     for (int o = 16; o > 0; o /= 2) maxval = fmaxf(maxval, __shfl_xor_sync(0xffffffff, maxval, o));
     float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(scale * to_float(x[t2]) - maxval);
+    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(to_float(x[t2]) - maxval);
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
-    for (int t2 = lane; t2 < T; t2 += 32) y[t2] = from_float(t2 <= t ? expf(scale * to_float(x[t2]) - maxval) / sum : 0.0f);
+    for (int t2 = lane; t2 < T; t2 += 32) y[t2] = from_float(t2 <= t ? expf(to_float(x[t2]) - maxval) / sum : 0.0f);
 }
 // in place: datt -> dpreatt = scale * att * (datt - sum(att * datt)), zero beyond t
 __global__ void causal_softmax_backward_kernel(floatX* datt, const floatX* att, float scale, int rows, int T) {
@@ -165,10 +167,11 @@ inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, float
     rows_to_heads_kernel<<<grid, 256>>>(k, qkv + C, 3 * C, B, T, NH, hs);
     rows_to_heads_kernel<<<grid, 256>>>(v, qkv + 2 * C, 3 * C, B, T, NH, hs);
     launchCheck();
-    // preatt(T,T) = q(T,hs) @ k^T(hs,T) for each of the B*NH heads
-    gemm_batched(false, true, T, T, hs, 1.0f, q, hs, (size_t)T * hs, k, hs, (size_t)T * hs, 0.0f, preatt, T, (size_t)T * T, B * NH);
+    // preatt(T,T) = q(T,hs) @ k^T(hs,T) / sqrt(hs) for each of the B*NH heads: scaled in the GEMM
+    float scale = 1.0f / sqrtf((float)hs);
+    gemm_batched(false, true, T, T, hs, scale, q, hs, (size_t)T * hs, k, hs, (size_t)T * hs, 0.0f, preatt, T, (size_t)T * T, B * NH);
     int rows = B * NH * T;
-    causal_softmax_kernel<<<ceil_div(rows, 8), 256>>>(att, preatt, 1.0f / sqrtf((float)hs), rows, T);
+    causal_softmax_kernel<<<ceil_div(rows, 8), 256>>>(att, preatt, rows, T);
     launchCheck();
     // y(T,hs) = att(T,T) @ v(T,hs)
     gemm_batched(false, false, T, hs, T, 1.0f, att, T, (size_t)T * T, v, hs, (size_t)T * hs, 0.0f, y, hs, (size_t)T * hs, B * NH);
