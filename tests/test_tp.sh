@@ -58,13 +58,7 @@ FLAGS="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1
 for r in 0 1 2 3; do $MPIRUN -np 2 ./train_gpt_cpu $FLAGS -r $r -log $D/r$r.jsonl > /dev/null; done
 $MPIRUN -np 2 ./train_gpt_cpu $FLAGS -r 3 -plan 1 | grep '^{' > $D/r3.plan.jsonl
 $PYTHON tests/accounting.py $D/r3.plan.jsonl $D/r3.jsonl $MODEL --B 4 --accum 2 --dp 1 --tp 2 --zero 0 --x 4 --recompute 3
-$PYTHON - $D <<'PY'
-import json, sys
-d = sys.argv[1]
-rows = {r: [(x["loss"], x["norm"]) for x in map(json.loads, open(f"{d}/r{r}.jsonl"))] for r in range(4)}
-assert len(rows[0]) == 3 and all(rows[r] == rows[0] for r in range(4)), rows
-print(f"tp 2: -r 0..3 identical, last step {rows[0][-1]}")
-PY
+$PYTHON tests/identical_steps.py "tp 2, -r 0..3" $D/r0.jsonl $D/r1.jsonl $D/r2.jsonl $D/r3.jsonl
 
 # validation and sampling under tp 2 against one rank
 EVAL="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 2 -t 32 -x 2 -v 2 -m 3 -s 2 -g 12"
