@@ -1242,9 +1242,12 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
            tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
 }
 
-inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, bool scaling) {
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss, r.norm, r.lr, ms,
-           tokens / (ms / 1000.0));
+// the step line; elapsed: seconds since this run's first step, steps_run: steps since then
+inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, bool scaling, double elapsed,
+                       int steps_run) {
+    double eta = elapsed / steps_run * (max_steps - done);
+    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.0f s elapsed, ETA %.0f s", done,
+           max_steps, r.loss, r.norm, r.lr, ms, tokens / (ms / 1000.0), elapsed, eta);
     if (scaling) printf(" | scale %g", r.scale);
     printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
     if (r.skipped && !scaling) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
@@ -1326,6 +1329,45 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
     sample_rng->state = state.sample_rng;
 }
 
+// the model this rank holds and its activations for the schedule; allocate = false lays them
+// out and books their bytes without allocating (-plan, the memory check)
+inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
+    gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
+    if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
+    model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
+    int sets = pipeline_activation_sets(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
+    gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, sets, allocate);
+}
+
+// before anything is allocated: does every rank's plan fit the memory it can use (the GPU's
+// free memory; on the CPU build the node's available memory shared by its ranks, plus the
+// model's fp32 values that loading holds for a moment)? If not, one line on every rank, exit 1,
+// rather than an out-of-memory kill
+inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_on_node) {
+    size_t planned = 0, startup = 0;
+    for (size_t bytes : model->memory) planned += bytes;
+#ifndef __CUDACC__
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, model->config, whole_model_layout(model->config));
+    startup = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
+#endif
+    size_t need = planned + startup, have = device_memory_available(ranks_on_node);
+    bool short_anywhere = comm_max_over_world(need > have ? 1.0 : 0.0) > 0.0;
+    if (!short_anywhere) return;
+    const double GiB = 1073741824.0;
+    size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
+    comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
+                  "loading %.2f) and can use %.2f GiB (%d ranks share this node's %s); try a smaller -b (now %d), -r 3, "
+                  "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
+                  (planned - state) / GiB, startup / GiB, have / GiB, ranks_on_node,
+#ifdef __CUDACC__
+                  "GPUs' free memory",
+#else
+                  "available memory",
+#endif
+                  tc.B, tc.zero_stage);
+}
+
 // what the training loop carries from step to step
 struct Run {
     GPT2* model;
@@ -1362,6 +1404,7 @@ inline void train_loop(Run* run) {
     GPT2* model = run->model;
     const TrainConfig& tc = *run->tc;
     int rank = model->comm->grid.rank;
+    auto began = std::chrono::steady_clock::now();
     for (int step = run->resume_step; step < run->max_steps; step++) {
         if (tc.trace_path && step == run->resume_step) { comm_barrier(&model->comm->world); trace_start(&run->trace); }
         CommLedger sent_before = comm_ledger(model);
@@ -1372,7 +1415,8 @@ inline void train_loop(Run* run) {
         double ms = ms_since(start);
         int done = step + 1;
         bool last = done == run->max_steps;
-        if (rank == 0) print_step(done, run->max_steps, r, ms, tc.total_batch_tokens, run->scaler.enabled);
+        if (rank == 0) print_step(done, run->max_steps, r, ms, tc.total_batch_tokens, run->scaler.enabled,
+                                  ms_since(began) / 1000.0, done - run->resume_step);
         // the first step's measured memory and traffic, per rank, in the log beside the plan
         std::string accounting = step == run->resume_step ? measured_accounting_json(model, sent_before) : "";
         bool validated = run->validate && (done % tc.val_every == 0 || last);
@@ -1402,10 +1446,11 @@ int main(int argc, char** argv) {
     }
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
     bool use_nccl = comm_use_nccl(tc.comm_backend);
-    device_init(local_rank);  // before the NCCL communicators, which bind to the current device
-    if (use_nccl && comm_ranks_on_node() > device_count())
+    int ranks_on_node = comm_ranks_on_node();
+    device_init(local_rank, ranks_on_node);  // before the NCCL communicators, which bind to the current device
+    if (use_nccl && ranks_on_node > device_count())
         comm_fail_all("%d ranks share %d GPU(s) on this node: NCCL needs a GPU per rank; give several ranks one GPU with -comm mpi",
-                      comm_ranks_on_node(), device_count());
+                      ranks_on_node, device_count());
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
     Run run = {};
@@ -1416,18 +1461,17 @@ int main(int argc, char** argv) {
 
     GPT2 model;
     run.model = &model;
-    bool allocate = !tc.plan;  // -plan needs no memory and no data: it lays the model out and prints
-    gpt2_build(&model, tc.init, (uint64_t)tc.seed, &comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
-    if (tc.T > model.config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model.config.max_seq_len);
     run.scaler = loss_scaler_init(tc.loss_scale, PRECISION == PRECISION_FP16, tc.loss_scale_interval);
-    model.schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
-    int sets = pipeline_activation_sets(model.schedule, model.layout.pp_rank, model.layout.pp, run.grad_accum);
-    gpt2_allocate_activations(&model, tc.B, tc.T, tc.recompute, sets, allocate);
+    // the model laid out without memory: what -plan prints, and what is checked before allocating
+    build_model(&model, tc, &comm, run.grad_accum, false);
     if (tc.plan) {
         print_plans(&model, tc, run.grad_accum);
         comm_finalize(&comm);
         return 0;
     }
+    check_memory(&model, tc, ranks_on_node);
+    gpt2_free(&model);
+    build_model(&model, tc, &comm, run.grad_accum, true);
     open_data(&run);
     if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
         fail("cannot create output directory %s", tc.output_dir);

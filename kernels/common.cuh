@@ -8,7 +8,9 @@ error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
-// defines: device_init, device_count, device_name, launchCheck, cublasCheck, cublas_handle (and base.h's)
+// defines: device_init, device_count, device_name, device_memory_available, launchCheck, cublasCheck,
+//          cublas_handle (and base.h's)
+#include <stdint.h>   // defines: SIZE_MAX
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 
 #ifdef __CUDACC__
@@ -36,7 +38,8 @@ inline int device_count() {
     return count;
 }
 
-inline void device_init(int local_rank) {
+inline void device_init(int local_rank, int ranks_on_node) {
+    (void)ranks_on_node;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0)
@@ -49,8 +52,46 @@ inline void device_init(int local_rank) {
 }
 inline const char* device_name() { static cudaDeviceProp p; int d; cudaGetDevice(&d); cudaGetDeviceProperties(&p, d); return p.name; }
 
-#else  // CPU build
+// the bytes this rank may allocate: its GPU's free memory, shared by the ranks that use that GPU
+inline size_t device_memory_available(int ranks_on_node) {
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    int count = device_count(), sharing = (ranks_on_node + count - 1) / count;
+    return free_bytes / (sharing > 0 ? sharing : 1);
+}
+
+#else  // CPU build: host memory, OpenMP threads
+#include <omp.h>      // defines: omp_set_num_threads, omp_get_max_threads
+#include <sched.h>    // defines: sched_getaffinity, CPU_COUNT
+extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own threads, which would otherwise take every core
+
 inline int device_count() { return 0; }
-inline void device_init(int local_rank) { (void)local_rank; }
-inline const char* device_name() { return "CPU"; }
+// each rank's threads: the cores this process may run on, shared by the ranks on the node,
+// unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
+inline void device_init(int local_rank, int ranks_on_node) {
+    (void)local_rank;
+    cpu_set_t cores;
+    int available = sched_getaffinity(0, sizeof(cores), &cores) == 0 ? CPU_COUNT(&cores) : 1;
+    int threads = available / (ranks_on_node > 0 ? ranks_on_node : 1);
+    if (threads < 1) threads = 1;
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(threads);
+    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : threads);
+}
+inline const char* device_name() {
+    static char name[64];
+    snprintf(name, sizeof(name), "CPU, %d OpenMP threads per rank", omp_get_max_threads());
+    return name;
+}
+// the node's available memory (/proc/meminfo MemAvailable), shared by the ranks on it;
+// SIZE_MAX where it cannot be read
+inline size_t device_memory_available(int ranks_on_node) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb ? (size_t)(kb * 1024 / (ranks_on_node > 0 ? ranks_on_node : 1)) : SIZE_MAX;
+}
 #endif

@@ -72,6 +72,10 @@ expect_error "exceeds the model's maximum sequence length" $TRAINER $GOOD -t 409
 expect_error "-comm expects nccl or mpi" $TRAINER $GOOD -comm carrier-pigeon
 case "$TRAINER" in *_cpu*) expect_error "NCCL is the GPU build's backend" $TRAINER $GOOD -comm nccl ;; esac
 
+# more memory than the machine has: refused before anything is allocated (GPT-2 124M at B=64, T=1024
+# plans ~70 GiB), one line that says what is needed and what would fit
+expect_error "does not fit in memory" $TRAINER $GOOD -e d12 -b 64 -t 1024
+
 # a failing run leaves an existing model file alone
 mkdir -p $D/out
 $TRAINER $GOOD -o $D/out > /dev/null 2>&1 || { echo "FAIL: good run"; fails=$((fails + 1)); }

@@ -85,6 +85,24 @@ bad 3 "the grid does not fit the world" -pp 2
 bad 8 "must divide the heads NH=4" -tp 8
 bad 2 "-z must be 0, 1, 2 or 3" -z 4
 
+# the headline command on the CPU build with default flags (GPT-2 124M, B=4, T=1024: ~8.5 GiB per
+# rank, 8 ranks on this machine): one line on every rank that it does not fit, not an OOM kill
+code=0
+$MPIRUN -np 8 ./train_gpt_cpu -x 1 > $D/mem.out 2> $D/mem.err || code=$?
+[ $code -ne 0 ] && [ $code -ne 124 ] || { echo "FAIL: default 8-rank run exit $code"; exit 1; }
+count=$(grep -c "does not fit in memory" $D/mem.err || true)
+[ "$count" -eq 8 ] || { echo "FAIL: the memory line from $count of 8 ranks"; cat $D/mem.err; exit 1; }
+echo "ok (8 ranks): $(head -n 1 $D/mem.err)"
+
+# threads: each rank takes the cores of the node divided by the ranks on it; OMP_NUM_THREADS wins
+cores=$(nproc); want=$(( cores / 2 > 0 ? cores / 2 : 1 ))
+env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 \
+    -x 1 -v 0 -s 0 > $D/threads2.txt
+grep -q "CPU, $want OpenMP threads per rank" $D/threads2.txt || { echo "FAIL: 2 ranks on $cores cores should take $want threads each"; exit 1; }
+OMP_NUM_THREADS=3 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -x 1 -v 0 -s 0 > $D/threads3.txt
+grep -q "CPU, 3 OpenMP threads per rank" $D/threads3.txt || { echo "FAIL: OMP_NUM_THREADS=3 not honoured"; exit 1; }
+echo "ok: 2 ranks on $cores cores take $want threads each; OMP_NUM_THREADS overrides"
+
 # a failure on one rank only (its slice of the shard holds a token outside the vocabulary)
 # takes the whole job down instead of leaving the other rank waiting in a collective
 $PYTHON - $D/rank1_bad.bin <<'PY'
