@@ -32,7 +32,7 @@ so it is right under mpirun of MPICH or OpenMPI and under srun.
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
 //          comm_all_reduce_average, comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
 //          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
-//          comm_gather_to_root, comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
+//          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <type_traits>  // defines: std::is_same
@@ -305,7 +305,7 @@ enum ReduceOp { REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MAX };
 template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, ReduceOp op) {
     if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
-    TraceSpan span(c->trace, comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"), "collective", c->world_rank);
+    TraceSpan span(c->trace, [&] { return comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
         ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : op == REDUCE_AVERAGE ? ncclAvg : ncclMax;
@@ -339,7 +339,7 @@ inline void comm_all_reduce_max(const Collectives* cs, Comm* c, float* buf, size
 template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs, Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
-    TraceSpan span(c->trace, comm_span_name(c, "reduce-scatter"), "collective", c->world_rank);
+    TraceSpan span(c->trace, [&] { return comm_span_name(c, "reduce-scatter"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
 #endif
@@ -352,7 +352,7 @@ template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs,
 template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_ALL_GATHER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
-    TraceSpan span(c->trace, comm_span_name(c, "all-gather"), "collective", c->world_rank);
+    TraceSpan span(c->trace, [&] { return comm_span_name(c, "all-gather"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
 #endif
@@ -371,7 +371,7 @@ template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* rec
 template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int root) {
     if (c->size <= 1) return;
     if (c->rank == root) c->bytes[COMM_BROADCAST] += n * sizeof(T);
-    TraceSpan span(c->trace, comm_span_name(c, "broadcast"), "collective", c->world_rank);
+    TraceSpan span(c->trace, [&] { return comm_span_name(c, "broadcast"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
 #endif
@@ -444,10 +444,8 @@ inline double comm_max_over_world(double value) {
     return value;
 }
 
-// host buffers: recv (n * size, on the group's rank 0 only) = every rank's send (n), in rank order.
-// Bookkeeping and file assembly, not training traffic: not in the ledger.
 // host vectors of any length (each under 2^31 elements, and all of them together) to the
-// group's rank 0, in rank order (empty elsewhere): model parts, a trace's events
+// group's rank 0, in rank order (empty elsewhere): model parts, a trace's events, the accounting
 template <typename T> inline std::vector<std::vector<T>> comm_gatherv_to_root(Comm* c, const std::vector<T>& mine) {
     if (c->size == 1) return {mine};
     if (mine.size() > (size_t)INT32_MAX) fail("comm_gatherv_to_root: %zu elements exceed MPI's int count", mine.size());
@@ -466,14 +464,4 @@ template <typename T> inline std::vector<std::vector<T>> comm_gatherv_to_root(Co
     std::vector<std::vector<T>> out;
     for (int r = 0; r < (int)lengths.size(); r++) out.emplace_back(all.begin() + at[r], all.begin() + at[r] + lengths[r]);
     return out;
-}
-
-template <typename T> inline void comm_gather_to_root(Comm* c, const T* send, T* recv, size_t n) {
-    if (c->size == 1) { memcpy(recv, send, n * sizeof(T)); return; }
-    if (n > (size_t)INT32_MAX) fail("comm_gather_to_root: %zu elements exceed MPI's int count", n);
-    MPI_Datatype element;
-    MPI_Type_contiguous((int)sizeof(T), MPI_BYTE, &element);
-    MPI_Type_commit(&element);
-    MPI_Gather(send, (int)n, element, recv, (int)n, element, 0, c->mpi);
-    MPI_Type_free(&element);
 }

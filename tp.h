@@ -57,6 +57,7 @@ Read tp_g_forward and tp_f_backward first, then tp_crossentropy.
 #pragma once
 // defines: tp_f_backward, tp_g_forward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
 //          tp_vocab_range, LossStatistics, tp_crossentropy, tp_all_reduce_bytes_per_micro_step
+#include <algorithm>                 // defines: std::min, std::max
 #include "comm.h"                    // defines: Collectives, comm_all_reduce_sum, comm_all_reduce_max
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
@@ -120,7 +121,7 @@ struct LossStatistics { float *max, *sum, *target_logit; };
 // columns >= V are padding. Every TP rank ends with the same losses.
 inline void tp_crossentropy(Collectives* comm, floatX* logits, float* losses, const int* targets, LossStatistics stats,
                             int N, int V, VocabRange vocab, float dloss) {
-    int valid = V - vocab.begin < 0 ? 0 : V - vocab.begin < vocab.rows ? V - vocab.begin : vocab.rows;
+    int valid = std::min(std::max(V - vocab.begin, 0), vocab.rows);  // this rank's columns < V
     crossentropy_row_max(stats.max, logits, N, vocab.rows, valid);
     comm_all_reduce_max(comm, &comm->tp, stats.max, N);
     crossentropy_row_sumexp(stats.sum, logits, stats.max, N, vocab.rows, valid);

@@ -44,16 +44,21 @@ inline std::string trace_event_json(const std::string& name, const char* categor
     return "{\"name\": \"" + name + head;
 }
 
-// a span from its construction to its end (the end of the scope); nothing when tracing is off
+// a span from its construction to its end (the end of the scope); nothing when tracing is off.
+// make_name() gives the span's name, and is called only while tracing: the untraced hot path
+// (every collective, every pipeline action) builds no strings
 struct TraceSpan {
     Trace* trace;
     std::string name;
     const char* category;
     int tid;
     double start_us;
-    TraceSpan(Trace* t, std::string span_name, const char* cat, int rank)
-        : trace(t && t->on ? t : nullptr), name(std::move(span_name)), category(cat), tid(rank), start_us(0) {
-        if (trace) start_us = trace_now_us(trace);
+    template <typename MakeName>
+    TraceSpan(Trace* t, MakeName make_name, const char* cat, int rank)
+        : trace(t && t->on ? t : nullptr), category(cat), tid(rank), start_us(0) {
+        if (!trace) return;
+        name = make_name();
+        start_us = trace_now_us(trace);
     }
     ~TraceSpan() {
         if (!trace) return;

@@ -223,7 +223,6 @@ inline HeadParameters head_parameters(const Unit& u, floatX* base) {
 // without a pipeline there is one.
 
 struct ActivationTensors {
-    int* inputs;        // (B,T) the tokens (first stage)
     floatX* input;      // (B,T,C) the stage's input: the embeddings (first stage) or the previous stage's output
     void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: L layers if kept, else 1 layer every set reuses
     floatX* lnf;        // (B,T,C) last stage from here on
@@ -743,12 +742,11 @@ inline double ms_since(std::chrono::steady_clock::time_point t) {
 // the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
 inline std::string action_name(const PipelineAction& a) {
     static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
-                                  "send gradient", "send activation %d / recv gradient", "send gradient %d / recv activation"};
-    char text[96];
-    bool paired = a.op == SEND_ACTIVATION_RECV_GRADIENT || a.op == SEND_GRADIENT_RECV_ACTIVATION;
-    if (paired) { snprintf(text, sizeof(text), names[a.op], a.micro); snprintf(text + strlen(text), sizeof(text) - strlen(text), " %d", a.micro2); }
-    else snprintf(text, sizeof(text), "%s %d", names[a.op], a.micro);
-    return text;
+                                  "send gradient", "send activation", "send gradient"};
+    std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
+    if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.micro2);
+    if (a.op == SEND_GRADIENT_RECV_ACTIVATION) name += " / recv activation " + std::to_string(a.micro2);
+    return name;
 }
 
 // executes stage s's actions for one step's micro-batches; returns the sum of their token
@@ -766,7 +764,8 @@ inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, 
     *timing = ScheduleTiming{0.0, 0.0};
     for (const PipelineAction& a : actions) {
         auto began = std::chrono::steady_clock::now();
-        TraceSpan span(pp->trace, action_name(a), a.op == FORWARD || a.op == BACKWARD ? "compute" : "pipeline", pp->world_rank);
+        TraceSpan span(pp->trace, [&] { return action_name(a); }, a.op == FORWARD || a.op == BACKWARD ? "compute" : "pipeline",
+                       pp->world_rank);
         switch (a.op) {
             case FORWARD: loss += stage_forward(model, set(a.micro), batches[a.micro], B, T, dloss); break;
             case BACKWARD:
@@ -872,13 +871,13 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
     // every stage reads the same micro-batches: its DP rank's slice of each, in order
-    std::vector<std::vector<int>> tokens(2 * grad_accum);
+    std::vector<std::vector<int>> inputs(grad_accum), targets(grad_accum);
     std::vector<MicroBatch> batches(grad_accum);
     for (int k = 0; k < grad_accum; k++) {
         dataloader_next_batch(loader);
-        tokens[2 * k].assign(loader->inputs, loader->inputs + B * T);
-        tokens[2 * k + 1].assign(loader->targets, loader->targets + B * T);
-        batches[k] = MicroBatch{tokens[2 * k].data(), tokens[2 * k + 1].data()};
+        inputs[k].assign(loader->inputs, loader->inputs + B * T);
+        targets[k].assign(loader->targets, loader->targets + B * T);
+        batches[k] = MicroBatch{inputs[k].data(), targets[k].data()};
     }
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
@@ -899,7 +898,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
     int t = ++model->adam_steps;
     uint64_t rounding_seed = random_u32((uint64_t)tc.seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
-    TraceSpan span(model->comm->world.trace, "optimizer step", "optimizer", model->comm->grid.rank);
+    TraceSpan span(model->comm->world.trace, [] { return std::string("optimizer step"); }, "optimizer", model->comm->grid.rank);
     zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed);
     zero_gather_updated(&model->zero);
     return r;
@@ -1084,6 +1083,22 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     return a;
 }
 
+// "memory": {kind: bytes, ...}, "comm": {group: {kind: bytes, ...}, ...}: -plan's JSON line and
+// each rank's entry of the log's "measured"
+inline std::string accounting_json(const Accounting& a) {
+    std::string out = "\"memory\": {";
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+        out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(a.memory[k]);
+    out += "}, \"comm\": {";
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
+        out += std::string(grp ? ", " : "") + "\"" + comm_group_names[grp] + "\": {";
+        for (int k = 0; k < NUM_COMM_KINDS; k++)
+            out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(a.comm[grp][k]);
+        out += "}";
+    }
+    return out + "}";
+}
+
 inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     const ProcessGrid& g = model->comm->grid;
     const Zero& z = model->zero;
@@ -1111,17 +1126,9 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
         printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
                a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
     printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
-           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, "
-           "\"memory\": {", g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute,
-           model->sets.size(), model->num_parameters, a.activations_per_layer);
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) printf("%s\"%s\": %zu", k ? ", " : "", memory_kind_names[k], a.memory[k]);
-    printf("}, \"comm\": {");
-    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
-        printf("%s\"%s\": {", grp ? ", " : "", comm_group_names[grp]);
-        for (int k = 0; k < NUM_COMM_KINDS; k++) printf("%s\"%s\": %llu", k ? ", " : "", comm_kind_names[k], a.comm[grp][k]);
-        printf("}");
-    }
-    printf("}}\n");
+           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, %s}\n",
+           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(),
+           model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }
 
@@ -1137,31 +1144,15 @@ inline CommLedger comm_ledger(GPT2* model) {
 // the first step's per-rank allocated bytes and bytes sent, gathered to rank 0, as
 // the log's ", \"measured\": [...]" (a collective; empty on other ranks)
 inline std::string measured_accounting_json(GPT2* model, const CommLedger& before) {
-    int world = model->comm->grid.world, rank = model->comm->grid.rank;
-    const int n = NUM_COMM_GROUPS * NUM_COMM_KINDS + NUM_MEMORY_KINDS;
-    unsigned long long mine[n];
+    Accounting mine = {};
     CommLedger now = comm_ledger(model);
     for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
-        for (int k = 0; k < NUM_COMM_KINDS; k++) mine[grp * NUM_COMM_KINDS + k] = now.bytes[grp][k] - before.bytes[grp][k];
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) mine[NUM_COMM_GROUPS * NUM_COMM_KINDS + k] = model->memory[k];
-    std::vector<unsigned long long> all(rank == 0 ? n * world : 0);
-    comm_gather_to_root(&model->comm->world, mine, all.data(), n);
-    if (rank != 0) return "";
+        for (int k = 0; k < NUM_COMM_KINDS; k++) mine.comm[grp][k] = now.bytes[grp][k] - before.bytes[grp][k];
+    memcpy(mine.memory, model->memory, sizeof(mine.memory));
+    std::vector<std::vector<Accounting>> all = comm_gatherv_to_root(&model->comm->world, std::vector<Accounting>{mine});
+    if (model->comm->grid.rank != 0) return "";
     std::string out = ", \"measured\": [";
-    for (int q = 0; q < world; q++) {
-        const unsigned long long* r = &all[q * n];
-        out += q ? ", {\"memory\": {" : "{\"memory\": {";
-        for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-            out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(r[NUM_COMM_GROUPS * NUM_COMM_KINDS + k]);
-        out += "}, \"comm\": {";
-        for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
-            out += std::string(grp ? ", " : "") + "\"" + comm_group_names[grp] + "\": {";
-            for (int k = 0; k < NUM_COMM_KINDS; k++)
-                out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(r[grp * NUM_COMM_KINDS + k]);
-            out += "}";
-        }
-        out += "}}";
-    }
+    for (size_t q = 0; q < all.size(); q++) out += std::string(q ? ", " : "") + "{" + accounting_json(all[q][0]) + "}";
     return out + "]";
 }
 
@@ -1203,7 +1194,7 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
     if (!(tc->temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc->temperature);
-    return tc->total_batch_tokens / tokens_per_micro;
+    return micro_batches;
 }
 
 // -y 1: the newest checkpoint every rank has replaces -e; returns its step (0: none, start fresh)

@@ -281,7 +281,7 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
 // copies have the same units and shards, so the sum is elementwise.
 inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
     size_t at = z->units[u].shard_offset, n = unit_shard(z, u);
-    if (z->grads_fp32) comm_all_reduce_sum(z->comm, group, zero_grad_fp32(z) + at, n);
+    if (zero_grad_is_fp32(z)) comm_all_reduce_sum(z->comm, group, zero_grad_fp32(z) + at, n);
     else comm_all_reduce_sum(z->comm, group, zero_grad_floatX(z) + at, n);
 }
 

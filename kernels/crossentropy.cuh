@@ -20,14 +20,20 @@ vocab_begin + cols) and three per-row numbers are all-reduced between the pieces
     crossentropy_target_logit    t_i = z_i,target if this rank holds it, else 0
     crossentropy_finish          loss_i = log(s_i) + m_i - t_i, and dlogits as above
 With one rank the pieces add in the fused op's order: the results are identical.
-The fused op stays as the reference the tests compare the pieces with.
+The fused op is kept as a host twin only: the reference the tests check against float64
+and compare the pieces with.
 */
 #pragma once
-// defines: crossentropy_forward_backward, crossentropy_row_max, crossentropy_row_sumexp,
+// defines: crossentropy_forward_backward_host, crossentropy_row_max, crossentropy_row_sumexp,
 //          crossentropy_target_logit, crossentropy_finish
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 
+// element j of row i: the loss gradient (p - [target]) * dloss, zero on padded columns
+HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, int valid, float maxval, float sum, float dloss) {
+    float p = j < valid ? expf(z - maxval) / sum : 0.0f;
+    return from_float(j < valid ? (p - (j == target_j ? 1.0f : 0.0f)) * dloss : 0.0f);
+}
 inline void crossentropy_forward_backward_host(floatX* logits,      // (N,Vp) in: logits, out: dlogits if dloss != 0
                                                float* losses,       // (N)
                                                const int* targets,  // (N)
@@ -41,11 +47,7 @@ inline void crossentropy_forward_backward_host(floatX* logits,      // (N,Vp) in
         for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
         losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
         if (dloss == 0.0f) continue;
-        for (int j = 0; j < Vp; j++) {
-            float p = j < V ? expf(to_float(z[j]) - maxval) / sum : 0.0f;
-            float indicator = j == targets[i] ? 1.0f : 0.0f;
-            z[j] = from_float(j < V ? (p - indicator) * dloss : 0.0f);
-        }
+        for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
     }
 }
 
@@ -77,11 +79,6 @@ inline void crossentropy_target_logit_host(float* target_logits, const floatX* l
                                            int cols, int vocab_begin) {
     for (int i = 0; i < N; i++) target_logits[i] = target_logit_of_row(logits, targets, i, cols, vocab_begin);
 }
-// element j of row i: the loss gradient (p - [target]) * dloss, zero on padded columns
-HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, int valid, float maxval, float sum, float dloss) {
-    float p = j < valid ? expf(z - maxval) / sum : 0.0f;
-    return from_float(j < valid ? (p - (j == target_j ? 1.0f : 0.0f)) * dloss : 0.0f);
-}
 inline void crossentropy_finish_host(floatX* logits, float* losses, const int* targets, const float* maxes,
                                      const float* sums, const float* target_logits, int N, int cols, int vocab_begin,
                                      int valid, float dloss) {
@@ -106,28 +103,6 @@ __device__ inline float block_reduce(float v, bool is_max) {  // blockDim.x a mu
     v = lane < warps ? shared[lane] : (is_max ? -INFINITY : 0.0f);
     for (int o = 16; o > 0; o /= 2) { float u = __shfl_xor_sync(0xffffffff, v, o); v = is_max ? fmaxf(v, u) : v + u; }
     return v;
-}
-// one block per row
-__global__ void crossentropy_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
-    floatX* z = logits + (size_t)blockIdx.x * Vp;
-    float maxval = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) maxval = fmaxf(maxval, to_float(z[j]));
-    maxval = block_reduce(maxval, true);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_float(z[j]) - maxval);
-    sum = block_reduce(sum, false);
-    int target = targets[blockIdx.x];
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) + maxval - to_float(z[target]);
-    __syncthreads();  // the target logit is read above before any thread overwrites it
-    if (dloss == 0.0f) return;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        float p = j < V ? expf(to_float(z[j]) - maxval) / sum : 0.0f;
-        z[j] = from_float(j < V ? (p - (j == target ? 1.0f : 0.0f)) * dloss : 0.0f);
-    }
-}
-inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-    crossentropy_kernel<<<N, 512>>>(logits, losses, targets, V, Vp, dloss);
-    launchCheck();
 }
 // the pieces: one block per row for the row reductions and the gradient
 __global__ void crossentropy_row_max_kernel(float* maxes, const floatX* logits, int cols, int valid) {
@@ -177,9 +152,6 @@ inline void crossentropy_finish(floatX* logits, float* losses, const int* target
     launchCheck();
 }
 #else
-inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-    crossentropy_forward_backward_host(logits, losses, targets, N, V, Vp, dloss);
-}
 inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
     crossentropy_row_max_host(maxes, logits, N, cols, valid);
 }

@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
             for (size_t i = 0; i < n; i++) maxed[i] = (int)(i % p) == r ? 10.0f + i : -(float)r;
             comm_all_reduce_max(&c, d, maxed.data(), n);
             for (size_t i = 0; i < n; i++) EXPECT(maxed[i] == 10.0f + i);
-            std::vector<int> mine = {r, 3 * r}, all(r == 0 ? 2 * p : 0);
-            comm_gather_to_root(d, mine.data(), all.data(), 2);
-            for (int q = 0; r == 0 && q < p; q++) EXPECT(all[2 * q] == q && all[2 * q + 1] == 3 * q);
+            std::vector<int> mine(r + 1, 3 * r);  // rank r sends r + 1 values
+            std::vector<std::vector<int>> all = comm_gatherv_to_root(d, mine);
+            EXPECT(all.size() == (r == 0 ? (size_t)p : 0));
+            for (int q = 0; r == 0 && q < p; q++) EXPECT(all[q] == std::vector<int>(q + 1, 3 * q));
             EXPECT(comm_min_over_world(rank + 5) == 5);
             std::vector<float> block(n);
             comm_reduce_scatter_sum(&c, d, x.data(), block.data(), n);

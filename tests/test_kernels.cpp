@@ -52,9 +52,9 @@ static vector<double> finite_diff(const DoubleFn& f, vector<double> x, const vec
     return grad;
 }
 
-TEST_CASE("encoder forward and backward, with repeated tokens") {
-    int B = 2, T = 3, C = 5, V = 7;
-    vector<int> tok = {1, 4, 1, 6, 1, 0};
+TEST_CASE("encoder forward and backward, with repeated tokens; split by vocabulary rows") {
+    int B = 2, T = 3, C = 5, V = 8;
+    vector<int> tok = {1, 4, 1, 6, 7, 0};
     auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
     vector<float> out(B * T * C), dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
     encoder_forward_host(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, VocabRange{0, V});
@@ -69,27 +69,19 @@ TEST_CASE("encoder forward and backward, with repeated tokens") {
     CHECK(rel_err(out, ref_out) < 1e-6);
     CHECK(rel_err(dwte, ref_dwte) < 1e-6);
     CHECK(rel_err(dwpe, ref_dwpe) < 1e-6);
-}
-
-TEST_CASE("encoder split by vocabulary rows: the parts sum to the whole, each gradient is its rows") {
-    int B = 2, T = 3, C = 5, V = 8;
-    vector<int> tok = {1, 4, 1, 6, 7, 0};
-    auto wte = randn(V * C, 1), wpe = randn(T * C, 2), dout = randn(B * T * C, 3);
-    vector<float> whole(B * T * C), dwte_whole(V * C, 0.0f), dwpe_whole(T * C, 0.0f);
-    encoder_forward_host(whole.data(), tok.data(), wte.data(), wpe.data(), B, T, C, VocabRange{0, V});
-    encoder_backward_host(dwte_whole.data(), dwpe_whole.data(), dout.data(), tok.data(), B, T, C, VocabRange{0, V});
+    // tensor parallelism's split: the parts sum to the whole, each part's gradient is its rows
     vector<float> sum(B * T * C, 0.0f);
     for (int part = 0; part < 2; part++) {  // rows [0,4) and [4,8); positions added by part 0 only
         VocabRange range = {part * V / 2, V / 2};
-        vector<float> out(B * T * C), dwte(V / 2 * C, 0.0f), dwpe(T * C, 0.0f);
-        encoder_forward_host(out.data(), tok.data(), wte.data() + range.begin * C, part == 0 ? wpe.data() : nullptr,
+        vector<float> part_out(B * T * C), part_dwte(V / 2 * C, 0.0f), part_dwpe(T * C, 0.0f);
+        encoder_forward_host(part_out.data(), tok.data(), wte.data() + range.begin * C, part == 0 ? wpe.data() : nullptr,
                              B, T, C, range);
-        encoder_backward_host(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, range);
-        for (size_t i = 0; i < sum.size(); i++) sum[i] += out[i];
-        for (int i = 0; i < V / 2 * C; i++) CHECK(dwte[i] == dwte_whole[range.begin * C + i]);
-        CHECK(dwpe == dwpe_whole);
+        encoder_backward_host(part_dwte.data(), part_dwpe.data(), dout.data(), tok.data(), B, T, C, range);
+        for (size_t i = 0; i < sum.size(); i++) sum[i] += part_out[i];
+        for (int i = 0; i < V / 2 * C; i++) CHECK(part_dwte[i] == dwte[range.begin * C + i]);
+        CHECK(part_dwpe == dwpe);
     }
-    CHECK(sum == whole);  // one addition and zeros: exact
+    CHECK(sum == out);  // one addition and zeros: exact
 }
 
 static void layernorm_double(const vector<double>& x, const vector<double>& w, const vector<double>& b,
