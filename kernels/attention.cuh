@@ -8,6 +8,8 @@ The attention probabilities att (B,NH,T,T) are kept for the backward.
 
 Host twin: loops over (b, h, t), the specification. The backward uses the O(T)
 softmax identity dpre = att * (datt - sum(att * datt)) instead of the Jacobian.
+CPU build: the same arithmetic with the four products through sgemm, one (b, h) per
+task (tested against the twin in tests/test_kernels.cpp).
 GPU: llm.c's first fast version: permute q, k, v to (B,NH,T,hs), two strided-batched
 GEMMs around a causal softmax kernel, permute back. Its scratch holds the permuted
 tensors and the (B,NH,T,T) pre-softmax / gradient matrix; flash attention is a later
@@ -206,13 +208,62 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
     launchCheck();
 }
 #else
+// The CPU path: the host twin's arithmetic with its products through sgemm. Each (b, h) is one
+// task: q, k and v of head h are matrices (T, hs) inside qkv with row stride 3C, so sgemm reads
+// them in place; the full (T, T) score matrix is computed (the causal half above the diagonal
+// is wasted, but sgemm's speed pays for it many times) and the softmax zeroes it.
+inline void causal_softmax_rows_host(floatX* att, int T) {  // att (T,T): scores in, probabilities out
+    for (int t = 0; t < T; t++) {
+        floatX* row = att + (size_t)t * T;
+        float maxval = -INFINITY, sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, to_float(row[t2]));
+        for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(row[t2]) - maxval);
+        for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(t2 <= t ? expf(to_float(row[t2]) - maxval) / sum : 0.0f);
+    }
+}
 inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {
     (void)scratch;
-    attention_forward_host(out, att, qkv, B, T, C, NH);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const floatX* q = qkv + (size_t)b * T * 3 * C + h * hs;
+            floatX* a = att + ((size_t)b * NH + h) * T * T;
+            gemm_batched(false, true, T, T, hs, scale, q, 3 * C, 0, q + C, 3 * C, 0, 0.0f, a, T, 0, 1);   // q k^T / sqrt(hs)
+            causal_softmax_rows_host(a, T);
+            gemm_batched(false, false, T, hs, T, 1.0f, a, T, 0, q + 2 * C, 3 * C, 0, 0.0f,                // att v
+                         out + (size_t)b * T * C + h * hs, C, 0, 1);
+        }
+    }
 }
+// scratch: its last B*NH*T*T elements (attention_scratch_elements) hold datt
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att, floatX* scratch,
                                int B, int T, int C, int NH) {
-    (void)scratch;
-    attention_backward_host(dqkv, dout, qkv, att, B, T, C, NH);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    floatX* datt_all = scratch + 7 * (size_t)B * T * C;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const floatX* q = qkv + (size_t)b * T * 3 * C + h * hs;
+            const floatX* dy = dout + (size_t)b * T * C + h * hs;
+            const floatX* a = att + ((size_t)b * NH + h) * T * T;
+            floatX* dq = dqkv + (size_t)b * T * 3 * C + h * hs;
+            floatX* datt = datt_all + ((size_t)b * NH + h) * T * T;
+            gemm_batched(false, true, T, T, hs, 1.0f, dy, C, 0, q + 2 * C, 3 * C, 0, 0.0f, datt, T, 0, 1);   // dy v^T
+            gemm_batched(true, false, T, hs, T, 1.0f, a, T, 0, dy, C, 0, 0.0f, dq + 2 * C, 3 * C, 0, 1);      // dv = att^T dy
+            for (int t = 0; t < T; t++) {  // through the softmax: dpre = scale * att * (datt - sum(att * datt))
+                const floatX* a_row = a + (size_t)t * T;
+                floatX* d_row = datt + (size_t)t * T;
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) dot += to_float(a_row[t2]) * to_float(d_row[t2]);
+                for (int t2 = 0; t2 < T; t2++)
+                    d_row[t2] = from_float(t2 <= t ? scale * to_float(a_row[t2]) * (to_float(d_row[t2]) - dot) : 0.0f);
+            }
+            gemm_batched(false, false, T, hs, T, 1.0f, datt, T, 0, q + C, 3 * C, 0, 0.0f, dq, 3 * C, 0, 1);      // dq = dpre k
+            gemm_batched(true, false, T, hs, T, 1.0f, datt, T, 0, q, 3 * C, 0, 0.0f, dq + C, 3 * C, 0, 1);       // dk = dpre^T q
+        }
+    }
 }
 #endif

@@ -59,6 +59,7 @@ inline void crossentropy_row_max_host(float* maxes, const floatX* logits, int N,
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float maxval = -INFINITY;
+        #pragma omp simd reduction(max : maxval)
         for (int j = 0; j < valid; j++) maxval = fmaxf(maxval, to_float(logits[(size_t)i * cols + j]));
         maxes[i] = maxval;
     }
@@ -67,6 +68,7 @@ inline void crossentropy_row_sumexp_host(float* sums, const floatX* logits, cons
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float sum = 0.0f;
+        #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < valid; j++) sum += expf(to_float(logits[(size_t)i * cols + j]) - maxes[i]);
         sums[i] = sum;
     }

@@ -141,6 +141,15 @@ TEST_CASE("matmul forward and backward against float64 loops") {
     CHECK(rel_err(db, rdb) < 1e-5);
 }
 
+TEST_CASE("bias backward in blocks of columns: the bits of the column-by-column sum the kernel makes") {
+    int N = 37, OC = 150;  // two whole blocks of 64 and a part
+    auto dout = randn(N * OC, 24);
+    vector<float> blocked(OC, 0.5f), by_column(OC, 0.5f);
+    bias_backward_host(blocked.data(), dout.data(), N, OC);
+    for (int o = 0; o < OC; o++) bias_backward_column(o, by_column.data(), dout.data(), N, OC);
+    CHECK(blocked == by_column);
+}
+
 static void attention_double(const vector<double>& qkv, vector<double>& out, int B, int T, int C, int NH) {
     int hs = C / NH;
     out.assign(B * T * C, 0.0);
@@ -177,6 +186,28 @@ TEST_CASE("attention forward against float64, backward against finite difference
     auto g = finite_diff([&](const vector<double>& v, vector<double>& o) { attention_double(v, o, B, T, C, NH); },
                          to_double(qkv), to_double(dout));
     CHECK(rel_err(dqkv, g) < 1e-4);
+}
+
+TEST_CASE("attention on the CPU path (sgemm) equals the host twin and float64") {
+    for (int T : {1, 7, 64}) {
+        int B = 2, C = 48, NH = 3;
+        auto qkv = randn(B * T * 3 * C, 32 + T), dout = randn(B * T * C, 33 + T);
+        size_t n = (size_t)B * T * C;
+        vector<float> out(n), att(B * NH * T * T), dqkv(3 * n, 7.0f), scratch(7 * n + B * NH * T * T);
+        vector<float> twin_out(n), twin_att(att.size()), twin_dqkv(3 * n);
+        attention_forward(out.data(), att.data(), qkv.data(), scratch.data(), B, T, C, NH);
+        attention_forward_host(twin_out.data(), twin_att.data(), qkv.data(), B, T, C, NH);
+        vector<double> ref;
+        attention_double(to_double(qkv), ref, B, T, C, NH);
+        CHECK(rel_err(out, ref) < 1e-5);
+        CHECK(rel_err(out, to_double(twin_out)) < 1e-5);
+        CHECK(rel_err(att, to_double(twin_att)) < 1e-5);
+        for (int row = 0; row < B * NH * T; row++)
+            for (int t2 = row % T + 1; t2 < T; t2++) CHECK(att[row * T + t2] == 0.0f);
+        attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+        attention_backward_host(twin_dqkv.data(), dout.data(), qkv.data(), twin_att.data(), B, T, C, NH);
+        CHECK(rel_err(dqkv, to_double(twin_dqkv)) < 1e-5);
+    }
 }
 
 TEST_CASE("gelu forward against float64, backward against finite differences; residual add") {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# GPT-2 124M on the CPU, side by side in one run: llm.c's train_gpt2.c (built from the pinned
+# copy in ../shared/anchors/llm.c) and our train_gpt_cpu, on the same random model file, at
+# B=4, T=64, fp32, with the same threads; then the floor: the step's matrix products alone in
+# OpenBLAS sgemm (scripts/sgemm_floor.c). Prints the median s/step of each (first step left out),
+# llm.c's time over ours, and ours over the floor.
+#   scripts/bench_cpu.sh                 THREADS=$(nproc) STEPS=10 ANCHOR=../shared/anchors/llm.c
+# OpenBLAS's kernels follow OPENBLAS_CORETYPE where the environment sets it (the line "blas:" says
+# which ran), for the floor and for the trainer alike.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ANCHOR=${ANCHOR:-../shared/anchors/llm.c}
+THREADS=${THREADS:-$(nproc)}
+STEPS=${STEPS:-10}
+[ -f "$ANCHOR/train_gpt2.c" ] || { echo "bench_cpu.sh: no llm.c at $ANCHOR (set ANCHOR=)"; exit 1; }
+[ -s data/tinyshakespeare_train.bin ] || make data
+make -s train_gpt_cpu
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+export OMP_NUM_THREADS=$THREADS
+
+# the same random GPT-2 124M for both: our d12 initialisation after one step at learning rate 0
+./train_gpt_cpu -e d12 -b 4 -t 64 -x 1 -l 0 -v 0 -s 0 -o "$D/init" > "$D/init.out" 2>&1 || { tail -3 "$D/init.out"; exit 1; }
+
+# llm.c reads gpt2_124M.bin and dev/data/tinyshakespeare/ from its working directory; it runs
+# until killed here, after step STEPS (its validation and sampling are outside its step timer)
+cp -r "$ANCHOR/train_gpt2.c" "$ANCHOR/llmc" "$D/"
+gcc -Ofast -march=native -fopenmp -DOMP -I"$D" "$D/train_gpt2.c" -lm -o "$D/train_gpt2"
+mkdir -p "$D/dev/data/tinyshakespeare"
+ln -s "$PWD/data/tinyshakespeare_train.bin" "$D/dev/data/tinyshakespeare/tiny_shakespeare_train.bin"
+ln -s "$PWD/data/tinyshakespeare_val.bin" "$D/dev/data/tinyshakespeare/tiny_shakespeare_val.bin"
+ln -s "$D/init/model_00000001.bin" "$D/gpt2_124M.bin"
+ln -s "$PWD/data/gpt2_tokenizer.bin" "$D/gpt2_tokenizer.bin"
+(cd "$D" && exec stdbuf -oL ./train_gpt2 > llmc.out 2>&1) &
+LLMC=$!
+while kill -0 $LLMC 2> /dev/null && ! grep -q "^step $STEPS:" "$D/llmc.out"; do sleep 1; done
+kill $LLMC 2> /dev/null || true
+wait $LLMC 2> /dev/null || true
+
+./train_gpt_cpu -e "$D/init/model_00000001.bin" -b 4 -t 64 -x $((STEPS + 1)) -v 0 -s 0 -log "$D/ours.jsonl" > "$D/ours.out" 2>&1 \
+    || { tail -3 "$D/ours.out"; exit 1; }
+
+BLAS_DIR=$(make -s print-openblas-dir)
+gcc -O2 scripts/sgemm_floor.c ${BLAS_DIR:+-L$BLAS_DIR -Wl,-rpath,$BLAS_DIR} -lopenblas -o "$D/sgemm_floor"
+OPENBLAS_VERBOSE=2 "$D/sgemm_floor" 12 768 50304 4 64 > "$D/floor.out" 2>&1
+
+python3 - "$D" "$THREADS" <<'PY'
+import json, re, statistics, sys
+d, threads = sys.argv[1], sys.argv[2]
+llmc = [float(m.group(1)) / 1000 for m in re.finditer(r"^step \d+: train loss \S+ \(took ([0-9.]+) ms\)", open(d + "/llmc.out").read(), re.M)][1:]
+ours = [json.loads(line)["ms"] / 1000 for line in open(d + "/ours.jsonl")][1:]
+floor_text = open(d + "/floor.out").read()
+core = re.search(r"Core: (\S+)", floor_text)
+gflop, floor, rate = (float(x) for x in re.search(r"([0-9.]+) GFLOP per step, ([0-9.]+) s in sgemm, ([0-9.]+) GFLOP/s", floor_text).groups())
+a, o = statistics.median(llmc), statistics.median(ours)
+print(f"GPT-2 124M, B=4 T=64, fp32, {threads} threads, median of {len(ours)} steps (first left out)")
+print(f"blas: OpenBLAS {core.group(1) if core else '?'} kernels, sgemm {rate:.0f} GFLOP/s on the step's shapes")
+print(f"llm.c train_gpt2.c   {a:7.3f} s/step")
+print(f"train_gpt_cpu        {o:7.3f} s/step")
+print(f"sgemm floor          {floor:7.3f} s/step  ({gflop:.1f} GFLOP)")
+print(f"llm.c / ours         {a / o:7.2f}x")
+print(f"ours / floor         {o / floor:7.2f}x")
+PY
