@@ -1427,7 +1427,6 @@ inline void train_loop(Run* run) {
 
 #ifndef TESTING
 int main(int argc, char** argv) {
-    blas_prefer_avx512(argv);  // CPU build: may start the process again, with OpenBLAS's AVX-512 kernels
     int world, rank, local_rank;
     comm_start(&argc, &argv, &world, &rank, &local_rank);
     TrainConfig tc;

@@ -216,9 +216,11 @@ inline void causal_softmax_rows_host(floatX* att, int T) {  // att (T,T): scores
     for (int t = 0; t < T; t++) {
         floatX* row = att + (size_t)t * T;
         float maxval = -INFINITY, sum = 0.0f;
+        #pragma omp simd reduction(max : maxval)
         for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, to_float(row[t2]));
+        #pragma omp simd reduction(+ : sum)
         for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(row[t2]) - maxval);
-        for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(t2 <= t ? expf(to_float(row[t2]) - maxval) / sum : 0.0f);
+        for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(expf(t2 <= t ? to_float(row[t2]) - maxval : -INFINITY) / sum);
     }
 }
 inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {

@@ -30,7 +30,6 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 #endif
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
-inline void blas_prefer_avx512(char** argv) { (void)argv; }  // the CPU build's OpenBLAS kernel choice
 
 // the GPUs this process can see; 0 where there is no device or no driver
 inline int device_count() {
@@ -64,8 +63,6 @@ inline size_t device_memory_available(int ranks_on_node) {
 #else  // CPU build: host memory, OpenMP threads
 #include <omp.h>      // defines: omp_set_num_threads, omp_get_max_threads
 #include <sched.h>    // defines: sched_getaffinity, CPU_COUNT
-#include <string.h>   // defines: strcmp, strncmp
-#include <unistd.h>   // defines: execv
 #include <math.h>     // defines: expf, tanhf
 #ifdef USE_LIBMVEC
 // glibc's libmvec holds SIMD versions of expf and tanhf (4 or 8 lanes). Declared so, the compiler
@@ -79,23 +76,6 @@ extern "C" float tanhf(float) noexcept;
 #endif
 extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own threads, which would otherwise take every core
 extern "C" int openblas_get_parallel(void);      // 0 single-threaded, 1 pthreads, 2 OpenMP
-extern "C" char* openblas_get_corename(void);   // the CPU whose kernels OpenBLAS chose: "Haswell", "SkylakeX", ...
-
-// OpenBLAS chooses its kernels, once, as it loads, for the CPU it recognises. Debian 12's 0.3.21
-// predates AMD Zen 4/5 and gives them its AVX2 kernels ("Haswell") although they have AVX-512;
-// its AVX-512 kernels ("SkylakeX") run a GPT-2 124M step's GEMMs 1.9x faster on the 2-core
-// machine (scripts/sgemm_floor.c: 0.95 s -> 0.49 s). The choice is read from OPENBLAS_CORETYPE
-// before main, so the process sets it and starts itself again, once, before MPI starts.
-// A user's OPENBLAS_CORETYPE wins.
-inline void blas_prefer_avx512(char** argv) {
-    if (getenv("OPENBLAS_CORETYPE")) return;
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    const char* core = openblas_get_corename();
-    if (!avx512 || !(strcmp(core, "Haswell") == 0 || strncmp(core, "Zen", 3) == 0)) return;
-    setenv("OPENBLAS_CORETYPE", "SKYLAKEX", 1);
-    execv("/proc/self/exe", argv);  // returns only if it failed: then go on with the AVX2 kernels
-}
 
 inline int device_count() { return 0; }
 // each rank's threads: the cores this process may run on, shared by the ranks on the node,
