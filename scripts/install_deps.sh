@@ -2,7 +2,7 @@
 # The Debian/Ubuntu packages this project builds and tests with, in one place: the README's
 # dependency line and CI (.ci/run) both run this script.
 #   build:  make g++ pkg-config, MPI (mpich), OpenBLAS built for OpenMP (the CPU trainers' GEMMs
-#           run on their OpenMP threads; see the Makefile), PCRE2 (the tokenizer)
+#           run on their OpenMP threads; see the Makefile), PCRE2 and nlohmann-json (the tokenizer)
 #   tests:  Catch2, PyTorch and numpy (float64 references), regex (GPT-2's encoder reference), time
 # The CUDA toolkit and NCCL, for `make train_gpt`, are not Debian packages here: install them
 # from NVIDIA.
@@ -11,5 +11,5 @@ export DEBIAN_FRONTEND=noninteractive
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-    make g++ pkg-config mpich libmpich-dev libopenblas-openmp-dev libpcre2-dev \
+    make g++ pkg-config mpich libmpich-dev libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev \
     catch2 python3-torch python3-numpy python3-regex time > /dev/null

@@ -23,6 +23,13 @@ static const Tokenizer& vocab() {
     return t;
 }
 
+static void append_utf8(std::string* out, unsigned cp) {  // code point -> UTF-8
+    if (cp < 0x80) *out += (char)cp;
+    else if (cp < 0x800) { *out += (char)(0xC0 | cp >> 6); *out += (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) { *out += (char)(0xE0 | cp >> 12); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
+    else { *out += (char)(0xF0 | cp >> 18); *out += (char)(0x80 | ((cp >> 12) & 0x3F)); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
+}
+
 static std::vector<int> encode(const std::string& s) {
     EncodeCache* c = encode_cache_new(&vocab());
     std::vector<int> ids;
@@ -87,5 +94,29 @@ TEST_CASE("utf8_sequence_length agrees with a brute-force decoder on every 1-4 b
         INFO("bytes " << (int)b[0] << " " << (int)b[1] << " " << (int)b[2] << " " << (int)b[3]);
         REQUIRE(utf8_sequence_length(b, 0, 4) == want);
         if (trial > 3000) break;  // the brute force is slow; the first trials cover every lead-byte class
+    }
+}
+
+TEST_CASE("a text cut at every safe place encodes to the ids of the whole") {
+    Rng r = {99};
+    const char* pieces[] = {"word", " ", "  ", "\n", "\n\n", "'s", "'ll", " x", "42", " 7", "!", " ?", "é", "Straße", " 東京",
+                            "\xff", "\xe2\x82", "<|endoftext|>", " A", "\t", "a.b", " 've", " \n",
+                            "\xc2\x85", "\xc2\xa0", "\xe3\x80\x80"};  // NEL, NBSP, ideographic space: whitespace, not ASCII
+    for (int trial = 0; trial < 300; trial++) {
+        std::string text;
+        int n = 1 + (int)(rng_uniform(&r) * 60);
+        for (int k = 0; k < n; k++) text += pieces[(size_t)(rng_uniform(&r) * (sizeof(pieces) / sizeof(*pieces)))];
+        std::vector<int> whole = encode(text), joined;
+        size_t start = 0, cuts = 0;
+        for (size_t p = tokenizer_safe_cut(text.data(), text.size(), 1); p < text.size();
+             p = tokenizer_safe_cut(text.data(), text.size(), p + 1), cuts++) {
+            std::vector<int> part = encode(text.substr(start, p - start));  // cut at every safe place
+            joined.insert(joined.end(), part.begin(), part.end());
+            start = p;
+        }
+        std::vector<int> last = encode(text.substr(start));
+        joined.insert(joined.end(), last.begin(), last.end());
+        INFO(text << " (" << cuts << " cuts)");
+        CHECK(joined == whole);
     }
 }

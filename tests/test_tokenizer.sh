@@ -73,3 +73,53 @@ expect "cannot open" ./tokenize --vocab $D/nowhere ids $D/doc.txt
 expect "unknown command" $TOK frobnicate
 head -c 5000 /dev/urandom > $D/encoder.json; cp $VOCAB/vocab.bpe $D/
 expect "malformed JSON" ./tokenize --vocab $D ids $D/doc.txt
+
+# shards read as streams: tinyshakespeare as blank-line documents, read and encoded in small
+# batches (--batch-bytes) with long documents cut (--piece-bytes), gives `make data`'s shards
+$TOK shards -o $D/stream --val-tokens 32768 --split-on-blank-lines --batch-bytes 50000 --piece-bytes 300 \
+    --threads 2 $SHAKESPEARE > /dev/null 2>&1
+cmp -s $D/stream_val.bin data/tinyshakespeare_val.bin && cmp -s $D/stream_train.bin data/tinyshakespeare_train.bin \
+    || { echo "FAIL: streamed blank-line shards differ from make data's"; exit 1; }
+echo "ok: blank-line documents streamed in 50 kB batches give make data's shards"
+
+# one large document cut at safe places and encoded on 1, 2 and 4 threads: the single-threaded ids
+$TOK ids $SHAKESPEARE > $D/whole_ids.txt
+for threads in 1 2 4; do
+    $TOK shards -o $D/large$threads --threads $threads --piece-bytes 4096 --batch-bytes 200000 $SHAKESPEARE > /dev/null 2> $D/large.txt
+    $PYTHON - $D/large${threads}_train.bin $D/whole_ids.txt <<'PY'
+import sys, numpy as np
+got = np.fromfile(sys.argv[1], dtype=np.uint16)[512:]
+want = np.array([50256] + [int(x) for x in open(sys.argv[2]).read().split()], dtype=np.uint16)
+assert len(got) == len(want) and (got == want).all(), f"{sys.argv[1]}: {len(got)} tokens, want {len(want)}"
+PY
+done
+echo "ok: one large file in 4 kB pieces on 1, 2, 4 threads: the ids of the whole ($(wc -w < $D/whole_ids.txt) tokens)"
+
+# JSON lines: escapes, Unicode, \u surrogate pairs, embedded newlines, <|endoftext|> as text, a
+# blank line, another field name; each document's ids equal those of its text given as a file
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+texts = ["Plain text.", "Tab\there, \"quotes\", back\\slash, /slash", "two\nlines\n\nand a blank one\r\n",
+         "Straße, naïve, Ελλάδα, 東京, 👋🏽 and 🚀 (astral: surrogate pairs when escaped)", "<|endoftext|> inside text",
+         "", "\u00a0\u3000 odd spaces \u0085", "x" * 5000 + " long " + "word " * 3000]
+with open(f"{d}/docs.jsonl", "w", encoding="utf-8") as f:
+    for k, text in enumerate(texts):
+        f.write(json.dumps({"id": k, "body": text}, ensure_ascii=(k % 2 == 0)) + "\n")  # \uXXXX escapes on even lines
+        if k == 2: f.write("\n")
+        open(f"{d}/doc_{k}.txt", "w", encoding="utf-8").write(text)
+PY
+$TOK shards -o $D/fromjson --jsonl --field body --piece-bytes 1000 $D/docs.jsonl > /dev/null 2>&1
+$TOK shards -o $D/fromfiles $(for k in 0 1 2 3 4 5 6 7; do echo $D/doc_$k.txt; done) > /dev/null 2>&1
+cmp -s $D/fromjson_train.bin $D/fromfiles_train.bin || { echo "FAIL: JSON lines give other ids than the same texts as files"; exit 1; }
+echo "ok: 8 JSON-lines documents (escapes, surrogate pairs, newlines, EOT text) = the same texts as files"
+
+# bad lines: one message naming the file and line, exit 1; or counted and skipped
+printf '{"text": "good"}\n{"text": "unterminated\n{"other": "x"}\n{"text": 5}\n[1, 2]\n{"text": "bad \xff byte"}\n{"text": "\\ud800 lone"}\n' > $D/bad.jsonl
+for line in 2 3 4 5 6 7; do
+    { head -n1 $D/bad.jsonl; sed -n ${line}p $D/bad.jsonl; } > $D/bad_one.jsonl
+    expect "bad_one.jsonl:2:" $TOK shards -o $D/bad --jsonl $D/bad_one.jsonl
+done
+$TOK shards -o $D/skipped --jsonl --skip-bad-lines $D/bad.jsonl > /dev/null 2> $D/skip.txt
+grep -q "skipped 6 bad lines" $D/skip.txt || { echo "FAIL: --skip-bad-lines: $(cat $D/skip.txt)"; exit 1; }
+echo "ok: --skip-bad-lines skipped the 6 bad lines"

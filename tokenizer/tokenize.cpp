@@ -3,19 +3,28 @@ tokenizer/tokenize.cpp: GPT-2 tokenization and data preparation, no Python neede
 
     ./tokenize ids FILE              the ids of FILE's text, space-separated, one line
     ./tokenize text IDS_FILE         the text of whitespace-separated ids, byte for byte
-    ./tokenize shards -o OUT_PREFIX [--val-tokens N] [--shard-tokens N]
-                      [--split-on-blank-lines] [--threads N] FILES...
+    ./tokenize shards -o OUT_PREFIX [--val-tokens N] [--shard-tokens N] [--threads N]
+                      [--split-on-blank-lines | --jsonl [--field NAME] [--skip-bad-lines]]
+                      [--piece-bytes N] [--batch-bytes N] FILES...
                                      llm.c token shards, EOT before each document
     ./tokenize decoder -o FILE       llm.c's tokenizer file (ids -> bytes) for the trainer
     --vocab DIR (before the command) where encoder.json and vocab.bpe are
                                      (default data/gpt2, then ../shared/data/gpt2)
 
-A document is a whole FILE, or with --split-on-blank-lines each block that ends in a
-blank line (as llm.c's tinyshakespeare.py: "\n\n" stays with the block before it).
-Tokens go, in order, into OUT_PREFIX_val.bin (the first --val-tokens) and then
-OUT_PREFIX_train.bin, or OUT_PREFIX_train_000000.bin, ... when they exceed
---shard-tokens. Documents are encoded on every core; a terminal gets a progress bar
-(tokens/s, ETA), anything else plain progress lines.
+A document is a whole FILE; with --split-on-blank-lines each block that ends in a blank
+line (as llm.c's tinyshakespeare.py: "\n\n" stays with the block before it); with --jsonl
+the string field NAME (default "text") of each line's JSON object (Hugging Face datasets
+exported as JSON lines: OpenWebText, FineWeb, ...). Tokens go, in order, into
+OUT_PREFIX_val.bin (the first --val-tokens) and then OUT_PREFIX_train.bin, or
+OUT_PREFIX_train_000000.bin, ... when they exceed --shard-tokens.
+
+Streaming: files are read a block or a line at a time; --batch-bytes of text (64 MB) are
+encoded at once on every core, and shards are written as they fill, so memory is bounded
+by the batch and one shard whatever the input's size. Documents are encoded in parallel,
+and a document longer than --piece-bytes (256 kB) is cut into pieces at places where
+GPT-2's pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change),
+so one large file runs on every core too. A terminal gets a progress bar (MB, tokens/s,
+ETA), anything else plain progress lines.
 */
 #include <stdio.h>      // defines: printf, fopen
 #include <string.h>     // defines: strcmp
@@ -23,8 +32,12 @@ OUT_PREFIX_train.bin, or OUT_PREFIX_train_000000.bin, ... when they exceed
 #include <sys/stat.h>   // defines: stat
 #include <atomic>       // defines: std::atomic
 #include <chrono>       // defines: std::chrono
+#include <condition_variable>  // defines: std::condition_variable
+#include <mutex>        // defines: std::mutex, std::lock_guard
 #include <thread>       // defines: std::thread
-#include "tokenizer.h"  // defines: Tokenizer, tokenizer_encode, tokenizer_decode
+#include <string_view>  // defines: std::string_view
+#include <nlohmann/json.hpp>  // defines: nlohmann::json (JSON lines)
+#include "tokenizer.h"  // defines: Tokenizer, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode
 
 static bool exists(const std::string& p) { struct stat st; return stat(p.c_str(), &st) == 0; }
 
@@ -32,113 +45,304 @@ static void usage() {
     printf("usage: ./tokenize [--vocab DIR] COMMAND ...\n"
            "  ids FILE                     print the GPT-2 ids of FILE's text\n"
            "  text IDS_FILE                print the bytes of whitespace-separated ids\n"
-           "  shards -o OUT_PREFIX [--val-tokens N] [--shard-tokens N] [--split-on-blank-lines] [--threads N] FILES...\n"
-           "                               write llm.c token shards (EOT before each document)\n"
+           "  shards -o OUT_PREFIX [options] FILES...\n"
+           "                               write llm.c token shards (EOT before each document):\n"
+           "      --val-tokens N           the first N tokens go to OUT_PREFIX_val.bin (default 0)\n"
+           "      --shard-tokens N         train tokens per shard (default 100000000)\n"
+           "      --threads N              encoding threads (default: every core)\n"
+           "      --split-on-blank-lines   a document is each block ending in a blank line (default: each file)\n"
+           "      --jsonl                  a document is the string field of each JSON line\n"
+           "      --field NAME             that field (default text)\n"
+           "      --skip-bad-lines         count and skip bad JSON lines instead of stopping at the first\n"
+           "      --piece-bytes N          cut longer documents into pieces of about N bytes (default 262144)\n"
+           "      --batch-bytes N          encode N bytes of text at a time (default 67108864)\n"
            "  decoder -o FILE              write llm.c's tokenizer file for decoding samples\n"
            "  --vocab DIR                  encoder.json and vocab.bpe (default data/gpt2, then ../shared/data/gpt2)\n");
 }
 
 // llm.c shard: int32 header[256] = {20240520, 1, ntok}, then uint16 tokens
-static void write_shard(const std::string& path, const int* tokens, size_t n) {
-    int32_t header[256] = {20240520, 1, (int32_t)n};
-    std::vector<uint16_t> t(tokens, tokens + n);
+static void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+    int32_t header[256] = {20240520, 1, (int32_t)tokens.size()};
     std::string tmp = path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "wb");
     if (!f) fail("cannot write %s", tmp.c_str());
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(t.data(), 2, n, f) == n;
+    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(tokens.data(), 2, tokens.size(), f) == tokens.size();
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp.c_str(), path.c_str()) != 0) fail("writing %s failed (disk full?)", path.c_str());
-    printf("wrote %s: %zu tokens\n", path.c_str(), n);
+    printf("wrote %s: %zu tokens\n", path.c_str(), tokens.size());
+}
+
+// Tokens in, shards out as they fill: the first val_tokens into PREFIX_val.bin, the rest into
+// PREFIX_train.bin, or PREFIX_train_000000.bin, ... once they exceed shard_tokens. A full train
+// shard is written when the next token arrives, so that exactly shard_tokens stays one file.
+struct ShardWriter {
+    std::string prefix;
+    size_t val_tokens, shard_tokens, train_shards_written = 0, total = 0;
+    std::vector<uint16_t> val, train;
+
+    void add(const int* ids, size_t n) {
+        total += n;
+        while (n > 0) {
+            size_t take;
+            if (val.size() < val_tokens) {
+                take = std::min(n, val_tokens - val.size());
+                val.insert(val.end(), ids, ids + take);
+                if (val.size() == val_tokens) write_shard(prefix + "_val.bin", val);
+            } else {
+                if (train.size() == shard_tokens) flush_train();
+                take = std::min(n, shard_tokens - train.size());
+                train.insert(train.end(), ids, ids + take);
+            }
+            ids += take;
+            n -= take;
+        }
+    }
+    void flush_train() {
+        char name[64];
+        snprintf(name, sizeof(name), "_train_%06zu.bin", train_shards_written++);
+        write_shard(prefix + name, train);
+        train.clear();
+    }
+    void finish() {
+        if (!val.empty() && val.size() < val_tokens) write_shard(prefix + "_val.bin", val);
+        if (train_shards_written == 0) write_shard(prefix + "_train.bin", train);
+        else if (!train.empty()) flush_train();
+    }
+};
+
+// A piece of text to encode: a whole document, or a part of one cut at a safe place
+// (tokenizer_safe_cut); EOT goes before the pieces that start a document.
+struct Piece { std::string text; bool starts_document; };
+
+enum InputFormat { WHOLE_FILE, BLANK_LINE_BLOCKS, JSON_LINES };
+
+struct ShardOptions {
+    InputFormat format = WHOLE_FILE;
+    std::string field = "text";           // JSON_LINES: the field that holds a document
+    bool skip_bad_lines = false;
+    size_t piece_bytes = 256 << 10;       // a long document is cut into pieces of about this size
+    size_t batch_bytes = 64 << 20;        // text read, then encoded by every thread at once
+};
+
+// One input file, read a block (or a line) at a time. `pending` is the unemitted tail of the
+// current document; `pending_starts` says whether it begins the document.
+struct InputReader {
+    const ShardOptions* opt;
+    const char* path;
+    FILE* f;
+    std::string pending;
+    bool pending_starts = true, done = false;
+    size_t line = 0, bad_lines = 0, bytes_read = 0;
+    char* line_buffer = nullptr;
+    size_t line_capacity = 0;
+
+    // a document's text, or the part of it read so far (complete: the document ends here):
+    // pieces of about piece_bytes cut at safe places; an incomplete document keeps its tail
+    void emit(std::string& text, bool complete, std::vector<Piece>* out) {
+        size_t start = 0;
+        while (text.size() - start > 2 * opt->piece_bytes || (complete && text.size() - start > opt->piece_bytes)) {
+            size_t cut = tokenizer_safe_cut(text.data(), text.size(), start + opt->piece_bytes);
+            if (cut >= text.size()) break;  // no safe place: the rest stays one piece
+            out->push_back({text.substr(start, cut - start), pending_starts});
+            pending_starts = false;
+            start = cut;
+        }
+        if (complete) {
+            out->push_back({text.substr(start), pending_starts});
+            pending_starts = true;
+            text.clear();
+        } else {
+            text.erase(0, start);
+        }
+    }
+    // text formats: read a block; each complete document (a "\n\n"-ended block, or the whole
+    // file at its end) is emitted, and a long unfinished one in pieces
+    void read_block(std::vector<Piece>* out) {
+        char block[1 << 16];
+        size_t got = fread(block, 1, sizeof(block), f);
+        bytes_read += got;
+        size_t scan = pending.size() > 0 ? pending.size() - 1 : 0;  // a "\n\n" may span the blocks
+        pending.append(block, got);
+        if (opt->format == BLANK_LINE_BLOCKS) {
+            for (size_t blank; (blank = pending.find("\n\n", scan)) != std::string::npos; scan = 0) {
+                std::string document = pending.substr(0, blank + 2);
+                pending.erase(0, blank + 2);
+                emit(document, true, out);
+            }
+        }
+        if (got == 0) {  // the end of the file ends its document
+            if (ferror(f)) fail("reading %s failed", path);
+            if (opt->format == WHOLE_FILE || !pending.empty()) emit(pending, true, out);
+            done = true;
+        } else {
+            emit(pending, false, out);
+        }
+    }
+    // JSON lines: one object per line, the document in its string field
+    void read_line(std::vector<Piece>* out) {
+        ssize_t got = getline(&line_buffer, &line_capacity, f);
+        if (got < 0) {
+            if (ferror(f)) fail("reading %s failed", path);
+            done = true;
+            return;
+        }
+        bytes_read += got;
+        line++;
+        std::string_view text(line_buffer, got);
+        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return;  // blank lines are allowed
+        std::string problem;
+        try {
+            nlohmann::json object = nlohmann::json::parse(text);
+            auto value = object.is_object() ? object.find(opt->field) : object.end();
+            if (!object.is_object()) problem = "not a JSON object";
+            else if (value == object.end()) problem = "no field \"" + opt->field + "\"";
+            else if (!value->is_string()) problem = "field \"" + opt->field + "\" is not a string";
+            else {
+                std::string document = value->get<std::string>();
+                emit(document, true, out);
+                return;
+            }
+        } catch (const nlohmann::json::exception& e) {
+            problem = e.what();  // nlohmann's message: malformed JSON, invalid UTF-8, a lone surrogate
+        }
+        if (!opt->skip_bad_lines) fail("%s:%zu: %s (--skip-bad-lines skips such lines)", path, line, problem.c_str());
+        bad_lines++;
+    }
+    void read_more(std::vector<Piece>* out) { if (opt->format == JSON_LINES) read_line(out); else read_block(out); }
+};
+
+static size_t file_size(const char* path) { struct stat st; return stat(path, &st) == 0 ? (size_t)st.st_size : 0; }
+
+// encodes `pieces` on `caches.size()` threads; the main thread reports progress meanwhile
+struct Progress {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    size_t total_bytes = 0;
+    double last_report = -1.0;
+    bool tty = isatty(fileno(stderr));
+    double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+    void report(size_t bytes_done, size_t tokens_done) {
+        double s = seconds(), frac = total_bytes ? std::min(1.0, (double)bytes_done / total_bytes) : 1.0;
+        double rate = tokens_done / (s > 0 ? s : 1), eta = frac > 0 ? s * (1 - frac) / frac : 0;
+        if (tty) {
+            int bar = (int)(30 * frac);
+            fprintf(stderr, "\r[%.*s%*s] %5.1f%% %7.1f MB %9.0f tok/s ETA %6.1fs", bar, "##############################",
+                    30 - bar, "", 100 * frac, bytes_done / 1e6, rate, eta);
+        } else if (s - last_report >= 5.0) {  // plain lines, not too many
+            fprintf(stderr, "progress %.1f%%, %.1f MB, %zu tokens, %.0f tok/s, ETA %.1fs\n", 100 * frac, bytes_done / 1e6,
+                    tokens_done, rate, eta);
+            last_report = s;
+        }
+    }
+};
+
+// file_bytes: the input bytes read before the batch and at its end, for the progress bar
+static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, std::vector<std::vector<int>>* encoded,
+                          std::vector<EncodeCache*>& caches, Progress* progress, std::pair<size_t, size_t> file_bytes,
+                          size_t tokens_before) {
+    size_t text_bytes = 0;
+    for (const Piece& p : pieces) text_bytes += p.text.size();
+    encoded->assign(pieces.size(), std::vector<int>());
+    std::atomic<size_t> next(0), bytes_done(0), tokens_done(0);
+    size_t finished = 0;  // workers done, under `lock`; the last one wakes the reporting thread
+    std::mutex lock;
+    std::condition_variable all_done;
+    auto worker = [&](EncodeCache* cache) {  // takes the pieces in order by an atomic counter
+        for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
+            std::vector<int>& ids = (*encoded)[k];
+            ids.reserve(pieces[k].text.size() / 3 + 1);  // about 4 bytes a token in English: rarely grows
+            if (pieces[k].starts_document) ids.push_back(t->eot);
+            tokenizer_encode(t, pieces[k].text.data(), pieces[k].text.size(), cache, &ids);
+            bytes_done += pieces[k].text.size();
+            tokens_done += ids.size();
+        }
+        std::lock_guard<std::mutex> guard(lock);
+        if (++finished == caches.size()) all_done.notify_one();
+    };
+    std::vector<std::thread> pool;
+    for (EncodeCache* cache : caches) pool.emplace_back(worker, cache);
+    std::unique_lock<std::mutex> guard(lock);
+    while (!all_done.wait_for(guard, std::chrono::milliseconds(100), [&] { return finished == caches.size(); })) {
+        double part = text_bytes ? (double)bytes_done / text_bytes : 1.0;
+        progress->report(file_bytes.first + (size_t)(part * (file_bytes.second - file_bytes.first)), tokens_before + tokens_done);
+    }
+    guard.unlock();
+    for (auto& th : pool) th.join();
 }
 
 static void shards(const Tokenizer* t, int argc, char** argv) {
-    std::string prefix;
-    long val_tokens = 0, shard_tokens = 100000000;
-    bool split_blank = false;
+    ShardWriter writer;
+    ShardOptions opt;
+    long val_tokens = 0, shard_tokens = 100000000, piece_bytes = (long)opt.piece_bytes, batch_bytes = (long)opt.batch_bytes;
     int threads = (int)std::thread::hardware_concurrency();
     std::vector<const char*> files;
     for (int a = 0; a < argc; a++) {
         auto value = [&]() { if (a + 1 >= argc) fail("%s needs a value", argv[a]); return argv[++a]; };
-        if (!strcmp(argv[a], "-o")) prefix = value();
+        if (!strcmp(argv[a], "-o")) writer.prefix = value();
         else if (!strcmp(argv[a], "--val-tokens")) val_tokens = atol(value());
         else if (!strcmp(argv[a], "--shard-tokens")) shard_tokens = atol(value());
         else if (!strcmp(argv[a], "--threads")) threads = atoi(value());
-        else if (!strcmp(argv[a], "--split-on-blank-lines")) split_blank = true;
+        else if (!strcmp(argv[a], "--split-on-blank-lines")) opt.format = BLANK_LINE_BLOCKS;
+        else if (!strcmp(argv[a], "--jsonl")) opt.format = JSON_LINES;
+        else if (!strcmp(argv[a], "--field")) opt.field = value();
+        else if (!strcmp(argv[a], "--skip-bad-lines")) opt.skip_bad_lines = true;
+        else if (!strcmp(argv[a], "--piece-bytes")) piece_bytes = atol(value());
+        else if (!strcmp(argv[a], "--batch-bytes")) batch_bytes = atol(value());
         else if (argv[a][0] == '-') fail("unknown option %s for shards", argv[a]);
         else files.push_back(argv[a]);
     }
-    if (prefix.empty() || files.empty()) fail("shards needs -o OUT_PREFIX and at least one FILE");
-    if (shard_tokens <= 0 || shard_tokens > INT32_MAX || val_tokens < 0) fail("--shard-tokens must be in 1..2^31-1 and --val-tokens >= 0");
+    if (writer.prefix.empty() || files.empty()) fail("shards needs -o OUT_PREFIX and at least one FILE");
+    if (shard_tokens <= 0 || shard_tokens > INT32_MAX || val_tokens < 0 || val_tokens > INT32_MAX)
+        fail("--shard-tokens must be in 1..2^31-1 and --val-tokens in 0..2^31-1");
+    if (piece_bytes < 1 || batch_bytes < 1) fail("--piece-bytes and --batch-bytes must be at least 1");
     if (threads < 1) threads = 1;
     if (t->eot < 0) fail("the vocabulary has no <|endoftext|> token");
+    writer.val_tokens = (size_t)val_tokens;
+    writer.shard_tokens = (size_t)shard_tokens;
+    opt.piece_bytes = (size_t)piece_bytes;
+    opt.batch_bytes = (size_t)batch_bytes;
 
-    std::vector<std::string> texts;
-    std::vector<std::pair<const char*, size_t>> docs;  // (start, length) into texts
-    size_t total_bytes = 0;
-    for (const char* path : files) texts.push_back(read_whole_file(path, ""));
-    for (const std::string& s : texts) {
-        total_bytes += s.size();
-        if (!split_blank) { docs.push_back({s.data(), s.size()}); continue; }
-        size_t start = 0;
-        while (start < s.size()) {
-            size_t blank = s.find("\n\n", start);
-            size_t end = blank == std::string::npos ? s.size() : blank + 2;
-            docs.push_back({s.data() + start, end - start});
-            start = end;
-        }
+    Progress progress;
+    for (const char* path : files) {
+        FILE* f = fopen(path, "rb");
+        if (!f) fail("cannot open %s", path);
+        fclose(f);
+        progress.total_bytes += file_size(path);
     }
-    // encode the documents on `threads` workers, taking them in order by an atomic counter
-    std::vector<std::vector<int>> encoded(docs.size());
-    std::atomic<size_t> next(0), bytes_done(0), tokens_done(0);
-    auto worker = [&]() {
-        EncodeCache* cache = encode_cache_new(t);
-        for (size_t d; (d = next.fetch_add(1)) < docs.size();) {
-            encoded[d].push_back(t->eot);
-            tokenizer_encode(t, docs[d].first, docs[d].second, cache, &encoded[d]);
-            bytes_done += docs[d].second;
-            tokens_done += encoded[d].size();
-        }
-        encode_cache_free(cache);
+    std::vector<EncodeCache*> caches;
+    for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t));
+    size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
+    std::vector<Piece> batch;
+    std::vector<std::vector<int>> encoded;
+    // encode the batch on every thread, then hand its tokens to the writer in order
+    auto encode_batch = [&](size_t file_bytes_now) {
+        for (const Piece& p : batch) { text_bytes += p.text.size(); documents += p.starts_document; }
+        encode_pieces(t, batch, &encoded, caches, &progress, {batch_from, file_bytes_now}, writer.total);
+        for (const std::vector<int>& ids : encoded) writer.add(ids.data(), ids.size());
+        batch.clear();
+        batch_from = file_bytes_now;
     };
-    auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (int k = 0; k < threads; k++) pool.emplace_back(worker);
-    bool tty = isatty(fileno(stderr));
-    double last_report = -1.0;
-    while (bytes_done < total_bytes) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        double frac = total_bytes ? (double)bytes_done / total_bytes : 1.0, rate = tokens_done / (s > 0 ? s : 1);
-        double eta = frac > 0 ? s * (1 - frac) / frac : 0;
-        if (tty) {
-            int bar = (int)(30 * frac);
-            fprintf(stderr, "\r[%.*s%*s] %5.1f%% %8.0f tok/s ETA %5.1fs", bar, "##############################", 30 - bar, "",
-                    100 * frac, rate, eta);
-        } else if (s - last_report >= 5.0) {  // plain lines, not too many
-            fprintf(stderr, "progress %.1f%%, %zu tokens, %.0f tok/s, ETA %.1fs\n", 100 * frac, (size_t)tokens_done, rate, eta);
-            last_report = s;
+    for (const char* path : files) {  // read batch_bytes of text, encode it, write the shards that filled, again
+        InputReader in{&opt, path, fopen(path, "rb")};
+        if (!in.f) fail("cannot open %s", path);
+        size_t batch_text = 0;
+        while (!in.done) {
+            size_t had = batch.size();
+            in.read_more(&batch);
+            for (size_t k = had; k < batch.size(); k++) batch_text += batch[k].text.size();
+            if (batch_text >= opt.batch_bytes) { encode_batch(file_bytes_done + in.bytes_read); batch_text = 0; }
         }
+        fclose(in.f);
+        free(in.line_buffer);
+        bad_lines += in.bad_lines;
+        file_bytes_done += in.bytes_read;
     }
-    for (auto& th : pool) th.join();
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fprintf(stderr, "%s%zu documents, %.1f MB -> %zu tokens in %.2f s (%.2f MB/s, %d threads)\n", tty ? "\n" : "",
-            docs.size(), total_bytes / 1e6, (size_t)tokens_done, secs, total_bytes / 1e6 / secs, threads);
-
-    std::vector<int> all;
-    all.reserve(tokens_done);
-    for (auto& e : encoded) all.insert(all.end(), e.begin(), e.end());
-    size_t val = (size_t)val_tokens < all.size() ? (size_t)val_tokens : all.size();
-    if (val > 0) write_shard(prefix + "_val.bin", all.data(), val);
-    size_t train = all.size() - val;
-    if (train <= (size_t)shard_tokens) {
-        write_shard(prefix + "_train.bin", all.data() + val, train);
-    } else {
-        for (size_t at = val, k = 0; at < all.size(); at += shard_tokens, k++) {
-            char name[64];
-            snprintf(name, sizeof(name), "_train_%06zu.bin", k);
-            write_shard(prefix + name, all.data() + at, std::min((size_t)shard_tokens, all.size() - at));
-        }
-    }
+    if (!batch.empty()) encode_batch(file_bytes_done);
+    for (EncodeCache* cache : caches) encode_cache_free(cache);
+    double secs = progress.seconds();
+    fprintf(stderr, "%s%zu documents, %.1f MB -> %zu tokens in %.3f s (%.2f MB/s, %d threads)\n", progress.tty ? "\n" : "",
+            documents, text_bytes / 1e6, writer.total, secs, text_bytes / 1e6 / secs, threads);
+    if (bad_lines) fprintf(stderr, "skipped %zu bad lines\n", bad_lines);
+    writer.finish();
 }
 
 int main(int argc, char** argv) {

@@ -19,7 +19,7 @@ GPT-2's bytes_to_unicode table (printable bytes as themselves, the others moved 
 U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 */
 #pragma once
-// defines: Tokenizer, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_decode,
+// defines: Tokenizer, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
 //          tokenizer_write_decoder, tokenizer_free
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
@@ -27,6 +27,7 @@ U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 #include <string>           // defines: std::string
 #include <vector>           // defines: std::vector
 #include <unordered_map>    // defines: std::unordered_map
+#include <nlohmann/json.hpp>  // defines: nlohmann::json (encoder.json)
 #include "decoder.h"        // defines: TOKENIZER_MAGIC, fail
 
 struct Tokenizer {
@@ -69,13 +70,6 @@ inline std::string gpt2_unicode_to_bytes(const std::string& s, const int* code_t
     return out;
 }
 
-inline void append_utf8(std::string* out, unsigned cp) {
-    if (cp < 0x80) *out += (char)cp;
-    else if (cp < 0x800) { *out += (char)(0xC0 | cp >> 6); *out += (char)(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) { *out += (char)(0xE0 | cp >> 12); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
-    else { *out += (char)(0xF0 | cp >> 18); *out += (char)(0x80 | ((cp >> 12) & 0x3F)); *out += (char)(0x80 | ((cp >> 6) & 0x3F)); *out += (char)(0x80 | (cp & 0x3F)); }
-}
-
 // the whole file, or an error naming it (`what` says what the file is for)
 inline std::string read_whole_file(const char* path, const char* what) {
     FILE* f = fopen(path, "rb");
@@ -88,48 +82,19 @@ inline std::string read_whole_file(const char* path, const char* what) {
     return s;
 }
 
-// encoder.json is one flat object {"string": id, ...}: a small reader for just that
+// encoder.json is one flat object {"token string": id, ...}
 inline void read_encoder_json(const char* path, std::vector<std::pair<std::string, int>>* entries) {
     std::string s = read_whole_file(path, " (GPT-2's encoder.json; `make data` fetches it)");
-    size_t i = 0;
-    auto skip = [&]() { while (i < s.size() && isspace((unsigned char)s[i])) i++; };
-    auto expect = [&](char c) { skip(); if (i >= s.size() || s[i] != c) fail("%s: malformed JSON near byte %zu", path, i); i++; };
-    expect('{');
-    while (true) {
-        skip();
-        if (i < s.size() && s[i] == '}') break;
-        expect('"');
-        std::string key;
-        while (i < s.size() && s[i] != '"') {
-            if (s[i] != '\\') { key += s[i++]; continue; }
-            if (++i >= s.size()) break;
-            char e = s[i++];
-            if (e == 'u') {
-                if (i + 4 > s.size()) fail("%s: malformed \\u escape", path);
-                unsigned cp = (unsigned)strtoul(s.substr(i, 4).c_str(), NULL, 16);
-                i += 4;
-                if (cp >= 0xD800 && cp < 0xDC00 && i + 6 <= s.size() && s[i] == '\\' && s[i + 1] == 'u') {
-                    unsigned lo = (unsigned)strtoul(s.substr(i + 2, 4).c_str(), NULL, 16);
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    i += 6;
-                }
-                append_utf8(&key, cp);
-            } else {
-                key += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
-            }
-        }
-        expect('"');
-        expect(':');
-        skip();
-        char* end;
-        long id = strtol(s.c_str() + i, &end, 10);
-        if (end == s.c_str() + i) fail("%s: expected a token id near byte %zu", path, i);
-        i = end - s.c_str();
-        entries->push_back({key, (int)id});
-        skip();
-        if (i < s.size() && s[i] == ',') { i++; continue; }
-        expect('}');
-        break;
+    nlohmann::json object;
+    try {
+        object = nlohmann::json::parse(s);
+    } catch (const nlohmann::json::exception& e) {
+        fail("%s: malformed JSON (%s)", path, e.what());
+    }
+    if (!object.is_object()) fail("%s: malformed JSON: not one object of token strings and ids", path);
+    for (auto& [key, value] : object.items()) {
+        if (!value.is_number_integer()) fail("%s: the id of a token is not an integer", path);
+        entries->push_back({key, value.get<int>()});
     }
 }
 
@@ -209,12 +174,12 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
             }
         }
         if (merged < 0) break;
-        std::vector<int> next;
+        size_t kept = 0;  // merge every (left, right) pair, left to right, in place
         for (size_t i = 0; i < word.size(); i++) {
-            if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) { next.push_back(merged); i++; }
-            else next.push_back(word[i]);
+            if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) { word[kept++] = merged; i++; }
+            else word[kept++] = word[i];
         }
-        word.swap(next);
+        word.resize(kept);
     }
     if (cache->chunks.size() < 200000) cache->chunks[key] = word;  // bounded: a corpus of unique junk cannot grow it forever
     out->insert(out->end(), word.begin(), word.end());
@@ -241,6 +206,28 @@ inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, Enc
         if (run < n) out->push_back(t->byte_token[s[run]]);  // a byte that is not UTF-8: a chunk of its own
         i = run < n ? run + 1 : run;
     }
+}
+
+// Where one long text may be cut into pieces that encode independently, so that the ids of
+// the pieces, joined, are the ids of the whole (this is how ./tokenize shards encodes a single
+// large file on every core): at p where text[p-1] is printable ASCII other than space and
+// text[p] is a space or a newline ("word| next", "end.|\n"). Why the ids cannot change:
+// - the pre-split runs left to right. The chunk that holds text[p-1] (letters, digits, marks or
+//   a contraction) cannot take in the whitespace after it: whitespace only ever begins a
+//   " ?\p{L}+"-style chunk (a space) or sits in a whitespace run, and text[p-1] is neither. So a
+//   chunk ends at p, in the whole text and in text[0..p) alike: where a greedy match ended was
+//   decided by text[p] being whitespace, which stops it exactly as the end of the text does.
+// - so a new chunk starts at p, and from p on the pattern (it has no look-behind) sees only
+//   text[p..): the chunks of text[p..) alone are the whole text's from p on.
+// - text[p-1] and text[p] are ASCII, so no UTF-8 sequence crosses p (tokenizer_encode's
+//   valid runs split there the same way), and BPE never looks outside one chunk.
+// Returns the first such p >= from, or n when there is none.
+inline size_t tokenizer_safe_cut(const char* text, size_t n, size_t from) {
+    for (size_t p = from > 0 ? from : 1; p < n; p++) {
+        unsigned char before = text[p - 1];
+        if ((text[p] == ' ' || text[p] == '\n') && before > ' ' && before < 0x7F) return p;
+    }
+    return n;
 }
 
 inline std::string tokenizer_decode(const Tokenizer* t, const std::vector<int>& ids) {
