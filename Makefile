@@ -1,6 +1,7 @@
 # GPT-2 trainer: one source (train_gpt.cu), two builds. `make help` lists the targets.
 #
-#   make                    builds what this machine can: the CPU trainers, and train_gpt where nvcc exists
+#   make                    builds what this machine can: the CPU trainers, and train_gpt where nvcc exists;
+#                           prepares data/ (tinyshakespeare) when it is missing
 #   make train_gpt          CUDA build (nvcc, cuBLAS, NCCL, MPI), PRECISION=BF16 by default; GPU_ARCH=90 (sm_90 + PTX)
 #   make train_gpt_cpu      CPU build (g++ via mpicxx, OpenMP, OpenBLAS, MPI), FP32;
 #                           train_gpt_cpu_bf16 and train_gpt_cpu_fp16 store bf16 / fp16 exactly as the GPU does
@@ -62,12 +63,16 @@ HEADERS = $(wildcard *.h kernels/*.cuh)
 CATCH_MAIN = tests/build/catch_main.o
 
 CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
+# `make` also prepares the default data (tinyshakespeare and the decode table) when it is missing
+DEFAULT_DATA = data/tinyshakespeare_train.bin
 ifneq ($(NVCC),)
-all: $(CPU_TRAINERS) train_gpt tokenize
+all: $(CPU_TRAINERS) train_gpt tokenize $(DEFAULT_DATA)
 else
-all: $(CPU_TRAINERS) tokenize
+all: $(CPU_TRAINERS) tokenize $(DEFAULT_DATA)
 	@echo "nvcc not found: built the CPU trainers only"
 endif
+$(DEFAULT_DATA): | tokenize
+	$(MAKE) data
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -x c++ $< -x none $(CPU_LIBS) -o $@
@@ -144,7 +149,7 @@ print-openblas-dir:
 
 help:
 	@echo "targets:"
-	@echo "  make                 build the CPU trainers and ./tokenize, and train_gpt where nvcc exists"
+	@echo "  make                 build the CPU trainers and ./tokenize, train_gpt where nvcc exists, and data/ if missing"
 	@echo "  make train_gpt       CUDA build; GPU_ARCH=$(GPU_ARCH) (sm_XX + PTX), PRECISION=$(PRECISION) (BF16|FP16|FP32)"
 	@echo "  make train_gpt_fp32  CUDA build in FP32 (for make test-gpu); train_gpt_fp16 likewise"
 	@echo "  make train_gpt_cpu   CPU build, FP32 (OpenMP, OpenBLAS, MPI)"

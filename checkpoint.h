@@ -15,13 +15,23 @@ the tests compare the resumed run's losses and final model with an unbroken run.
 
 A state file records the layout that wrote it (world size, dp, tp, pp, ZeRO stage,
 floatX size, shard length); resuming under another layout is refused with a message, as is
-a truncated file. Files are written under a temporary name and renamed, so a crash
-never leaves a torn checkpoint and never damages an older one.
+a truncated file.
+
+Crash safety: every file is written under a temporary name and renamed when complete, and
+a checkpoint counts only once rank 0 has written its marker, complete_%08d, after every
+rank finished its files (a barrier). A rank killed while writing leaves no marker, so
+`-y 1` takes the newest step that has one, and the previous checkpoint is untouched.
+`-nk N` keeps the newest N checkpoints: older ones lose their marker first, then their files.
 */
 #pragma once
-// defines: TrainingState, checkpoint_write_state, checkpoint_read_state, checkpoint_latest_step
+// defines: TrainingState, checkpoint_write_state, checkpoint_read_state, checkpoint_write_marker,
+//          checkpoint_latest_step, checkpoint_prune
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
+#include <signal.h>    // defines: raise, SIGKILL
+#include <unistd.h>    // defines: unlink
+#include <algorithm>   // defines: std::sort
+#include <string>      // defines: std::string
 #include <sys/stat.h>  // defines: stat
 #include "comm.h"        // defines: ProcessGrid
 #include "zero.h"        // defines: Zero, zero_optimizer_state
@@ -50,7 +60,10 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
     snprintf(out, size, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
 
-inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g) {
+// die_midway: a test hook (tests/test_resume.sh): the process kills itself (SIGKILL) with the
+// file half written, as a crash would
+inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
+                                   bool die_midway = false) {
     char path[4096], tmp[4200];
     state_path(path, sizeof(path), dir, s->step, g.rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -65,6 +78,7 @@ inline void checkpoint_write_state(const char* dir, const Zero* z, const Trainin
     for (int k = 0; k < opt.num_buffers && ok; k++) {
         device_to_host(host.data(), opt.buffers[k], host.size() * sizeof(float));
         ok = fwrite(host.data(), sizeof(float), host.size(), f) == host.size();
+        if (die_midway) { fflush(f); raise(SIGKILL); }
     }
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) fail("writing checkpoint state %s failed (disk full?)", path);
@@ -106,22 +120,66 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
     s->sample_rng = h.sample_rng;
 }
 
-// the newest step in dir with a model file and this rank's state file, or 0
-inline int checkpoint_latest_step(const char* dir, int rank) {
+inline void marker_path(char* out, size_t size, const char* dir, int step) {
+    snprintf(out, size, "%s/complete_%08d", dir, step);
+}
+
+// rank 0, after every rank's files of `step` are complete: the checkpoint now counts
+inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage) {
+    char path[4096], tmp[4200];
+    marker_path(path, sizeof(path), dir, step);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "w");
+    if (!f) fail("cannot write checkpoint marker %s", tmp);
+    bool ok = fprintf(f, "step %d: model file and %d state files, dp %d tp %d pp %d ZeRO-%d\n", step, g.world, g.dp, g.tp,
+                      g.pp, zero_stage) > 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) fail("writing checkpoint marker %s failed (disk full?)", path);
+}
+
+// the steps of dir's files named PREFIX%08dSUFFIX, ascending
+inline std::vector<int> steps_named(const char* dir, const char* prefix, const char* suffix) {
+    std::vector<int> steps;
     DIR* d = opendir(dir);
-    if (!d) return 0;
-    int best = 0;
+    if (!d) return steps;
+    size_t p = strlen(prefix), q = strlen(suffix);
     while (struct dirent* e = readdir(d)) {
-        const char* name = e->d_name;  // exactly model_XXXXXXXX.bin, not a .tmp left by a crash
-        if (strlen(name) != 18 || strncmp(name, "model_", 6) != 0 || strcmp(name + 14, ".bin") != 0) continue;
-        int step = atoi(name + 6);
-        if (step > best) {
-            char state[4096];
-            struct stat st;
-            state_path(state, sizeof(state), dir, step, rank);
-            if (stat(state, &st) == 0) best = step;
-        }
+        const char* name = e->d_name;  // exactly PREFIX + 8 digits + SUFFIX: not a .tmp left by a crash
+        if (strlen(name) != p + 8 + q || strncmp(name, prefix, p) != 0 || strcmp(name + p + 8, suffix) != 0) continue;
+        if (strspn(name + p, "0123456789") == 8) steps.push_back(atoi(name + p));
     }
     closedir(d);
+    std::sort(steps.begin(), steps.end());
+    return steps;
+}
+
+// the newest step in dir with a marker, a model file and this rank's state file, or 0
+inline int checkpoint_latest_step(const char* dir, int rank) {
+    int best = 0;
+    for (int step : steps_named(dir, "complete_", "")) {
+        char model[4096], state[4096];
+        struct stat st;
+        snprintf(model, sizeof(model), "%s/model_%08d.bin", dir, step);
+        state_path(state, sizeof(state), dir, step, rank);
+        if (stat(model, &st) == 0 && stat(state, &st) == 0) best = step;
+    }
     return best;
+}
+
+// -nk: all but the newest `keep` checkpoints go, each marker first (rank 0)
+inline void checkpoint_prune(const char* dir, int keep) {
+    std::vector<int> steps = steps_named(dir, "complete_", "");
+    for (size_t k = 0; keep > 0 && k + keep < steps.size(); k++) {
+        char path[4096];
+        marker_path(path, sizeof(path), dir, steps[k]);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[k]);
+        unlink(path);
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "state_%08d_", steps[k]);
+        DIR* d = opendir(dir);
+        while (struct dirent* e = d ? readdir(d) : NULL)
+            if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) unlink((std::string(dir) + "/" + e->d_name).c_str());
+        if (d) closedir(d);
+    }
 }

@@ -35,12 +35,15 @@ Read in this order: block_forward, block_backward, stage_forward, stage_backward
 run_schedule, train_step, main.
 */
 #include <stdio.h>     // defines: printf, fopen
-#include <stdlib.h>    // defines: malloc, strtol
+#include <stdlib.h>    // defines: malloc, strtoll, strtod
+#include <errno.h>     // defines: errno, ERANGE
+#include <limits.h>    // defines: INT_MAX, INT_MIN
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: sqrt, expf
 #include <stdint.h>    // defines: int32_t, uint16_t
 #include <sys/stat.h>  // defines: stat, mkdir
 #include <chrono>      // defines: std::chrono::steady_clock
+#include <cmath>       // defines: std::isfinite
 #include "precision.h"             // defines: floatX, to_float, from_float
 #include "kernels/common.cuh"      // defines: device_init, device_malloc, host_to_device, fail (base.h)
 #include "kernels/encoder.cuh"     // defines: encoder_forward, encoder_backward, VocabRange
@@ -839,6 +842,7 @@ struct TrainConfig {
     float temperature = 1.0f;
     const char* tokenizer_path = "data/gpt2_tokenizer.bin";
     int checkpoint_every = 0;
+    int keep_checkpoints = 0;
     int resume = 0;
     int shuffle = 1;
     int seed = 1337;
@@ -854,6 +858,7 @@ struct TrainConfig {
     const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
+    int die_in_checkpoint = 0;     // from TRAIN_GPT_DIE_IN_CHECKPOINT: the last rank dies writing this step's state
 };
 
 struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTiming timing; };
@@ -955,7 +960,8 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
 // command line: one table gives the parser and -h
 
 enum OptionKind { OPT_INT, OPT_FLOAT, OPT_STRING };
-struct Option { const char* flag; OptionKind kind; void* value; const char* help; };
+// numbers must be finite and in [min, max] (-b, -t, -d also together: parse_args, check_batch_flags)
+struct Option { const char* flag; OptionKind kind; void* value; const char* help; double min = 0, max = 0; };
 
 inline int make_options(TrainConfig* tc, Option* o) {
     Option table[] = {
@@ -964,36 +970,37 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-j", OPT_STRING, &tc->val_pattern, "validation token shards, glob pattern"},
         {"-o", OPT_STRING, &tc->output_dir, "output directory for checkpoints and the final model (none: write nothing)"},
         {"-log", OPT_STRING, &tc->log_path, "append one JSON object per optimizer step to this file"},
-        {"-b", OPT_INT, &tc->B, "micro-batch size per rank, in sequences"},
-        {"-t", OPT_INT, &tc->T, "sequence length"},
-        {"-d", OPT_INT, &tc->total_batch_tokens, "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)"},
-        {"-l", OPT_FLOAT, &tc->lr, "peak learning rate"},
-        {"-u", OPT_INT, &tc->warmup, "linear warmup steps"},
-        {"-q", OPT_FLOAT, &tc->final_fraction, "final learning rate as a fraction of -l (cosine decay; 1 = constant)"},
-        {"-c", OPT_FLOAT, &tc->weight_decay, "AdamW weight decay (2-D tensors only)"},
-        {"-gc", OPT_FLOAT, &tc->grad_clip, "clip the global gradient norm to this (0: off)"},
-        {"-x", OPT_INT, &tc->max_steps, "optimizer steps (-1: one epoch of the training shards)"},
-        {"-v", OPT_INT, &tc->val_every, "validate every N steps (0: off)"},
-        {"-m", OPT_INT, &tc->val_batches, "validation micro-batches"},
-        {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)"},
-        {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample"},
-        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature"},
+        {"-b", OPT_INT, &tc->B, "micro-batch size per rank, in sequences", 1, 1 << 20},
+        {"-t", OPT_INT, &tc->T, "sequence length", 1, 1 << 20},
+        {"-d", OPT_INT, &tc->total_batch_tokens, "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)", -1, INT_MAX},
+        {"-l", OPT_FLOAT, &tc->lr, "peak learning rate", 0, 10},
+        {"-u", OPT_INT, &tc->warmup, "linear warmup steps", 0, INT_MAX},
+        {"-q", OPT_FLOAT, &tc->final_fraction, "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
+        {"-c", OPT_FLOAT, &tc->weight_decay, "AdamW weight decay (2-D tensors only)", 0, 10},
+        {"-gc", OPT_FLOAT, &tc->grad_clip, "clip the global gradient norm to this (0: off)", 0, 1e9},
+        {"-x", OPT_INT, &tc->max_steps, "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
+        {"-v", OPT_INT, &tc->val_every, "validate every N steps (0: off)", 0, INT_MAX},
+        {"-m", OPT_INT, &tc->val_batches, "validation micro-batches", 1, INT_MAX},
+        {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)", 0, INT_MAX},
+        {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample", 1, 1 << 20},
+        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature", 1e-6, 1e6},
         {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
-        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)"},
-        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)"},
-        {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order"},
-        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding"},
-        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks"},
+        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
+        {"-nk", OPT_INT, &tc->keep_checkpoints, "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
+        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
+        {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
+        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
+        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks", 0, 3},
         {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
-        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles"},
+        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
         {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
-        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)"},
-        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)"},
-        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)"},
+        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
+        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
+        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
         {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown) or gpipe (all forwards, then all backwards)"},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
         {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
-        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit"},
+        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
     };
     int n = sizeof(table) / sizeof(table[0]);
     for (int i = 0; i < n; i++) o[i] = table[i];
@@ -1028,13 +1035,18 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
         const char* v = argv[++a];
         char* end = NULL;
         if (opt->kind == OPT_INT) {
-            long x = strtol(v, &end, 10);
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
             if (*v == '\0' || *end != '\0') fail("flag %s expects an integer, got '%s'", opt->flag, v);
+            if (errno == ERANGE || x < opt->min || x > opt->max)
+                fail("flag %s must be an integer in [%.0f, %.0f], got %s", opt->flag, opt->min, opt->max, v);
             *(int*)opt->value = (int)x;
         } else if (opt->kind == OPT_FLOAT) {
-            float x = strtof(v, &end);
+            double x = strtod(v, &end);
             if (*v == '\0' || *end != '\0') fail("flag %s expects a number, got '%s'", opt->flag, v);
-            *(float*)opt->value = x;
+            if (!std::isfinite(x) || x < opt->min || x > opt->max)
+                fail("flag %s must be a finite number in [%g, %g], got %s", opt->flag, opt->min, opt->max, v);
+            *(float*)opt->value = (float)x;
         } else {
             *(const char**)opt->value = v;
         }
@@ -1182,6 +1194,9 @@ inline bool file_exists(const char* path) { struct stat st; return stat(path, &s
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b or gpipe, got '%s'", tc->schedule);
     if (tc->B <= 0 || tc->T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc->B, tc->T);
+    if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
+        comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
+                      tc->T, grid.dp, grid.pp);
     int tokens_per_micro = tc->B * tc->T * grid.dp;
     if (tc->total_batch_tokens == -1) tc->total_batch_tokens = tokens_per_micro * grid.pp;  // m = p micro-batches
     if (tc->total_batch_tokens <= 0 || tc->total_batch_tokens % tokens_per_micro != 0)
@@ -1190,7 +1205,7 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (micro_batches < grid.pp && grid.rank == 0)
         printf("note: %d micro-batches for %d pipeline stages: every stage idles at least (p-1)/(m+p-1) = %.0f%% of each step; "
                "raise -d for a smaller bubble\n", micro_batches, grid.pp, 100.0 * pipeline_bubble_fraction(grid.pp, micro_batches));
-    if (tc->zero_stage < 0 || tc->zero_stage > 3) comm_fail_all("-z must be 0, 1, 2 or 3 (got %d)", tc->zero_stage);
+    if (tc->max_steps == 0) comm_fail_all("-x must be -1 (one epoch) or a number of steps, not 0");
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
     if (!(tc->temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc->temperature);
@@ -1264,7 +1279,13 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
     gpt2_write_file(model, path);
     if (tc.checkpoint_every > 0) {
         TrainingState state = {done, model->adam_steps, scaler, loader.epoch, loader.shard_index, loader.sample_index, sample_rng.state};
-        checkpoint_write_state(tc.output_dir, &model->zero, &state, model->comm->grid);
+        const ProcessGrid& g = model->comm->grid;
+        checkpoint_write_state(tc.output_dir, &model->zero, &state, g, done == tc.die_in_checkpoint && g.rank == g.world - 1);
+        comm_barrier(&model->comm->world);  // every rank's files are complete: now it counts
+        if (g.rank == 0) {
+            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage);
+            checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
+        }
     }
     if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
 }
@@ -1436,6 +1457,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
+    if (const char* die = getenv("TRAIN_GPT_DIE_IN_CHECKPOINT")) tc.die_in_checkpoint = atoi(die);
     bool use_nccl = comm_use_nccl(tc.comm_backend);
     int ranks_on_node = comm_ranks_on_node();
     device_init(local_rank, ranks_on_node);  // before the NCCL communicators, which bind to the current device

@@ -58,6 +58,7 @@ check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
+check fuzz_flags_and_files $PYTHON tests/fuzz_inputs.py "$TRAINER" "$REF"
 check gpu_build_without_gpu_one_line bash tests/test_no_gpu.sh
 
 echo "$passed passed, $failed failed"

@@ -69,6 +69,11 @@ expect_error "unknown flag '-zz'" $TRAINER $GOOD -zz 1
 expect_error "expects an integer" $TRAINER $GOOD -b two
 expect_error "needs a value" $TRAINER $GOOD -b
 expect_error "exceeds the model's maximum sequence length" $TRAINER $GOOD -t 4096
+expect_error "flag -l must be a finite number" $TRAINER $GOOD -l nan
+expect_error "flag -q must be a finite number in \[0, 1\]" $TRAINER $GOOD -q 1.5
+expect_error "flag -b must be an integer in" $TRAINER $GOOD -b 99999999999
+expect_error "overflow a 32-bit index" $TRAINER $GOOD -b 65536 -t 65536
+expect_error "-x must be -1" $TRAINER $GOOD -x 0
 expect_error "-comm expects nccl or mpi" $TRAINER $GOOD -comm carrier-pigeon
 case "$TRAINER" in *_cpu*) expect_error "NCCL is the GPU build's backend" $TRAINER $GOOD -comm nccl ;; esac
 

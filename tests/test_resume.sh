@@ -49,3 +49,21 @@ grep -q "was written by another layout" $D/err.txt && echo "ok: $(grep -m1 error
 if timeout 120 mpirun -np 4 ./train_gpt_cpu_bf16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4"; exit 1; fi
 grep -q "was written by another layout" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
 [ "$(md5sum $C/* | md5sum)" = "$sums" ] || { echo "FAIL: a refused resume changed the checkpoint"; exit 1; }
+
+# crash safety: the last of 2 ranks is killed (SIGKILL) halfway through writing step 4's state; the
+# job ends; step 4 has no completion marker, so -y 1 resumes from step 2 and the run ends with the
+# unbroken run's final model, byte for byte. -nk 2 keeps the newest two checkpoints.
+CRASH_FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -x 6 -l 1e-3 -v 0 -s 0 -n 2 -z 1"
+timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash-whole > /dev/null
+if TRAIN_GPT_DIE_IN_CHECKPOINT=4 timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash > $D/crash.txt 2>&1; then
+    echo "FAIL: the job went on after a rank died"; exit 1; fi
+[ -f $D/crash/complete_00000002 ] && [ ! -f $D/crash/complete_00000004 ] && ls $D/crash/state_00000004_00001.bin.tmp > /dev/null \
+    || { echo "FAIL: after the crash: $(ls $D/crash)"; exit 1; }
+timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash -y 1 > $D/crash-resume.txt
+grep -q "resuming from step 2" $D/crash-resume.txt || { echo "FAIL: $(grep resum $D/crash-resume.txt)"; exit 1; }
+cmp $D/crash-whole/model_00000006.bin $D/crash/model_00000006.bin || { echo "FAIL: resumed after the crash, final models differ"; exit 1; }
+echo "ok: a rank killed mid-checkpoint: the job ended, -y 1 took step 2 (complete), final model identical"
+timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -nk 2 -o $D/keep > /dev/null
+[ "$(cd $D/keep && ls | tr '\n' ' ')" = "complete_00000004 complete_00000006 model_00000004.bin model_00000006.bin state_00000004_00000.bin state_00000004_00001.bin state_00000006_00000.bin state_00000006_00001.bin " ] \
+    || { echo "FAIL: -nk 2 left $(ls $D/keep)"; exit 1; }
+echo "ok: -nk 2 keeps steps 4 and 6"
