@@ -4,6 +4,7 @@
 #   build:  make g++ pkg-config, MPI (mpich), OpenBLAS built for OpenMP (the CPU trainers' GEMMs
 #           run on their OpenMP threads; see the Makefile), PCRE2 and nlohmann-json (the tokenizer)
 #   tests:  Catch2, PyTorch and numpy (float64 references), regex (GPT-2's encoder reference), time
+#   plots:  matplotlib (scripts/plot_log.py)
 # The CUDA toolkit and NCCL, for `make train_gpt`, are not Debian packages here: install them
 # from NVIDIA.
 set -euo pipefail
@@ -12,4 +13,4 @@ if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     make g++ pkg-config mpich libmpich-dev libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev \
-    catch2 python3-torch python3-numpy python3-regex time > /dev/null
+    catch2 python3-torch python3-numpy python3-regex time python3-matplotlib > /dev/null

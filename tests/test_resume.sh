@@ -40,7 +40,7 @@ echo "fp16 scales through the run: $scales"
 # bad checkpoints: one clear error, nothing written over
 C=$D/fp32-cut
 sums=$(md5sum $C/* | md5sum)
-head -c 500 $C/state_00000004_00000.bin > $D/trunc.bin; cp $C/model_00000004.bin $D/model_00000004.bin
+head -c 500 $C/state_00000004_00000.bin > $D/trunc.bin; cp $C/model_00000004.bin $C/complete_00000004 $D/
 cp $D/trunc.bin $D/state_00000004_00000.bin
 if ./train_gpt_cpu $FLAGS -o $D -y 1 -x 8 > /dev/null 2> $D/err.txt; then echo "FAIL: truncated state accepted"; exit 1; fi
 grep -q "is truncated" $D/err.txt && echo "ok: $(cat $D/err.txt)"

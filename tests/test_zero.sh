@@ -83,7 +83,7 @@ bad 2 "is not a multiple of B\*T\*dp" -b 4 -d 128
 bad 4 "the grid does not fit the world" -tp 3
 bad 3 "the grid does not fit the world" -pp 2
 bad 8 "must divide the heads NH=4" -tp 8
-bad 2 "-z must be 0, 1, 2 or 3" -z 4
+bad 2 "flag -z must be an integer in" -z 4
 
 # the headline command on the CPU build with default flags (GPT-2 124M, B=4, T=1024: ~8.5 GiB per
 # rank, 8 ranks on this machine): one line on every rank that it does not fit, not an OOM kill
