@@ -66,9 +66,9 @@ CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
 # `make` also prepares the default data (tinyshakespeare and the decode table) when it is missing
 DEFAULT_DATA = data/tinyshakespeare_train.bin
 ifneq ($(NVCC),)
-all: $(CPU_TRAINERS) train_gpt tokenize $(DEFAULT_DATA)
+all: $(CPU_TRAINERS) train_gpt tokenize convert_hf $(DEFAULT_DATA)
 else
-all: $(CPU_TRAINERS) tokenize $(DEFAULT_DATA)
+all: $(CPU_TRAINERS) tokenize convert_hf $(DEFAULT_DATA)
 	@echo "nvcc not found: built the CPU trainers only"
 endif
 $(DEFAULT_DATA): | tokenize
@@ -84,6 +84,10 @@ train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
 # the GPT-2 tokenizer and data preparation (PCRE2); needs neither MPI nor CUDA
 tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h precision.h
 	$(CXX) -O2 -std=c++17 -Wall $< -lpcre2-8 -pthread -o $@
+
+# GPT-2 weights between Hugging Face's safetensors and llm.c's model file (nlohmann-json)
+convert_hf: convert_hf.cpp base.h precision.h
+	$(CXX) -O2 -std=c++17 -Wall $< -o $@
 
 # tinyshakespeare as llm.c prepares it: EOT before each blank-line block, the first
 # 32,768 tokens are val; plus the decode table for samples. Files come from ../shared
@@ -136,7 +140,7 @@ tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h token
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
 TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
-test: $(CPU_TRAINERS) data $(TEST_BINARIES)
+test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
@@ -155,6 +159,7 @@ help:
 	@echo "  make train_gpt_cpu   CPU build, FP32 (OpenMP, OpenBLAS, MPI)"
 	@echo "  make train_gpt_cpu_bf16, train_gpt_cpu_fp16   CPU builds storing bf16 / fp16 as the GPU does"
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
+	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
 	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU; GPU_PYTHON: a python3 with torch)"
@@ -164,6 +169,6 @@ help:
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:
-	rm -rf tokenize train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
+	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
 
 .PHONY: all data test test-gpu help clean print-openblas-dir

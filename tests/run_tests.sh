@@ -60,6 +60,7 @@ check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)
 check plot_log bash -c "rm -f $BUILD/plot.png && $PYTHON scripts/plot_log.py $REF/run_accum1.jsonl $REF/run_accum2.jsonl -o $BUILD/plot.png && [ -s $BUILD/plot.png ]"
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
+check convert_hf_both_ways $PYTHON tests/test_convert_hf.py $REF
 check fuzz_flags_and_files $PYTHON tests/fuzz_inputs.py "$TRAINER" "$REF"
 check gpu_build_without_gpu_one_line bash tests/test_no_gpu.sh
 

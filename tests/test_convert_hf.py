@@ -1,0 +1,137 @@
+"""tests/test_convert_hf.py: ./convert_hf against an independent reading of both formats.
+
+An llm.c model file (the reference model) goes to Hugging Face's layout and back:
+- to-hf: this script's own safetensors reader (the 8-byte length, the JSON header, numpy)
+  finds exactly GPT-2's tensor names, shapes (Conv1D weights (in, out), wte without padding)
+  and values, and config.json's shape;
+- from-hf of that export gives the original file byte for byte;
+- from-hf of files this script writes itself, as the hub has them ("transformer." prefixes,
+  tensors in another order, F16 values): the same parameters (F16: rounded as numpy rounds);
+- the float64 reference (tests/reference.py) computes the same logits from the llm.c file
+  and from the safetensors export;
+- bad files: one error line, exit 1.
+Usage: test_convert_hf.py REFERENCE_DIR"""
+import json, os, struct, subprocess, sys, tempfile
+import numpy as np
+import torch
+sys.path.insert(0, os.path.dirname(__file__))
+import reference
+
+ref = sys.argv[1]
+work = tempfile.mkdtemp(prefix="convert_hf_", dir="tests/build")
+
+def read_llmc(path):
+    raw = open(path, "rb").read()
+    h = np.frombuffer(raw[:1024], dtype=np.int32)
+    maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+    assert h[0] == 20240326 and h[1] == 3, "fp32 llm.c model file expected"
+    params, at = {}, 1024
+    for name, shape in reference.shapes(L, C, maxT).items():
+        n = int(np.prod(shape))
+        params[name] = np.frombuffer(raw[at:at + 4 * n], dtype=np.float32).reshape(shape)
+        at += 4 * n
+    assert at == len(raw)
+    return params, dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp)
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    data = raw[8 + n:]
+    dtypes = {"F32": np.float32, "F16": np.float16}
+    return {name: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]], dtype=dtypes[t["dtype"]]).reshape(t["shape"])
+            for name, t in header.items()}
+
+def write_safetensors(path, tensors, dtype):
+    header, body = {}, b""
+    for name, t in tensors.items():
+        b = np.ascontiguousarray(t, dtype={"F32": np.float32, "F16": np.float16}[dtype]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [len(body), len(body) + len(b)]}
+        body += b
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + body)
+
+# llm.c name -> (HF name, transposed), per layer where the name has %d
+MAP = {"wte": ("wte.weight", False), "wpe": ("wpe.weight", False), "ln1w": ("h.%d.ln_1.weight", False),
+       "ln1b": ("h.%d.ln_1.bias", False), "qkvw": ("h.%d.attn.c_attn.weight", True), "qkvb": ("h.%d.attn.c_attn.bias", False),
+       "attprojw": ("h.%d.attn.c_proj.weight", True), "attprojb": ("h.%d.attn.c_proj.bias", False),
+       "ln2w": ("h.%d.ln_2.weight", False), "ln2b": ("h.%d.ln_2.bias", False), "fcw": ("h.%d.mlp.c_fc.weight", True),
+       "fcb": ("h.%d.mlp.c_fc.bias", False), "fcprojw": ("h.%d.mlp.c_proj.weight", True),
+       "fcprojb": ("h.%d.mlp.c_proj.bias", False), "lnfw": ("ln_f.weight", False), "lnfb": ("ln_f.bias", False)}
+
+def to_hf_tensors(p, cfg):  # what the hub's gpt2 holds, computed here from llm.c's arrays
+    out = {}
+    for name, (hf, transposed) in MAP.items():
+        for l in range(cfg["L"]) if "%d" in hf else [None]:
+            t = p[name] if l is None else p[name][l]
+            if name == "wte": t = t[:cfg["V"]]
+            out[hf % l if l is not None else hf] = t.T if transposed else t
+    return out
+
+def from_hf_tensors(tensors, cfg, prefix=""):  # llm.c's arrays from HF tensors
+    p = {}
+    for name, (hf, transposed) in MAP.items():
+        get = lambda n: tensors[prefix + n].T if transposed else tensors[prefix + n]
+        if "%d" in hf: p[name] = np.stack([get(hf % l) for l in range(cfg["L"])])
+        else: p[name] = get(hf)
+    p["wte"] = np.concatenate([p["wte"], np.zeros((cfg["Vp"] - cfg["V"], cfg["C"]), np.float32)])
+    return p
+
+def convert(*args):
+    return subprocess.run(["./convert_hf", *args], capture_output=True, text=True)
+
+params, cfg = read_llmc(f"{ref}/model.bin")
+r = convert("to-hf", f"{ref}/model.bin", f"{work}/hf")
+assert r.returncode == 0, r.stderr
+got = read_safetensors(f"{work}/hf/model.safetensors")
+want = to_hf_tensors(params, cfg)
+assert sorted(got) == sorted(want), f"names: {sorted(set(got) ^ set(want))}"
+for name in want:
+    assert got[name].shape == want[name].shape, f"{name}: shape {got[name].shape}, want {want[name].shape}"
+    assert np.array_equal(got[name], want[name]), f"{name}: values differ"
+config = json.load(open(f"{work}/hf/config.json"))
+assert (config["n_layer"], config["n_head"], config["n_embd"], config["n_positions"], config["vocab_size"]) == \
+    (cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"], cfg["V"]) and config["model_type"] == "gpt2"
+print(f"ok: to-hf: {len(want)} tensors with GPT-2's names, shapes (Conv1D (in, out)) and values; config.json")
+
+r = convert("from-hf", f"{work}/hf/model.safetensors", f"{work}/back.bin")
+assert r.returncode == 0, r.stderr
+assert open(f"{work}/back.bin", "rb").read() == open(f"{ref}/model.bin", "rb").read(), "round trip changed the file"
+print("ok: from-hf of the export is the original llm.c file, byte for byte")
+
+for dtype, prefix in (("F32", "transformer."), ("F16", "")):
+    os.makedirs(f"{work}/{dtype}", exist_ok=True)
+    tensors = dict(reversed([(prefix + k, v) for k, v in want.items()]))  # another order than ours
+    write_safetensors(f"{work}/{dtype}/model.safetensors", tensors, dtype)
+    json.dump(config, open(f"{work}/{dtype}/config.json", "w"))
+    r = convert("from-hf", f"{work}/{dtype}/model.safetensors", f"{work}/{dtype}.bin")
+    assert r.returncode == 0, r.stderr
+    back, _ = read_llmc(f"{work}/{dtype}.bin")
+    expect = from_hf_tensors({k: v.astype(np.float16).astype(np.float32) if dtype == "F16" else v for k, v in tensors.items()},
+                             cfg, prefix)
+    for name in expect:
+        assert np.array_equal(back[name], expect[name]), f"{dtype}: {name} differs"
+    print(f"ok: from-hf of a file written here ({dtype}, prefix '{prefix}', reversed order): the same parameters")
+
+torch_params = lambda p: {k: torch.tensor(np.array(v), dtype=torch.float64) for k, v in p.items()}
+idx = torch.tensor(np.random.default_rng(0).integers(0, cfg["V"], size=(2, 16)))
+logits_bin = reference.forward(torch_params(params), idx, cfg["NH"])
+logits_hf = reference.forward(torch_params(from_hf_tensors(got, cfg)), idx, cfg["NH"])
+diff = (logits_bin - logits_hf).abs().max().item()
+assert diff == 0.0, diff
+print(f"ok: float64 logits from the llm.c file and from the safetensors export agree (max |diff| {diff})")
+
+raw = open(f"{work}/hf/model.safetensors", "rb").read()
+os.makedirs(f"{work}/bad", exist_ok=True)
+json.dump(config, open(f"{work}/bad/config.json", "w"))
+for what, data, message in (("truncated", raw[:len(raw) // 2], "bad data_offsets"), ("no header", raw[:5], "8-byte"),
+                            ("header past the end", struct.pack("<Q", 10**9) + raw[8:100], "past the end"),
+                            ("junk header", struct.pack("<Q", 20) + b"{not json at all....", "malformed JSON")):
+    open(f"{work}/bad/model.safetensors", "wb").write(data)
+    r = convert("from-hf", f"{work}/bad/model.safetensors", f"{work}/bad.bin")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and message in lines[0], (what, r.returncode, r.stderr)
+    print(f"ok: {what}: {lines[0]}")
+assert not os.path.exists(f"{work}/bad.bin")
