@@ -164,6 +164,7 @@ help:
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
 	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU; GPU_PYTHON: a python3 with torch)"
 	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"
+	@echo "  make print-openblas-dir  the OpenBLAS (OpenMP build) directory the CPU trainers link (scripts/bench_cpu.sh)"
 	@echo "  make clean           remove build outputs"
 	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON, GPU_PYTHON, DEBUG, OPENBLAS_OPENMP,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
