@@ -2,8 +2,9 @@
 checkpoint.h: what a run needs, beyond the model file, to continue bit for bit.
 
 A checkpoint at step s is the model file model_%08d.bin (llm.c's format: the floatX
-parameters exactly, fp32 or bf16) plus one state file per rank, state_%08d_%05d.bin,
-holding what the parameters alone do not say:
+parameters exactly, fp32 or bf16), the optimizer file optimizer_%08d.bin (below), the
+marker complete_%08d, and one state file per rank, state_%08d_%05d.bin, holding what the
+parameters alone do not say:
     this rank's optimizer shard: m, v and (16-bit builds) the fp32 master weights
     the optimizer step count (AdamW's bias correction, stochastic-rounding seeds)
     the loss scaler (scale, clean steps)
@@ -14,8 +15,13 @@ step, the shuffle order of an epoch, the stochastic-rounding bits of a step. So
 the tests compare the resumed run's losses and final model with an unbroken run.
 
 A state file records the layout that wrote it (world size, dp, tp, pp, ZeRO stage,
-floatX size, shard length); resuming under another layout is refused with a message, as is
-a truncated file.
+floatX size, shard length). Under the same layout a run resumes from the state files, bit
+for bit. Under another one (dp, tp, pp, ZeRO stage; the same precision, total batch -d and
+global micro-batch dp*B*T, which fix the data order) it resumes from optimizer_%08d.bin:
+m, v and the master weights in llm.c's parameter order, written by rank 0 like a model file
+and cut by each rank into its new shard; the run state comes from rank 0's state file.
+That continuation equals the unbroken run to fp32 round-off, not bit for bit: the new
+layout sums gradients over other ranks, in another order.
 
 Crash safety: every file is written under a temporary name and renamed when complete, and
 a checkpoint counts only once rank 0 has written its marker, complete_%08d, after every
@@ -24,8 +30,9 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 `-nk N` keeps the newest N checkpoints: older ones lose their marker first, then their files.
 */
 #pragma once
-// defines: TrainingState, checkpoint_write_state, checkpoint_read_state, checkpoint_write_marker,
-//          checkpoint_latest_step, checkpoint_prune
+// defines: TrainingState, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
+//          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
+//          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
@@ -38,10 +45,12 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 #include "loss_scale.h"  // defines: LossScaler
 
 #define STATE_MAGIC 20241122
-#define STATE_VERSION 2
+#define STATE_VERSION 3
+#define OPTIMIZER_MAGIC 20241123
 
 struct TrainingState {
     int step;              // optimizer steps done (the checkpoint's step number)
+    int micro_batch_tokens, step_tokens;  // dp*B*T (one sample of the loader) and -d: the data order
     int adam_steps;        // updates applied: skipped steps do not count
     LossScaler scaler;
     int epoch, shard_index;
@@ -51,7 +60,7 @@ struct TrainingState {
 
 struct StateHeader {
     int32_t magic, version, step, world, rank, dp, tp, pp, zero_stage, floatx_bytes, num_buffers;
-    int32_t adam_steps, scaler_clean_steps, epoch, shard_index;
+    int32_t adam_steps, scaler_clean_steps, epoch, shard_index, micro_batch_tokens, step_tokens;
     float scaler_scale;
     uint64_t shard_elements, sample_index, sample_rng;
 };
@@ -69,8 +78,8 @@ inline void checkpoint_write_state(const char* dir, const Zero* z, const Trainin
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
     StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX),
-                     opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index, s->scaler.scale,
-                     opt.elements, s->sample_index, s->sample_rng};
+                     opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index,
+                     s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements, s->sample_index, s->sample_rng};
     FILE* f = fopen(tmp, "wb");
     if (!f) fail("cannot write checkpoint state %s", tmp);
     bool ok = fwrite(&h, sizeof(h), 1, f) == 1;
@@ -84,15 +93,59 @@ inline void checkpoint_write_state(const char* dir, const Zero* z, const Trainin
     if (!ok || rename(tmp, path) != 0) fail("writing checkpoint state %s failed (disk full?)", path);
 }
 
+// the header of rank `rank`'s state file of `step`, opened (f: NULL to close it); false if there is no such file
+inline bool read_state_header(const char* dir, int step, int rank, StateHeader* h, FILE** opened) {
+    char path[4096];
+    state_path(path, sizeof(path), dir, step, rank);
+    FILE* f = fopen(path, "rb");
+    if (!f) return false;
+    if (fread(h, sizeof(*h), 1, f) != 1) fail("checkpoint state %s is truncated (no header)", path);
+    if (h->magic != STATE_MAGIC || h->version != STATE_VERSION) fail("%s is not a version-%d checkpoint state file", path, STATE_VERSION);
+    if (opened) *opened = f; else fclose(f);
+    return true;
+}
+inline void take_run_state(const StateHeader& h, TrainingState* s) {
+    s->step = h.step;
+    s->adam_steps = h.adam_steps;
+    s->scaler.scale = h.scaler_scale;
+    s->scaler.clean_steps = h.scaler_clean_steps;
+    s->epoch = h.epoch;
+    s->shard_index = h.shard_index;
+    s->sample_index = h.sample_index;
+    s->sample_rng = h.sample_rng;
+    s->micro_batch_tokens = h.micro_batch_tokens;
+    s->step_tokens = h.step_tokens;
+}
+
+// whether this rank's state file of `step` was written by this very layout (then it resumes
+// bit for bit from it; otherwise from the optimizer file, checkpoint_read_optimizer)
+inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g) {
+    StateHeader h;
+    if (!read_state_header(dir, step, g.rank, &h, NULL)) return false;
+    ZeroOptimizerState opt = zero_optimizer_state(z);
+    return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
+           h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
+           h.shard_elements == opt.elements;
+}
+
+// the run state alone (step, scaler, data position), from rank 0's state file: what a resume
+// under another layout takes, since it is the same on every rank
+inline void checkpoint_read_run_state(const char* dir, int step, TrainingState* s) {
+    StateHeader h;
+    if (!read_state_header(dir, step, 0, &h, NULL)) fail("checkpoint step %d in %s has no state file of rank 0", step, dir);
+    if (h.floatx_bytes != (int)sizeof(floatX))
+        fail("checkpoint step %d was written by a %d-byte floatX build; this is %d bytes (%s)", step, h.floatx_bytes,
+             (int)sizeof(floatX), PRECISION_NAME);
+    take_run_state(h, s);
+}
+
 // restores this rank's optimizer shard and the run state; every mismatch is one clear error
 inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g) {
     char path[4096];
     state_path(path, sizeof(path), dir, step, g.rank);
-    FILE* f = fopen(path, "rb");
-    if (!f) fail("cannot open checkpoint state %s (was the run saved with as many ranks?)", path);
     StateHeader h;
-    if (fread(&h, sizeof(h), 1, f) != 1) fail("checkpoint state %s is truncated (no header)", path);
-    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) fail("%s is not a version-%d checkpoint state file", path, STATE_VERSION);
+    FILE* f = NULL;
+    if (!read_state_header(dir, step, g.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
     if (h.world != g.world || h.rank != g.rank || h.dp != g.dp || h.tp != g.tp || h.pp != g.pp || h.zero_stage != opt.stage ||
         h.floatx_bytes != (int)sizeof(floatX) || h.num_buffers != opt.num_buffers || h.shard_elements != opt.elements)
@@ -110,14 +163,44 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
         host_to_device(opt.buffers[k], host.data(), host.size() * sizeof(float));
     }
     fclose(f);
-    s->step = h.step;
-    s->adam_steps = h.adam_steps;
-    s->scaler.scale = h.scaler_scale;
-    s->scaler.clean_steps = h.scaler_clean_steps;
-    s->epoch = h.epoch;
-    s->shard_index = h.shard_index;
-    s->sample_index = h.sample_index;
-    s->sample_rng = h.sample_rng;
+    take_run_state(h, s);
+}
+
+// optimizer_%08d.bin, rank 0's: the optimizer state apart from any layout: int32 header[256] =
+// {OPTIMIZER_MAGIC, 1, buffers, elements (low, high 32 bits)}, then each buffer (m, v, and the
+// fp32 master weights in 16-bit builds) as fp32 in llm.c's parameter order, like a model file
+inline void optimizer_path(char* out, size_t size, const char* dir, int step) {
+    snprintf(out, size, "%s/optimizer_%08d.bin", dir, step);
+}
+inline void checkpoint_write_optimizer(const char* dir, int step, const std::vector<std::vector<float>>& buffers) {
+    char path[4096], tmp[4200];
+    optimizer_path(path, sizeof(path), dir, step);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    size_t n = buffers[0].size();
+    int32_t header[256] = {OPTIMIZER_MAGIC, 1, (int32_t)buffers.size(), (int32_t)(n & 0xFFFFFFFF), (int32_t)(n >> 32)};
+    FILE* f = fopen(tmp, "wb");
+    if (!f) fail("cannot write optimizer state %s", tmp);
+    bool ok = fwrite(header, sizeof(header), 1, f) == 1;
+    for (const std::vector<float>& b : buffers) ok = ok && fwrite(b.data(), sizeof(float), n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) fail("writing optimizer state %s failed (disk full?)", path);
+}
+inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers, size_t elements) {
+    char path[4096];
+    optimizer_path(path, sizeof(path), dir, step);
+    FILE* f = fopen(path, "rb");
+    if (!f) fail("cannot open %s: a checkpoint resumed under another layout needs its optimizer file", path);
+    int32_t header[256];
+    if (fread(header, sizeof(header), 1, f) != 1 || header[0] != OPTIMIZER_MAGIC || header[1] != 1)
+        fail("%s is not a version-1 optimizer state file", path);
+    size_t n = (size_t)(uint32_t)header[3] | (size_t)(uint32_t)header[4] << 32;
+    if (header[2] != num_buffers || n != elements)
+        fail("%s holds %d buffers of %zu values; this model needs %d of %zu", path, header[2], n, num_buffers, elements);
+    std::vector<std::vector<float>> buffers(num_buffers, std::vector<float>(n));
+    for (auto& b : buffers)
+        if (fread(b.data(), sizeof(float), n, f) != n) fail("optimizer state %s is truncated", path);
+    fclose(f);
+    return buffers;
 }
 
 inline void marker_path(char* out, size_t size, const char* dir, int step) {
@@ -153,15 +236,15 @@ inline std::vector<int> steps_named(const char* dir, const char* prefix, const c
     return steps;
 }
 
-// the newest step in dir with a marker, a model file and this rank's state file, or 0
-inline int checkpoint_latest_step(const char* dir, int rank) {
+// the newest step in dir with a marker, a model file and an optimizer file, or 0
+inline int checkpoint_latest_step(const char* dir) {
     int best = 0;
     for (int step : steps_named(dir, "complete_", "")) {
-        char model[4096], state[4096];
+        char model[4096], optimizer[4096];
         struct stat st;
         snprintf(model, sizeof(model), "%s/model_%08d.bin", dir, step);
-        state_path(state, sizeof(state), dir, step, rank);
-        if (stat(model, &st) == 0 && stat(state, &st) == 0) best = step;
+        optimizer_path(optimizer, sizeof(optimizer), dir, step);
+        if (stat(model, &st) == 0 && stat(optimizer, &st) == 0) best = step;
     }
     return best;
 }
@@ -174,6 +257,8 @@ inline void checkpoint_prune(const char* dir, int keep) {
         marker_path(path, sizeof(path), dir, steps[k]);
         unlink(path);
         snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[k]);
+        unlink(path);
+        optimizer_path(path, sizeof(path), dir, steps[k]);
         unlink(path);
         char prefix[32];
         snprintf(prefix, sizeof(prefix), "state_%08d_", steps[k]);

@@ -444,6 +444,38 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     free(file_values);
 }
 
+// rank 0: every rank's `mine`, which add_to_part(grid of that rank, its part's units, mine,
+// part values) writes into the unit-order values of that rank's part (all of them, or the
+// rank's shard), placed in llm.c's file order (the whole model); the other ranks get nothing.
+// A collective over the world.
+template <typename AddToPart>
+inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<float>& mine, AddToPart add_to_part) {
+    const ProcessGrid& g = model->comm->grid;
+    std::vector<std::vector<float>> received = comm_gatherv_to_root(&model->comm->world, mine);
+    if (g.rank != 0) return {};
+    const GPT2Config& c = model->config;
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, c, whole_model_layout(c));
+    std::vector<float> values(parameter_count(whole));
+    for (int part = g.tp * g.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
+        int tp_rank = part % g.tp, pp_rank = part / g.tp;
+        ModelLayout lay = stage_layout(c, g.tp, tp_rank, g.pp, pp_rank);
+        TensorShape shapes[NUM_PARAMETER_TENSORS];
+        parameter_shapes(shapes, c, lay);
+        int L = lay.layer_end - lay.layer_begin;
+        Unit* part_units = gpt2_units(shapes, L);
+        std::vector<float> part_values(parameter_count(shapes));
+        for (int q = 0; q < g.world; q++) {  // the DP ranks holding this part
+            ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
+            if (other.tp_rank == tp_rank && other.pp_rank == pp_rank && !received[q].empty())
+                add_to_part(other, part_units, L + 2, received[q], part_values.data());
+        }
+        reorder_part(c, lay, part_units, part_values.data(), values.data(), false);
+        free(part_units);
+    }
+    return values;
+}
+
 // writes an llm.c model file through a temporary name, so a crash never leaves a torn
 // file: bf16 builds write version 5, the others fp32 version 3. A collective: ZeRO-3
 // gathers over DP; world rank 0 gathers one DP replica's parts (every stage, every TP
@@ -453,23 +485,13 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
     std::vector<float> units(model->num_parameters);
     zero_params_to_host(&model->zero, units.data());
     if (g.dp_rank != 0) units.clear();  // the whole model is the parts of one DP replica
-    std::vector<std::vector<float>> parts = comm_gatherv_to_root(&model->comm->world, units);
+    std::vector<float> values = gather_in_file_order(model, units, [](const ProcessGrid&, const Unit*, int,
+                                                                       const std::vector<float>& part, float* out) {
+        memcpy(out, part.data(), part.size() * sizeof(float));
+    });
     if (g.rank != 0) return;
     const GPT2Config& c = model->config;
-    TensorShape whole[NUM_PARAMETER_TENSORS];
-    parameter_shapes(whole, c, whole_model_layout(c));
-    size_t total = parameter_count(whole);
-    std::vector<float> values(total);
-    for (int q = g.world - 1; q >= 0; q--) {  // rank 0's copies of shared tensors land last
-        if (parts[q].empty()) continue;
-        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
-        ModelLayout lay = stage_layout(c, g.tp, other.tp_rank, g.pp, other.pp_rank);
-        TensorShape shapes[NUM_PARAMETER_TENSORS];
-        parameter_shapes(shapes, c, lay);
-        Unit* part_units = gpt2_units(shapes, lay.layer_end - lay.layer_begin);
-        reorder_part(c, lay, part_units, parts[q].data(), values.data(), false);
-        free(part_units);
-    }
+    size_t total = values.size();
     bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
     size_t bytes_per = bf16 ? 2 : 4;
     std::vector<char> body(total * bytes_per);
@@ -1216,7 +1238,7 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
 inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int rank) {
     if (!tc->resume) return 0;
     if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
-    int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir, rank));
+    int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir));
     snprintf(model_path, size, "%s/model_%08d.bin", tc->output_dir, step);
     if (step > 0) tc->init = model_path;
     if (rank == 0 && step > 0) printf("resuming from step %d: %s\n", step, model_path);
@@ -1271,15 +1293,52 @@ inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, con
     return text;
 }
 
-// the model file of step `done`, and with -n the ranks' state files; a collective
+// the optimizer state (m, v, master) apart from the layout: every rank's shard, placed by rank 0
+// in llm.c's parameter order (checkpoint.h: optimizer_%08d.bin); a collective
+inline void write_optimizer_file(GPT2* model, const char* dir, int step) {
+    const Zero* z = &model->zero;
+    ZeroOptimizerState opt = zero_optimizer_state(z);
+    std::vector<std::vector<float>> buffers;
+    for (int k = 0; k < opt.num_buffers; k++) {
+        std::vector<float> shard(opt.elements);
+        device_to_host(shard.data(), opt.buffers[k], opt.elements * sizeof(float));
+        if (z->stage == 0 && model->comm->grid.dp_rank != 0) shard.clear();  // stage 0: every DP rank holds it all
+        buffers.push_back(gather_in_file_order(model, shard, [&](const ProcessGrid& other, const Unit* units, int n,
+                                                                 const std::vector<float>& part, float* out) {
+            std::vector<Unit> laid(units, units + n);  // that rank's shard layout, as zero_init made it
+            size_t full, shard_elements;
+            zero_lay_out_units(laid.data(), n, z->shards, &full, &shard_elements);
+            zero_shard_to_units(laid.data(), n, z->shards, z->stage == 0 ? 0 : other.dp_rank, part.data(), out);
+        }));
+    }
+    if (model->comm->grid.rank == 0) checkpoint_write_optimizer(dir, step, buffers);
+}
+// its inverse on every rank: the file's values, this rank's part, this rank's shard
+inline void read_optimizer_file(GPT2* model, const char* dir, int step) {
+    Zero* z = &model->zero;
+    ZeroOptimizerState opt = zero_optimizer_state(z);
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, model->config, whole_model_layout(model->config));
+    std::vector<std::vector<float>> buffers = checkpoint_read_optimizer(dir, step, opt.num_buffers, parameter_count(whole));
+    std::vector<float> values(model->num_parameters), shard(opt.elements);
+    for (int k = 0; k < opt.num_buffers; k++) {
+        reorder_part(model->config, model->layout, z->units, buffers[k].data(), values.data(), true);
+        zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values.data(), shard.data());
+        host_to_device(opt.buffers[k], shard.data(), opt.elements * sizeof(float));
+    }
+}
+
+// the model file of step `done`, and with -n the ranks' state files and the optimizer file; a collective
 inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const LossScaler& scaler,
                              const DataLoader& loader, const Rng& sample_rng) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
     gpt2_write_file(model, path);
     if (tc.checkpoint_every > 0) {
-        TrainingState state = {done, model->adam_steps, scaler, loader.epoch, loader.shard_index, loader.sample_index, sample_rng.state};
         const ProcessGrid& g = model->comm->grid;
+        TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
+                               loader.shard_index, loader.sample_index, sample_rng.state};
+        write_optimizer_file(model, tc.output_dir, done);
         checkpoint_write_state(tc.output_dir, &model->zero, &state, g, done == tc.die_in_checkpoint && g.rank == g.world - 1);
         comm_barrier(&model->comm->world);  // every rank's files are complete: now it counts
         if (g.rank == 0) {
@@ -1331,10 +1390,25 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
     printf("wrote %s: open it in ui.perfetto.dev or chrome://tracing\n", path);
 }
 
+// -y 1: under the layout that wrote the checkpoint, from this rank's state file (bit for bit);
+// under another, from the optimizer file and rank 0's run state (checkpoint.h)
 inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader, Rng* sample_rng) {
     TrainingState state = {};
     state.scaler = *scaler;
-    checkpoint_read_state(tc.output_dir, step, &model->zero, &state, model->comm->grid);
+    const ProcessGrid& g = model->comm->grid;
+    bool same = comm_min_over_world(checkpoint_same_layout(tc.output_dir, step, &model->zero, g) ? 1 : 0) == 1;
+    if (same) {
+        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, g);
+    } else {
+        checkpoint_read_run_state(tc.output_dir, step, &state);
+        if (state.micro_batch_tokens != tc.B * tc.T * g.dp || state.step_tokens != tc.total_batch_tokens)
+            comm_fail_all("checkpoint step %d was written with %d tokens per global micro-batch (dp*B*T) and -d %d; "
+                          "under another layout it resumes with the same (now %d and %d): they fix the data order",
+                          step, state.micro_batch_tokens, state.step_tokens, tc.B * tc.T * g.dp, tc.total_batch_tokens);
+        read_optimizer_file(model, tc.output_dir, step);
+        if (g.rank == 0) printf("resuming under another layout: the optimizer state re-sharded from %s/optimizer_%08d.bin\n",
+                                tc.output_dir, step);
+    }
     model->adam_steps = state.adam_steps;
     *scaler = state.scaler;
     dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);

@@ -40,7 +40,8 @@ sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
 // defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
 //          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan, ZeroOptimizerState,
-//          zero_optimizer_state, zero_free, zero_sum_unit_gradient
+//          zero_optimizer_state, zero_lay_out_units, zero_shard_to_units, zero_units_to_shard, zero_free,
+//          zero_sum_unit_gradient
 #include <algorithm>               // defines: std::max, std::min
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
 #include "adamw.h"                 // defines: adamw_update
@@ -88,6 +89,23 @@ struct Zero {
 inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_HEAD : SLOT_LAYER; }
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
+// each unit padded to a multiple of `shards`, placed in the full buffer (offset), the unpadded
+// model (origin) and the shard buffers (shard_offset); returns the two buffers' sizes
+inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* full_elements, size_t* shard_elements) {
+    size_t origin = 0;
+    *full_elements = *shard_elements = 0;
+    for (int u = 0; u < num_units; u++) {
+        Unit& unit = units[u];
+        unit.padded = ceil_div(unit.size, shards) * shards;
+        unit.offset = *full_elements;
+        unit.origin = origin;
+        unit.shard_offset = *shard_elements;
+        *full_elements += unit.padded;
+        *shard_elements += unit.padded / shards;
+        origin += unit.size;
+    }
+}
+
 // sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
 // allocate = false lays out the shards without allocating (-plan).
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
@@ -101,19 +119,11 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     z->units = units;
     z->num_units = num_units;
     z->grads_fp32 = grads_fp32;
-    size_t origin = 0;
+    zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
     for (int u = 0; u < num_units; u++) {
-        Unit& unit = units[u];
-        unit.padded = ceil_div(unit.size, z->shards) * z->shards;
-        unit.offset = z->full_elements;
-        unit.origin = origin;
-        unit.shard_offset = z->shard_elements;
-        z->full_elements += unit.padded;
-        z->shard_elements += unit.padded / z->shards;
-        origin += unit.size;
         size_t& slot = z->slot_elements[unit_slot(z, u)];
-        if (unit.padded > slot) slot = unit.padded;
-        if (unit.padded / z->shards > z->max_unit_shard) z->max_unit_shard = unit.padded / z->shards;
+        if (units[u].padded > slot) slot = units[u].padded;
+        z->max_unit_shard = std::max(z->max_unit_shard, units[u].padded / z->shards);
     }
     size_t F = z->full_elements, P = z->shard_elements, X = sizeof(floatX), f = sizeof(float);
     const size_t* S = z->slot_elements;
@@ -328,6 +338,25 @@ inline void zero_params_to_host(Zero* z, float* out) {
         std::vector<floatX> h(z->units[u].padded);
         device_to_host(h.data(), zero_unit_params(z, u), h.size() * sizeof(floatX));
         for (size_t i = 0; i < z->units[u].size; i++) out[z->units[u].origin + i] = to_float(h[i]);
+    }
+}
+
+// A shard of a buffer laid out as zero_init lays out the optimizer state (each unit padded to
+// a multiple of `shards`, rank `shard_rank` holding its 1/shards of each) <-> every unit's
+// elements, unpadded, in unit order. Pure functions of the layout, so rank 0 can place any
+// rank's shard (checkpoints that resume under another layout, checkpoint.h).
+inline void zero_shard_to_units(const Unit* units, int num_units, int shards, int shard_rank, const float* shard,
+                                float* values) {
+    for (int u = 0; u < num_units; u++) {
+        size_t S = units[u].padded / shards, begin = shard_rank * S;
+        for (size_t i = begin; i < begin + S && i < units[u].size; i++) values[units[u].origin + i] = shard[units[u].shard_offset + i - begin];
+    }
+}
+inline void zero_units_to_shard(const Unit* units, int num_units, int shards, int shard_rank, const float* values,
+                                float* shard) {
+    for (int u = 0; u < num_units; u++) {
+        size_t S = units[u].padded / shards, begin = shard_rank * S;
+        for (size_t i = begin; i < begin + S; i++) shard[units[u].shard_offset + i - begin] = i < units[u].size ? values[units[u].origin + i] : 0.0f;
     }
 }
 
