@@ -164,11 +164,12 @@ struct InputReader {
         size_t scan = pending.size() > 0 ? pending.size() - 1 : 0;  // a "\n\n" may span the blocks
         pending.append(block, got);
         if (opt->format == BLANK_LINE_BLOCKS) {
-            for (size_t blank; (blank = pending.find("\n\n", scan)) != std::string::npos; scan = 0) {
-                std::string document = pending.substr(0, blank + 2);
-                pending.erase(0, blank + 2);
+            size_t taken = 0;  // erased once below: erasing each document would move the block each time
+            for (size_t blank; (blank = pending.find("\n\n", std::max(scan, taken))) != std::string::npos; taken = blank + 2) {
+                std::string document = pending.substr(taken, blank + 2 - taken);
                 emit(document, true, out);
             }
+            pending.erase(0, taken);
         }
         if (got == 0) {  // the end of the file ends its document
             if (ferror(f)) fail("reading %s failed", path);
