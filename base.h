@@ -12,7 +12,7 @@ On the CPU build the "device" is host memory and these are malloc and memcpy, so
 the same trainer source runs unchanged.
 */
 #pragma once
-// defines: fail, FailHook, fail_hook, print_error_line, ceil_div, device_malloc, device_free,
+// defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, device_malloc, device_free,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
 #include <stdio.h>   // defines: fprintf, vsnprintf
@@ -20,6 +20,7 @@ the same trainer source runs unchanged.
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
 #include <stdarg.h>  // defines: va_list
+#include <string>   // defines: std::string
 #include "precision.h"  // defines: HOST_DEVICE
 
 // ---------------------------------------------------------------- the error path
@@ -115,4 +116,16 @@ inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_M
         *specs[i].ptr = device_malloc(bytes);
         if (*specs[i].ptr) device_zero(*specs[i].ptr, bytes);
     }
+}
+
+// the whole file, or an error naming it (`what` says what the file is for)
+inline std::string read_whole_file(const char* path, const char* what) {
+    FILE* f = fopen(path, "rb");
+    if (!f) fail("cannot open %s%s", path, what);
+    std::string s;
+    char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, got);
+    fclose(f);
+    return s;
 }

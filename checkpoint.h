@@ -30,7 +30,7 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 `-nk N` keeps the newest N checkpoints: older ones lose their marker first, then their files.
 */
 #pragma once
-// defines: TrainingState, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
+// defines: TrainingState, checkpoint_model_path, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
 //          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
 //          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune
 #include <stdio.h>     // defines: fopen, fwrite
@@ -65,6 +65,9 @@ struct StateHeader {
     uint64_t shard_elements, sample_index, sample_rng;
 };
 
+inline void checkpoint_model_path(char* out, size_t size, const char* dir, int step) {
+    snprintf(out, size, "%s/model_%08d.bin", dir, step);
+}
 inline void state_path(char* out, size_t size, const char* dir, int step, int rank) {
     snprintf(out, size, "%s/state_%08d_%05d.bin", dir, step, rank);
 }
@@ -104,6 +107,12 @@ inline bool read_state_header(const char* dir, int step, int rank, StateHeader* 
     if (opened) *opened = f; else fclose(f);
     return true;
 }
+// whether the state file's header was written by this layout (rank, grid, ZeRO shard, precision)
+inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g) {
+    return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
+           h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
+           h.shard_elements == opt.elements;
+}
 inline void take_run_state(const StateHeader& h, TrainingState* s) {
     s->step = h.step;
     s->adam_steps = h.adam_steps;
@@ -122,10 +131,7 @@ inline void take_run_state(const StateHeader& h, TrainingState* s) {
 inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g) {
     StateHeader h;
     if (!read_state_header(dir, step, g.rank, &h, NULL)) return false;
-    ZeroOptimizerState opt = zero_optimizer_state(z);
-    return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
-           h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
-           h.shard_elements == opt.elements;
+    return header_matches_layout(h, zero_optimizer_state(z), g);
 }
 
 // the run state alone (step, scaler, data position), from rank 0's state file: what a resume
@@ -147,8 +153,7 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
     FILE* f = NULL;
     if (!read_state_header(dir, step, g.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    if (h.world != g.world || h.rank != g.rank || h.dp != g.dp || h.tp != g.tp || h.pp != g.pp || h.zero_stage != opt.stage ||
-        h.floatx_bytes != (int)sizeof(floatX) || h.num_buffers != opt.num_buffers || h.shard_elements != opt.elements)
+    if (!header_matches_layout(h, opt, g))
         fail("checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX); "
              "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX", path, h.world, h.dp, h.tp, h.pp,
              h.zero_stage, h.floatx_bytes, g.world, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX));
@@ -242,7 +247,7 @@ inline int checkpoint_latest_step(const char* dir) {
     for (int step : steps_named(dir, "complete_", "")) {
         char model[4096], optimizer[4096];
         struct stat st;
-        snprintf(model, sizeof(model), "%s/model_%08d.bin", dir, step);
+        checkpoint_model_path(model, sizeof(model), dir, step);
         optimizer_path(optimizer, sizeof(optimizer), dir, step);
         if (stat(model, &st) == 0 && stat(optimizer, &st) == 0) best = step;
     }
@@ -256,7 +261,7 @@ inline void checkpoint_prune(const char* dir, int keep) {
         char path[4096];
         marker_path(path, sizeof(path), dir, steps[k]);
         unlink(path);
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", dir, steps[k]);
+        checkpoint_model_path(path, sizeof(path), dir, steps[k]);
         unlink(path);
         optimizer_path(path, sizeof(path), dir, steps[k]);
         unlink(path);

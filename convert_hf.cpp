@@ -35,7 +35,7 @@ The LM head is tied to wte (GPT-2's lm_head.weight is wte.weight): not stored.
 #include <string>             // defines: std::string
 #include <vector>             // defines: std::vector
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
-#include "base.h"             // defines: fail
+#include "base.h"             // defines: fail, read_whole_file
 #include "precision.h"        // defines: float_from_bf16_bits, bf16_bits_from_float
 
 #define MODEL_MAGIC 20240326
@@ -79,15 +79,6 @@ static std::string hf_name(int k, int layer) {
     return name;
 }
 
-static std::string read_file(const std::string& path, const char* what) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) fail("cannot open %s (%s)", path.c_str(), what);
-    std::string s;
-    char buf[1 << 16];
-    for (size_t got; (got = fread(buf, 1, sizeof(buf), f)) > 0;) s.append(buf, got);
-    fclose(f);
-    return s;
-}
 static void write_file(const std::string& path, const std::string& bytes) {  // under a temporary name, then renamed
     std::string tmp = path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "wb");
@@ -114,7 +105,7 @@ static int json_int(const nlohmann::json& j, const char* key, const std::string&
 static void from_hf(const std::string& safetensors_path, const std::string& out_path) {
     std::string dir = safetensors_path.substr(0, safetensors_path.find_last_of('/') + 1);
     std::string config_path = dir + "config.json";
-    nlohmann::json config = parse_json(read_file(config_path, "GPT-2's config.json, beside model.safetensors"), config_path);
+    nlohmann::json config = parse_json(read_whole_file(config_path.c_str(), " (GPT-2's config.json, beside model.safetensors)"), config_path);
     Config c;
     c.num_layers = json_int(config, "n_layer", config_path);
     c.num_heads = json_int(config, "n_head", config_path);
@@ -126,7 +117,7 @@ static void from_hf(const std::string& safetensors_path, const std::string& out_
         fail("%s: not a GPT-2 configuration (n_layer %d, n_head %d, n_embd %d, n_positions %d, vocab_size %d)",
              config_path.c_str(), c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size);
 
-    std::string file = read_file(safetensors_path, "a GPT-2 model.safetensors");
+    std::string file = read_whole_file(safetensors_path.c_str(), " (a GPT-2 model.safetensors)");
     uint64_t header_bytes = 0;
     if (file.size() < 8) fail("%s: shorter than the 8-byte header length", safetensors_path.c_str());
     memcpy(&header_bytes, file.data(), 8);
@@ -179,7 +170,7 @@ static void from_hf(const std::string& safetensors_path, const std::string& out_
 
 // ---------------------------------------------------------------- to-hf
 static void to_hf(const std::string& model_path, const std::string& dir) {
-    std::string file = read_file(model_path, "an llm.c model file");
+    std::string file = read_whole_file(model_path.c_str(), " (an llm.c model file)");
     if (file.size() < 1024) fail("%s: shorter than its 1024-byte header", model_path.c_str());
     int h[256];
     memcpy(h, file.data(), sizeof(h));

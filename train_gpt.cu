@@ -1215,7 +1215,6 @@ inline bool file_exists(const char* path) { struct stat st; return stat(path, &s
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b or gpipe, got '%s'", tc->schedule);
-    if (tc->B <= 0 || tc->T <= 0) comm_fail_all("-b and -t must be positive (got %d, %d)", tc->B, tc->T);
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
@@ -1230,7 +1229,6 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (tc->max_steps == 0) comm_fail_all("-x must be -1 (one epoch) or a number of steps, not 0");
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
-    if (!(tc->temperature > 0.0f)) comm_fail_all("-temp must be positive (got %g)", tc->temperature);
     return micro_batches;
 }
 
@@ -1239,7 +1237,7 @@ inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int 
     if (!tc->resume) return 0;
     if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
     int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir));
-    snprintf(model_path, size, "%s/model_%08d.bin", tc->output_dir, step);
+    checkpoint_model_path(model_path, size, tc->output_dir, step);
     if (step > 0) tc->init = model_path;
     if (rank == 0 && step > 0) printf("resuming from step %d: %s\n", step, model_path);
     if (rank == 0 && step == 0) printf("no checkpoint in %s: starting fresh\n", tc->output_dir);
@@ -1332,7 +1330,7 @@ inline void read_optimizer_file(GPT2* model, const char* dir, int step) {
 inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const LossScaler& scaler,
                              const DataLoader& loader, const Rng& sample_rng) {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", tc.output_dir, done);
+    checkpoint_model_path(path, sizeof(path), tc.output_dir, done);
     gpt2_write_file(model, path);
     if (tc.checkpoint_every > 0) {
         const ProcessGrid& g = model->comm->grid;

@@ -178,19 +178,39 @@ template <typename Visit> inline void zero_for_each_shard_slice(const Zero* z, V
     }
 }
 
+// A shard of a buffer laid out as zero_init lays out the optimizer state (each unit padded to
+// a multiple of `shards`, rank `shard_rank` holding its 1/shards of each) <-> every unit's
+// elements, unpadded, in unit order. Pure functions of the layout, so rank 0 can place any
+// rank's shard (checkpoints that resume under another layout, checkpoint.h).
+inline void zero_shard_to_units(const Unit* units, int num_units, int shards, int shard_rank, const float* shard,
+                                float* values) {
+    for (int u = 0; u < num_units; u++) {
+        size_t S = units[u].padded / shards, begin = shard_rank * S;
+        for (size_t i = begin; i < begin + S && i < units[u].size; i++) values[units[u].origin + i] = shard[units[u].shard_offset + i - begin];
+    }
+}
+inline void zero_units_to_shard(const Unit* units, int num_units, int shards, int shard_rank, const float* values,
+                                float* shard) {
+    for (int u = 0; u < num_units; u++) {
+        size_t S = units[u].padded / shards, begin = shard_rank * S;
+        for (size_t i = begin; i < begin + S; i++) shard[units[u].shard_offset + i - begin] = i < units[u].size ? values[units[u].origin + i] : 0.0f;
+    }
+}
+
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
 inline void zero_set_params(Zero* z, const float* values) {
     for (int u = 0; u < z->num_units; u++) {
         const Unit& unit = z->units[u];
         size_t S = unit_shard(z, u), begin = z->shard_rank * S;
         std::vector<floatX> full(unit.padded, from_float(0.0f));
-        std::vector<float> master(S, 0.0f);
         for (size_t i = 0; i < unit.size; i++) full[i] = from_float(values[unit.origin + i]);
-        for (size_t i = begin; i < begin + S && i < unit.size; i++) master[i - begin] = values[unit.origin + i];
         if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
         else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
-        if (z->master) host_to_device(z->master + unit.shard_offset, master.data(), S * sizeof(float));
     }
+    if (!z->master) return;
+    std::vector<float> master(z->shard_elements);
+    zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values, master.data());
+    host_to_device(z->master, master.data(), master.size() * sizeof(float));
 }
 
 // ---------------------------------------------------------------- what forward and backward call
@@ -338,25 +358,6 @@ inline void zero_params_to_host(Zero* z, float* out) {
         std::vector<floatX> h(z->units[u].padded);
         device_to_host(h.data(), zero_unit_params(z, u), h.size() * sizeof(floatX));
         for (size_t i = 0; i < z->units[u].size; i++) out[z->units[u].origin + i] = to_float(h[i]);
-    }
-}
-
-// A shard of a buffer laid out as zero_init lays out the optimizer state (each unit padded to
-// a multiple of `shards`, rank `shard_rank` holding its 1/shards of each) <-> every unit's
-// elements, unpadded, in unit order. Pure functions of the layout, so rank 0 can place any
-// rank's shard (checkpoints that resume under another layout, checkpoint.h).
-inline void zero_shard_to_units(const Unit* units, int num_units, int shards, int shard_rank, const float* shard,
-                                float* values) {
-    for (int u = 0; u < num_units; u++) {
-        size_t S = units[u].padded / shards, begin = shard_rank * S;
-        for (size_t i = begin; i < begin + S && i < units[u].size; i++) values[units[u].origin + i] = shard[units[u].shard_offset + i - begin];
-    }
-}
-inline void zero_units_to_shard(const Unit* units, int num_units, int shards, int shard_rank, const float* values,
-                                float* shard) {
-    for (int u = 0; u < num_units; u++) {
-        size_t S = units[u].padded / shards, begin = shard_rank * S;
-        for (size_t i = begin; i < begin + S; i++) shard[units[u].shard_offset + i - begin] = i < units[u].size ? values[units[u].origin + i] : 0.0f;
     }
 }
 

@@ -70,18 +70,6 @@ inline std::string gpt2_unicode_to_bytes(const std::string& s, const int* code_t
     return out;
 }
 
-// the whole file, or an error naming it (`what` says what the file is for)
-inline std::string read_whole_file(const char* path, const char* what) {
-    FILE* f = fopen(path, "rb");
-    if (!f) fail("cannot open %s%s", path, what);
-    std::string s;
-    char buf[1 << 16];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, got);
-    fclose(f);
-    return s;
-}
-
 // encoder.json is one flat object {"token string": id, ...}
 inline void read_encoder_json(const char* path, std::vector<std::pair<std::string, int>>* entries) {
     std::string s = read_whole_file(path, " (GPT-2's encoder.json; `make data` fetches it)");
