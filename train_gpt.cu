@@ -245,7 +245,9 @@ struct ScratchTensors {  // reused by every layer
     floatX* attention;  // attention_scratch_elements
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
-    int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward and backward
+    int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward
+    int* token_buckets; // encoder_bucket_ints(B,T): the embedding backward's positions grouped by token
+    float* partials;    // column_partials_elements: the two-stage column sums of bias and LayerNorm gradients
     int* targets;       // (B,T)
 };
 
@@ -546,6 +548,8 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
         {(void**)&s.loss_max, BT, F, WORK}, {(void**)&s.loss_sum, BT, F, WORK}, {(void**)&s.loss_target, BT, F, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
+        {(void**)&s.token_buckets, encoder_bucket_ints(B, T), sizeof(int), WORK},
+        {(void**)&s.partials, column_partials_elements(std::max(4 * C_rank, 2 * C)), F, WORK},
     };
     specs.insert(specs.end(), scratch.begin(), scratch.end());
     return specs;
@@ -640,18 +644,18 @@ inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int 
     LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T);
     // MLP
-    matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C);
+    matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C, s.partials);
     gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * C_rank);
-    matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * C_rank);
+    matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * C_rank, s.partials);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
-    layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C);
+    layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C, s.partials);
     // attention; s.dresidual is now the gradient of residual2
-    matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, C_rank, C);
+    matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, C_rank, C, s.partials);
     attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
-    matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank);
+    matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank, s.partials);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
     layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean,
-                       la.ln1_rstd, N, C);
+                       la.ln1_rstd, N, C, s.partials);
 }
 
 // ----------------------------------------------------------------------------
@@ -672,9 +676,9 @@ inline void embed_forward(GPT2* model, ActivationTensors& a, const int* tokens, 
 // the embedding's backward (g's is the identity): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
-    host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    encoder_backward(de.wte, de.wpe, model->scratch.dresidual, model->scratch.inputs, B, T, model->config.channels, vocab_range(model));
+    encoder_backward(de.wte, de.wpe, model->scratch.dresidual, tokens, model->scratch.token_buckets, B, T,
+                     model->config.channels, vocab_range(model));
 }
 
 inline void blocks_forward(GPT2* model, ActivationTensors& a, int B, int T) {
@@ -725,10 +729,10 @@ inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
     HeadParameters dh = head_parameters(z->units[H], zero_unit_grads(z, H));
-    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows);
+    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C, s.partials);
 }
 
 // one micro-batch through this stage: a.input holds its input unless this is the first stage.

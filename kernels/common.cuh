@@ -9,9 +9,14 @@ loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_count, device_name, device_memory_available, launchCheck, cublasCheck,
-//          cublas_handle (and base.h's)
+//          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish (and base.h's)
 #include <stdint.h>   // defines: SIZE_MAX
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
+
+// the row ranges of the GPU's two-stage column sums (below), and the fp32 scratch they need for
+// `cols` columns; the CPU build sums each column in one pass and needs none
+#define COLUMN_PARTS 64
+inline size_t column_partials_elements(size_t cols) { return COLUMN_PARTS * cols; }
 
 #ifdef __CUDACC__
 #include <cublas_v2.h>     // defines: cublasHandle_t, cublasGemmStridedBatchedEx
@@ -30,6 +35,22 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 #endif
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
+
+// Column sums over many rows (bias and LayerNorm parameter gradients) in two stages, in a fixed
+// order so that a run repeats bit for bit (bit-exact resume): stage 1 gives each of COLUMN_PARTS
+// row ranges a block that writes one partial sum per column to partials[part * cols + c];
+// stage 2, below, adds the parts to the column in part order. The ranges depend on the rows only.
+__global__ void column_partials_finish_kernel(floatX* out, const float* partials, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float sum = 0.0f;
+    for (int part = 0; part < COLUMN_PARTS; part++) sum += partials[(size_t)part * cols + c];
+    out[c] = from_float(to_float(out[c]) + sum);
+}
+inline void column_partials_finish(floatX* out, const float* partials, int cols) {  // out(cols) += the parts' sum
+    column_partials_finish_kernel<<<ceil_div(cols, 256), 256>>>(out, partials, cols);
+    launchCheck();
+}
 
 // the GPUs this process can see; 0 where there is no device or no driver
 inline int device_count() {

@@ -9,8 +9,9 @@ mean and rstd are kept in fp32 for the backward: they are B*T floats, cheap, and
 recomputing them would need the input again. dinp is accumulated (+=) because in
 GPT-2 the input of every LayerNorm is the residual stream, whose gradient is the
 sum of the branch gradient and the skip gradient.
-GPU kernels: one warp per row, shuffles for the reductions; the weight gradients
-are reduced over rows by one thread per channel in row order (deterministic).
+GPU kernels: one warp per row, shuffles for the reductions; the weight gradients are
+column sums over the rows, in two stages in a fixed order (common.cuh), so a run
+repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
 // defines: layernorm_forward, layernorm_backward
@@ -20,7 +21,7 @@ are reduced over rows by one thread per channel in row order (deterministic).
 #define LAYERNORM_EPS 1e-5f
 
 // dweight[c] += sum_i dout[i,c] * n[i,c];  dbias[c] += sum_i dout[i,c]: one channel, rows in
-// order (deterministic), shared by the host twin and the kernel (one thread per channel)
+// order: the host twin, and dev/layernorm_backward.cu's plainest GPU version
 HOST_DEVICE inline void layernorm_param_grads_channel(int c, floatX* dweight, floatX* dbias, const floatX* dout,
                                                       const floatX* inp, const float* mean, const float* rstd, int N, int C) {
     float dw = 0.0f, db = 0.0f;
@@ -134,10 +135,28 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
     }
 }
 
-__global__ void layernorm_backward_params_kernel(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                                                 const float* mean, const float* rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < C) layernorm_param_grads_channel(c, dweight, dbias, dout, inp, mean, rstd, N, C);
+// stage 1 of the two-stage column sums (common.cuh), as bias_backward_partials_kernel: block
+// (x, part) takes 32 channels over the part's rows; partials holds the dweight parts, then the dbias parts
+__global__ void layernorm_backward_partials_kernel(float* partials, const floatX* dout, const floatX* inp,
+                                                   const float* mean, const float* rstd, int N, int C) {
+    __shared__ float dw_rows[8][32], db_rows[8][32];
+    int c = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y;
+    int per_part = (int)ceil_div(N, COLUMN_PARTS), begin = part * per_part, end = min(N, begin + per_part);
+    float dw = 0.0f, db = 0.0f;
+    if (c < C)
+        for (int i = begin + threadIdx.y; i < end; i += 8) {
+            float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
+            float dy = to_float(dout[(size_t)i * C + c]);
+            dw += dy * n;
+            db += dy;
+        }
+    dw_rows[threadIdx.y][threadIdx.x] = dw;
+    db_rows[threadIdx.y][threadIdx.x] = db;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    for (int y = 1; y < 8; y++) { dw += dw_rows[y][threadIdx.x]; db += db_rows[y][threadIdx.x]; }
+    partials[(size_t)part * C + c] = dw;
+    partials[(size_t)(COLUMN_PARTS + part) * C + c] = db;
 }
 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -146,13 +165,16 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
     launchCheck();
 }
+// partials: column_partials_elements(2 * C) floats of device scratch
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                               const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
     const int block = 256, rows_per_block = block / 32;
     layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
-    layernorm_backward_params_kernel<<<ceil_div(C, 128), 128>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+    layernorm_backward_partials_kernel<<<dim3(ceil_div(C, 32), COLUMN_PARTS), dim3(32, 8)>>>(partials, dout, inp, mean, rstd, N, C);
     launchCheck();
+    column_partials_finish(dweight, partials, C);
+    column_partials_finish(dbias, partials + column_partials_elements(C), C);
 }
 #else
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -160,7 +182,8 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     layernorm_forward_host(out, mean, rstd, inp, weight, bias, N, C);
 }
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                               const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
+    (void)partials;
     layernorm_backward_host(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 #endif

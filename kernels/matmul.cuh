@@ -7,6 +7,8 @@ Everything here is row-major, as PyTorch and llm.c lay tensors out; W is (out, i
     backward: dinp(N,C)   = dout(N,OC) @ W(OC,C)            (overwritten)
               dW(OC,C)   += dout^T(OC,N) @ inp(N,C)         (accumulated over micro-steps)
               db(OC)     += sum over rows of dout
+The bias sum is a column reduction: the host twin adds each column's rows in order; the
+GPU adds them in two stages, a fixed order too (common.cuh), so both repeat bit for bit.
 
 Storage is floatX, accumulation fp32 on both builds: cuBLAS reads bf16/fp16 and
 computes in fp32; the CPU build widens to fp32, calls sgemm, and rounds the result
@@ -17,7 +19,7 @@ C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N
 keep the transpose flags. gemm_batched below is the only place that knows this.
 */
 #pragma once
-// defines: gemm_batched, matmul_forward, matmul_backward, bias_forward, bias_backward
+// defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, bias_forward, bias_backward
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
 #ifndef __CUDACC__
@@ -65,11 +67,24 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
 }
 #endif
 
-// column o's sum over the rows, in order: shared by the host twin and the kernel
+// column o's sum over the rows, in order: the specification, which the host twin computes in
+// SIMD groups of columns (the same bits) and dev/matmul_backward_bias.cu's version 1 on the GPU
 HOST_DEVICE inline void bias_backward_column(int o, floatX* dbias, const floatX* dout, int N, int OC) {
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += to_float(dout[(size_t)i * OC + o]);
     dbias[o] = from_float(to_float(dbias[o]) + sum);
+}
+
+// the forward as its definition, one output at a time in fp32 with the bias added last: the
+// reference of dev/matmul_forward.cu (the CPU build itself runs sgemm, above)
+inline void matmul_forward_host(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+    #pragma omp parallel for collapse(2)
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            float sum = 0.0f;
+            for (int c = 0; c < C; c++) sum += to_float(inp[(size_t)i * C + c]) * to_float(weight[(size_t)o * C + c]);
+            out[(size_t)i * OC + o] = from_float(sum + (bias ? to_float(bias[o]) : 0.0f));
+        }
 }
 
 inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) {  // out(N,OC) += bias(OC)
@@ -95,22 +110,37 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < (size_t)N * OC) out[idx] = from_float(to_float(out[idx]) + to_float(bias[idx % OC]));
 }
-// one thread per output channel, rows in order: deterministic
-__global__ void bias_backward_kernel(floatX* dbias, const floatX* dout, int N, int OC) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o < OC) bias_backward_column(o, dbias, dout, N, OC);
+// stage 1 of the two-stage column sum (common.cuh): block (x, part) sums 32 columns over the
+// part's rows; its 8 rows of threads take every 8th row, then row 0 of threads adds the 8 in order
+__global__ void bias_backward_partials_kernel(float* partials, const floatX* dout, int N, int OC) {
+    __shared__ float rows_of_threads[8][32];
+    int o = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y;
+    int per_part = (int)ceil_div(N, COLUMN_PARTS), begin = part * per_part, end = min(N, begin + per_part);
+    float sum = 0.0f;
+    if (o < OC)
+        for (int i = begin + threadIdx.y; i < end; i += 8) sum += to_float(dout[(size_t)i * OC + o]);
+    rows_of_threads[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y != 0 || o >= OC) return;
+    for (int y = 1; y < 8; y++) sum += rows_of_threads[y][threadIdx.x];
+    partials[(size_t)part * OC + o] = sum;
 }
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
     bias_forward_kernel<<<ceil_div((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
     launchCheck();
 }
-inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) {
-    bias_backward_kernel<<<ceil_div(OC, 128), 128>>>(dbias, dout, N, OC);
+// partials: column_partials_elements(OC) floats of device scratch
+inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
+    bias_backward_partials_kernel<<<dim3(ceil_div(OC, 32), COLUMN_PARTS), dim3(32, 8)>>>(partials, dout, N, OC);
     launchCheck();
+    column_partials_finish(dbias, partials, OC);
 }
 #else
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
-inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) { bias_backward_host(dbias, dout, N, OC); }
+inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
+    (void)partials;
+    bias_backward_host(dbias, dout, N, OC);
+}
 #endif
 
 inline void matmul_forward(floatX* out,                               // (N,OC)
@@ -121,12 +151,13 @@ inline void matmul_forward(floatX* out,                               // (N,OC)
     if (bias) bias_forward(out, bias, N, OC);
 }
 
+// partials: the bias sum's scratch, column_partials_elements(OC) floats (GPU; unused on the CPU)
 inline void matmul_backward(floatX* dinp,                          // (N,C) overwritten, or NULL
                             floatX* dweight, floatX* dbias,        // (OC,C) +=, (OC) += or NULL
                             const floatX* dout,                    // (N,OC)
                             const floatX* inp, const floatX* weight,  // (N,C), (OC,C)
-                            int N, int C, int OC) {
+                            int N, int C, int OC, float* partials) {
     if (dinp) gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
     gemm_batched(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) bias_backward(dbias, dout, N, OC, partials);
 }

@@ -123,7 +123,7 @@ TEST_CASE("matmul forward and backward against float64 loops") {
     auto x = randn(N * C, 20), w = randn(OC * C, 21), b = randn(OC, 22), dout = randn(N * OC, 23);
     vector<float> out(N * OC), dinp(N * C, 9.0f), dw(OC * C, 1.0f), db(OC, 2.0f);
     matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
-    matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC, nullptr);
     vector<double> ro(N * OC, 0), rdi(N * C, 0), rdw(OC * C, 1.0), rdb(OC, 2.0);
     for (int i = 0; i < N; i++) for (int o = 0; o < OC; o++) {
         double s = b[o];

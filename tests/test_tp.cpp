@@ -96,9 +96,9 @@ static void megatron_mlp(Collectives* comm, int tp, int r) {
     matmul_forward(h.data(), x.data(), fcw.data(), fcb.data(), N, C, H);
     gelu_forward(a.data(), h.data(), h.size());
     matmul_forward(y.data(), a.data(), projw.data(), projb.data(), N, H, C);
-    matmul_backward(da.data(), dprojw.data(), dprojb.data(), dy.data(), a.data(), projw.data(), N, H, C);
+    matmul_backward(da.data(), dprojw.data(), dprojb.data(), dy.data(), a.data(), projw.data(), N, H, C, nullptr);
     gelu_backward(dh.data(), h.data(), da.data(), h.size());
-    matmul_backward(dx.data(), dfcw.data(), dfcb.data(), dh.data(), x.data(), fcw.data(), N, C, H);
+    matmul_backward(dx.data(), dfcw.data(), dfcb.data(), dh.data(), x.data(), fcw.data(), N, C, H, nullptr);
     // this rank's shards, the code path of block_forward / block_backward
     const int Hr = H / tp;
     auto fcw_r = shard(fcw, {SPLIT_ROWS, 1}, H, C, tp, r), fcb_r = shard(fcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
@@ -110,9 +110,9 @@ static void megatron_mlp(Collectives* comm, int tp, int r) {
     matmul_forward(y_r.data(), a_r.data(), projw_r.data(), NULL, N, Hr, C);
     tp_g_forward(comm, y_r.data(), y_r.size());
     bias_forward(y_r.data(), projb.data(), N, C);  // once, after the sum
-    matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy.data(), a_r.data(), projw_r.data(), N, Hr, C);
+    matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
     gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());
-    matmul_backward(dx_r.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x.data(), fcw_r.data(), N, C, Hr);
+    matmul_backward(dx_r.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x.data(), fcw_r.data(), N, C, Hr, nullptr);
     tp_f_backward(comm, dx_r.data(), dx_r.size());
     const double tol = 1e-5;  // fp32: the sharded sums add the same products in another grouping
     EXPECT(max_abs_diff(y_r.data(), y.data(), y.size()) < tol);
