@@ -108,6 +108,17 @@ train_gpt_fp32: train_gpt.cu $(HEADERS)
 train_gpt_fp16: train_gpt.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 $< $(NVCC_LIBS) -o $@
 
+# ---------------------------------------------------------------- dev/: kernel labs (nvcc)
+LABS = $(patsubst %.cu,%,$(wildcard dev/*.cu))
+ifneq ($(NVCC),)
+dev: $(LABS)
+else
+dev:
+	@echo "make dev: no nvcc here (the labs are CUDA programs)"; exit 1
+endif
+dev/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS) .precision-$(PRECISION)
+	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -Xcompiler -fopenmp $< -lcublas -lgomp -o $@
+
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
 	@mkdir -p tests/build
@@ -136,10 +147,18 @@ tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
 tests/build/test_pipeline: tests/test_pipeline.cpp pipeline.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -o $@
 
+# every op's host twin against PyTorch (dev/pytorch_ref.py's files), in fp32 and in bf16
+tests/build/test_ops_vs_pytorch_fp32: tests/test_ops_vs_pytorch.cpp dev/pytorch_ref.h $(HEADERS)
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
+tests/build/test_ops_vs_pytorch_bf16: tests/test_ops_vs_pytorch.cpp dev/pytorch_ref.h $(HEADERS)
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 $< $(CPU_LIBS) -o $@
+
 tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
-TEST_BINARIES = tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

@@ -6,8 +6,9 @@ GPT-2's c_attn produces them. C and NH are the channels and heads *this rank*
 holds (C/tp and NH/tp under tensor parallelism): heads are independent.
 The attention probabilities att (B,NH,T,T) are kept for the backward.
 
-Host twin: loops over (b, h, t), the specification. The backward uses the O(T)
-softmax identity dpre = att * (datt - sum(att * datt)) instead of the Jacobian.
+Host twin: loops over (b, h, t), the specification; the backward sums each head's dq,
+dk, dv in fp32 and stores them once, and uses the O(T) softmax identity
+dpre = att * (datt - sum(att * datt)) instead of the Jacobian.
 CPU build: the same arithmetic with the four products through sgemm, one (b, h) per
 task (tested against the twin in tests/test_kernels.cpp).
 GPU: llm.c's first fast version: permute q, k, v to (B,NH,T,hs), two strided-batched
@@ -73,23 +74,23 @@ inline void attention_backward_host(floatX* dqkv,          // (B,T,3C) overwritt
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {  // each (b,h) owns its slice of dqkv: no races
-            for (int t = 0; t < T; t++)
-                for (int part = 0; part < 3; part++)
-                    for (int i = 0; i < hs; i++) dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(0.0f);
-            float* datt = (float*)malloc(sizeof(float) * T);
+            // dq, dk, dv of this head summed in fp32 (T,hs) each, stored into floatX once at the end
+            float* acc = (float*)calloc((size_t)3 * T * hs + T, sizeof(float));
+            float *dq_all = acc, *dk_all = acc + (size_t)T * hs, *dv_all = acc + (size_t)2 * T * hs;
+            float* datt = acc + (size_t)3 * T * hs;
             for (int t = 0; t < T; t++) {
                 const floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
                 const floatX* dy = dout + ((size_t)b * T + t) * C + h * hs;
                 const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                floatX* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float* dq = dq_all + (size_t)t * hs;
                 float att_dot_datt = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {  // through y = att @ v
                     const floatX* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    floatX* dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float* dv = dv_all + (size_t)t2 * hs;
                     float d = 0.0f;
                     for (int i = 0; i < hs; i++) {
                         d += to_float(dy[i]) * to_float(v[i]);
-                        dv[i] = from_float(to_float(dv[i]) + to_float(att_row[t2]) * to_float(dy[i]));
+                        dv[i] += to_float(att_row[t2]) * to_float(dy[i]);
                     }
                     datt[t2] = d;
                     att_dot_datt += to_float(att_row[t2]) * d;
@@ -97,14 +98,18 @@ inline void attention_backward_host(floatX* dqkv,          // (B,T,3C) overwritt
                 for (int t2 = 0; t2 <= t; t2++) {  // through the softmax, then q k^T * scale
                     float dpre = to_float(att_row[t2]) * (datt[t2] - att_dot_datt) * scale;
                     const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    floatX* dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float* dk = dk_all + (size_t)t2 * hs;
                     for (int i = 0; i < hs; i++) {
-                        dq[i] = from_float(to_float(dq[i]) + dpre * to_float(k[i]));
-                        dk[i] = from_float(to_float(dk[i]) + dpre * to_float(q[i]));
+                        dq[i] += dpre * to_float(k[i]);
+                        dk[i] += dpre * to_float(q[i]);
                     }
                 }
             }
-            free(datt);
+            for (int t = 0; t < T; t++)
+                for (int part = 0; part < 3; part++)
+                    for (int i = 0; i < hs; i++)
+                        dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(acc[((size_t)part * T + t) * hs + i]);
+            free(acc);
         }
     }
 }

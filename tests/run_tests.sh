@@ -24,6 +24,10 @@ check() {  # check NAME COMMAND...
 }
 
 check kernels_vs_float64 $BUILD/test_kernels
+# every op's host twin against PyTorch, from the files the dev/ labs check the GPU kernels with
+check ops_pytorch_reference $PYTHON dev/pytorch_ref.py --out $BUILD/pytorch_ops
+check ops_vs_pytorch_fp32 $BUILD/test_ops_vs_pytorch_fp32 $BUILD/pytorch_ops
+check ops_vs_pytorch_bf16 $BUILD/test_ops_vs_pytorch_bf16 $BUILD/pytorch_ops
 check tokenizer_properties env GPT2_VOCAB=data/gpt2 $BUILD/test_tokenizer
 check tokenizer_vs_gpt2 bash tests/test_tokenizer.sh data/gpt2 data/tinyshakespeare.txt
 check pytorch_reference $PYTHON tests/reference.py --out $REF
