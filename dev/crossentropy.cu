@@ -1,0 +1,136 @@
+/*
+dev/crossentropy.cu: fused softmax + cross-entropy + its gradient over the first V of Vp
+logit columns (kernels/crossentropy.cuh), the gradient written over the logits:
+    loss_i = log(sum_{j<V} exp(z_ij)) - z_i,target
+    dz_ij  = (softmax(z_i)_j - [j == target_i]) * dloss   (j < V),   0 for V <= j < Vp
+The (N, Vp) logits are the largest tensor of a small GPT: every pass over them counts.
+
+version 1: one thread per row, three passes (max, sum of exponentials, gradient): the
+           host twin on the device; a warp reads 32 rows far apart
+version 2: the trainer's four pieces, one block of 512 per row each: row max, row sum
+           of exp(z - max), the target's logit, then loss and gradient. Four launches
+           and three reads of the row before the gradient, so that under tensor
+           parallelism the three per-row numbers can be all-reduced between pieces
+version 3: one block per row, one kernel: an online softmax keeps a running (max, sum)
+           per thread, rescaling the sum when the max grows, and merges the pairs across
+           the block; then the gradient pass. Two reads of the row instead of four
+           (fits one rank; tensor parallelism needs version 2's split)
+The block size applies to versions 1 and 3.
+*/
+#include "lab.h"
+#include "../kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_host (the reference), the pieces (version 2)
+
+__global__ void crossentropy_kernel1(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    floatX* z = logits + (size_t)i * Vp;
+    float maxval = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
+    for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
+    losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
+    if (dloss == 0.0f) return;
+    for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
+}
+
+// (max, sum of exp(z - max)) merged with another such pair
+__device__ inline void merge_softmax_state(float* m, float* s, float m2, float s2) {
+    float top = fmaxf(*m, m2);
+    if (top == -INFINITY) return;  // both empty
+    *s = *s * expf(*m - top) + s2 * expf(m2 - top);
+    *m = top;
+}
+__global__ void crossentropy_kernel3(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    __shared__ float warp_max[32], warp_sum[32];
+    int i = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    floatX* z = logits + (size_t)i * Vp;
+    float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {  // the online softmax: one read of the row
+        float x = to_float(z[j]);
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+        else s += expf(x - m);
+    }
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    if (lane == 0) { warp_max[warp] = m; warp_sum[warp] = s; }
+    __syncthreads();
+    m = lane < warps ? warp_max[lane] : -INFINITY;
+    s = lane < warps ? warp_sum[lane] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
+    if (dloss == 0.0f) return;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
+}
+
+struct Buffers { floatX* logits; float *losses, *maxes, *sums, *target_logits; int* targets; };
+
+static void crossentropy_version(int version, int block, const Buffers& d, int N, int V, int Vp, float dloss) {
+    if (version == 1) {
+        crossentropy_kernel1<<<ceil_div(N, block), block>>>(d.logits, d.losses, d.targets, N, V, Vp, dloss);
+        launchCheck();
+    } else if (version == 2) {
+        crossentropy_row_max(d.maxes, d.logits, N, Vp, V);
+        crossentropy_row_sumexp(d.sums, d.logits, d.maxes, N, Vp, V);
+        crossentropy_target_logit(d.target_logits, d.logits, d.targets, N, Vp, 0);
+        crossentropy_finish(d.logits, d.losses, d.targets, d.maxes, d.sums, d.target_logits, N, Vp, 0, V, dloss);
+    } else {
+        crossentropy_kernel3<<<N, block>>>(d.logits, d.losses, d.targets, V, Vp, dloss);
+        launchCheck();
+    }
+}
+static Buffers upload(const std::vector<floatX>& logits, const std::vector<int>& targets, int N) {
+    return {to_device(logits), (float*)device_malloc(N * sizeof(float)), (float*)device_malloc(N * sizeof(float)),
+            (float*)device_malloc(N * sizeof(float)), (float*)device_malloc(N * sizeof(float)), to_device(targets)};
+}
+static void release(const Buffers& d) {
+    device_free(d.logits); device_free(d.losses); device_free(d.maxes); device_free(d.sums); device_free(d.target_logits);
+    device_free(d.targets);
+}
+
+int main(int argc, char** argv) {
+    const int VERSIONS = 3;
+    Lab lab = lab_start(argc, argv, "crossentropy", VERSIONS);
+    struct Size { int N, V, Vp; } sizes[] = {{4, 50, 64}, {7, 1000, 1024}, {64, 50257, 50304}, {4096, 50257, 50304}};
+    for (Size s : sizes) {
+        size_t n = (size_t)s.N * s.Vp;
+        std::vector<floatX> logits = random_floatx(n, 1, 3.0f), dlogits = logits;
+        Rng rng = {2};
+        std::vector<int> targets(s.N);
+        for (int& t : targets) t = (int)(rng_next(&rng) % s.V);
+        std::vector<float> losses(s.N);
+        float dloss = 1.0f / s.N;
+        crossentropy_forward_backward_host(dlogits.data(), losses.data(), targets.data(), s.N, s.V, s.Vp, dloss);
+        Buffers d = upload(logits, targets, s.N);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            for (int block : LAB_BLOCK_SIZES) {
+                host_to_device(d.logits, logits.data(), n * sizeof(floatX));  // the gradient overwrote them
+                crossentropy_version(v, block, d, s.N, s.V, s.Vp, dloss);
+                lab_check(&lab, "losses", d.losses, losses);
+                lab_check(&lab, "dlogits", d.logits, dlogits);
+            }
+            lab_report(&lab, v, "N V Vp", {s.N, s.V, s.Vp});
+        }
+        if (s.N == 4096)  // timed on the gradients the last check left: the same work
+            time_versions(lab, VERSIONS, 2.0 * n * sizeof(floatX), [&](int v, int block) { crossentropy_version(v, block, d, s.N, s.V, s.Vp, dloss); });
+        release(d);
+    }
+    RefFile ref = lab_ref_file("crossentropy");
+    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
+        std::string p = ref_prefix(k);
+        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+        int N = sz[0], V = sz[1], Vp = sz[2];
+        std::vector<floatX> logits = ref_floatx(ref, p + "logits");
+        float dloss = (float)ref.get(p + "dloss").values[0];
+        Buffers d = upload(logits, ref.get(p + "targets").as_ints(), N);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            printf("  version %d against PyTorch, case %s\n", v, p.c_str());
+            host_to_device(d.logits, logits.data(), logits.size() * sizeof(floatX));
+            crossentropy_version(v, 256, d, N, V, Vp, dloss);
+            lab_check_ref(&lab, "losses", d.losses, ref, p + "losses");
+            lab_check_ref(&lab, "dlogits", d.logits, ref, p + "dlogits");
+        }
+        release(d);
+    }
+    return lab_finish(lab);
+}

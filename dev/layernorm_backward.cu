@@ -1,0 +1,108 @@
+/*
+dev/layernorm_backward.cu: LayerNorm's backward (kernels/layernorm.cuh), with n = (x - mean) * rstd
+and g = dout * w:
+    dx += rstd * (g - mean(g) - n * mean(g * n))   per row: a warp per row, as the forward
+    dw += sum over rows of dout * n;  db += sum over rows of dout   column sums over N rows
+The column sums are where the versions differ; both keep a fixed order of additions,
+so a run repeats bit for bit (bit-exact resume).
+
+version 1: the row kernel, then one thread per channel walking all N rows: C threads
+           (768 for GPT-2) each reading a column with stride C
+version 2: the trainer's: the row kernel, then two stages: 64 blocks of rows x 32-channel
+           tiles write fp32 partial sums (8 threads per column, warps reading 32
+           neighbouring channels), and one thread per channel adds the 64 parts in order
+The block size applies to the row kernel; the column stages have fixed shapes.
+*/
+#include "lab.h"
+#include "../kernels/layernorm.cuh"  // defines: layernorm_backward_host (the reference), layernorm_backward (version 2)
+
+__global__ void layernorm_params_kernel1(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                         const float* mean, const float* rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) layernorm_param_grads_channel(c, dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+struct Buffers { floatX *dinp, *dweight, *dbias, *dout, *inp, *weight; float *mean, *rstd, *partials; };
+
+static void layernorm_backward_version(int version, int block, const Buffers& d, int N, int C) {
+    if (version == 1) {
+        layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block>>>(d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
+        launchCheck();
+        layernorm_params_kernel1<<<ceil_div(C, 128), 128>>>(d.dweight, d.dbias, d.dout, d.inp, d.mean, d.rstd, N, C);
+        launchCheck();
+    } else {
+        layernorm_backward(d.dinp, d.dweight, d.dbias, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C, d.partials);
+    }
+}
+
+// the host's inputs and earlier gradients (+=) on the device
+struct HostCase { std::vector<floatX> dinp, dweight, dbias, dout, inp, weight; std::vector<float> mean, rstd; };
+static Buffers upload(const HostCase& h, int C) {
+    return {to_device(h.dinp), to_device(h.dweight), to_device(h.dbias), to_device(h.dout), to_device(h.inp),
+            to_device(h.weight), to_device(h.mean), to_device(h.rstd),
+            (float*)device_malloc(column_partials_elements(2 * (size_t)C) * sizeof(float))};
+}
+static void reset(const Buffers& d, const HostCase& h) {  // the gradients back to their values before the call
+    host_to_device(d.dinp, h.dinp.data(), h.dinp.size() * sizeof(floatX));
+    host_to_device(d.dweight, h.dweight.data(), h.dweight.size() * sizeof(floatX));
+    host_to_device(d.dbias, h.dbias.data(), h.dbias.size() * sizeof(floatX));
+}
+static void release(const Buffers& d) {
+    for (void* p : {(void*)d.dinp, (void*)d.dweight, (void*)d.dbias, (void*)d.dout, (void*)d.inp, (void*)d.weight,
+                    (void*)d.mean, (void*)d.rstd, (void*)d.partials}) device_free(p);
+}
+
+int main(int argc, char** argv) {
+    const int VERSIONS = 2;
+    Lab lab = lab_start(argc, argv, "layernorm_backward", VERSIONS);
+    struct Size { int N, C; } sizes[] = {{7, 32}, {65, 96}, {1000, 768}, {16 * 1024, 768}};
+    for (Size s : sizes) {
+        size_t n = (size_t)s.N * s.C;
+        HostCase h = {random_floatx(n, 4, 0.1f), random_floatx(s.C, 5, 0.1f), random_floatx(s.C, 6, 0.1f),
+                      random_floatx(n, 3), random_floatx(n, 1, 2.0f, 0.5f), random_floatx(s.C, 2, 0.1f, 1.0f),
+                      std::vector<float>(s.N), std::vector<float>(s.N)};
+        std::vector<floatX> out(n), bias = random_floatx(s.C, 7);
+        layernorm_forward_host(out.data(), h.mean.data(), h.rstd.data(), h.inp.data(), h.weight.data(), bias.data(), s.N, s.C);
+        Buffers d = upload(h, s.C);
+        HostCase twin = h;
+        layernorm_backward_host(twin.dinp.data(), twin.dweight.data(), twin.dbias.data(), h.dout.data(), h.inp.data(),
+                                h.weight.data(), h.mean.data(), h.rstd.data(), s.N, s.C);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            for (int block : LAB_BLOCK_SIZES) {
+                reset(d, h);
+                layernorm_backward_version(v, block, d, s.N, s.C);
+                lab_check(&lab, "dinp", d.dinp, twin.dinp);
+                lab_check(&lab, "dweight", d.dweight, twin.dweight);
+                lab_check(&lab, "dbias", d.dbias, twin.dbias);
+            }
+            lab_report(&lab, v, "N C", {s.N, s.C});
+        }
+        if (s.N == 16 * 1024)  // dout, inp read, dinp read and written
+            time_versions(lab, VERSIONS, 4.0 * n * sizeof(floatX), [&](int v, int block) { layernorm_backward_version(v, block, d, s.N, s.C); });
+        release(d);
+    }
+    RefFile ref = lab_ref_file("layernorm");
+    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
+        std::string p = ref_prefix(k);
+        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+        int N = sz[0], C = sz[1];
+        HostCase h = {std::vector<floatX>((size_t)N * C, from_float(0.0f)), std::vector<floatX>(C, from_float(0.0f)),
+                      std::vector<floatX>(C, from_float(0.0f)), ref_floatx(ref, p + "dout"), ref_floatx(ref, p + "inp"),
+                      ref_floatx(ref, p + "weight"), std::vector<float>(N), std::vector<float>(N)};
+        std::vector<floatX> out((size_t)N * C), bias = ref_floatx(ref, p + "bias");
+        layernorm_forward_host(out.data(), h.mean.data(), h.rstd.data(), h.inp.data(), h.weight.data(), bias.data(), N, C);
+        Buffers d = upload(h, C);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            printf("  version %d against PyTorch, case %s\n", v, p.c_str());
+            reset(d, h);
+            layernorm_backward_version(v, 256, d, N, C);
+            lab_check_ref(&lab, "dinp", d.dinp, ref, p + "dinp");
+            lab_check_ref(&lab, "dweight", d.dweight, ref, p + "dweight");
+            lab_check_ref(&lab, "dbias", d.dbias, ref, p + "dbias");
+        }
+        release(d);
+    }
+    return lab_finish(lab);
+}

@@ -1,0 +1,90 @@
+/*
+dev/layernorm_forward.cu: LayerNorm over the channels, eps 1e-5 (kernels/layernorm.cuh):
+    mean, rstd = 1/sqrt(var + eps) per row;  out = (x - mean) * rstd * w + b
+A row is C = 768 values for GPT-2 small: the question is how many threads share a row.
+
+version 1: one thread per row, three passes (mean, variance, output): simple, but a
+           warp's 32 threads read 32 different rows, so no load is coalesced
+version 2: one warp per row (the trainer's layernorm_forward_kernel): lanes read
+           neighbouring channels (coalesced) and the sums are warp shuffles
+*/
+#include "lab.h"
+#include "../kernels/layernorm.cuh"  // defines: layernorm_forward_host (the reference), layernorm_forward_kernel (version 2)
+
+__global__ void layernorm_forward_kernel1(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                          const floatX* weight, const floatX* bias, int N, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += to_float(x[c]);
+    m /= C;
+    float var = 0.0f;
+    for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; var += d * d; }
+    float s = rsqrtf(var / C + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++)
+        out[(size_t)row * C + c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    mean[row] = m;
+    rstd[row] = s;
+}
+
+static void layernorm_forward_version(int version, int block, floatX* out, float* mean, float* rstd, const floatX* inp,
+                                      const floatX* weight, const floatX* bias, int N, int C) {
+    if (version == 1) layernorm_forward_kernel1<<<ceil_div(N, block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
+    else layernorm_forward_kernel<<<ceil_div(N, block / 32), block>>>(out, mean, rstd, inp, weight, bias, N, C);
+    launchCheck();
+}
+
+struct Buffers { floatX *out, *inp, *weight, *bias; float *mean, *rstd; };
+static Buffers upload(const std::vector<floatX>& inp, const std::vector<floatX>& w, const std::vector<floatX>& b, int N, int C) {
+    return {(floatX*)device_malloc((size_t)N * C * sizeof(floatX)), to_device(inp), to_device(w), to_device(b),
+            (float*)device_malloc(N * sizeof(float)), (float*)device_malloc(N * sizeof(float))};
+}
+static void release(Buffers d) {
+    device_free(d.out); device_free(d.inp); device_free(d.weight); device_free(d.bias); device_free(d.mean); device_free(d.rstd);
+}
+
+int main(int argc, char** argv) {
+    const int VERSIONS = 2;
+    Lab lab = lab_start(argc, argv, "layernorm_forward", VERSIONS);
+    struct Size { int N, C; } sizes[] = {{7, 32}, {65, 96}, {1000, 768}, {8 * 1024, 768}};
+    for (Size s : sizes) {
+        std::vector<floatX> inp = random_floatx((size_t)s.N * s.C, 1, 2.0f, 0.5f), w = random_floatx(s.C, 2, 0.1f, 1.0f),
+                            b = random_floatx(s.C, 3, 0.1f), out((size_t)s.N * s.C);
+        std::vector<float> mean(s.N), rstd(s.N);
+        layernorm_forward_host(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), s.N, s.C);
+        Buffers d = upload(inp, w, b, s.N, s.C);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            for (int block : LAB_BLOCK_SIZES) {
+                layernorm_forward_version(v, block, d.out, d.mean, d.rstd, d.inp, d.weight, d.bias, s.N, s.C);
+                lab_check(&lab, "out", d.out, out);
+                lab_check(&lab, "mean", d.mean, mean, 1e-5);  // fp32 statistics in every build
+                lab_check(&lab, "rstd", d.rstd, rstd, 1e-5);
+            }
+            lab_report(&lab, v, "N C", {s.N, s.C});
+        }
+        if (s.N == 8 * 1024)
+            time_versions(lab, VERSIONS, 2.0 * s.N * s.C * sizeof(floatX), [&](int v, int block) {
+                layernorm_forward_version(v, block, d.out, d.mean, d.rstd, d.inp, d.weight, d.bias, s.N, s.C);
+            });
+        release(d);
+    }
+    RefFile ref = lab_ref_file("layernorm");
+    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
+        std::string p = ref_prefix(k);
+        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+        int N = sz[0], C = sz[1];
+        Buffers d = upload(ref_floatx(ref, p + "inp"), ref_floatx(ref, p + "weight"), ref_floatx(ref, p + "bias"), N, C);
+        for (int v = 1; v <= VERSIONS; v++) {
+            if (!lab_wants(lab, v)) continue;
+            printf("  version %d against PyTorch, case %s\n", v, p.c_str());
+            layernorm_forward_version(v, 256, d.out, d.mean, d.rstd, d.inp, d.weight, d.bias, N, C);
+            lab_check_ref(&lab, "out", d.out, ref, p + "out");
+            lab_check_ref(&lab, "mean", d.mean, ref, p + "mean");
+            lab_check_ref(&lab, "rstd", d.rstd, ref, p + "rstd");
+        }
+        release(d);
+    }
+    return lab_finish(lab);
+}
