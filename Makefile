@@ -118,6 +118,11 @@ dev:
 endif
 dev/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS) .precision-$(PRECISION)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -Xcompiler -fopenmp $< -lcublas -lgomp -o $@
+# the labs in fp32 too (checked against float64 at 1e-5), for make test-gpu
+dev-fp32: $(patsubst dev/%,dev/fp32/%,$(LABS))
+dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS)
+	@mkdir -p dev/fp32
+	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp $< -lcublas -lgomp -o $@
 
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
@@ -129,6 +134,11 @@ tests/build/test_kernels: tests/test_kernels.cpp $(HEADERS) $(CATCH_MAIN)
 
 tests/build/test_gpt2: tests/test_gpt2.cpp train_gpt.cu $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
+
+# the same test built by nvcc for make test-gpu (fp32, no TF32)
+tests/build/test_gpt2_gpu: tests/test_gpt2.cpp train_gpt.cu $(HEADERS) $(CATCH_MAIN)
+	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $@.o
+	$(NVCC) $(NVCC_FLAGS) $@.o $(CATCH_MAIN) $(NVCC_LIBS) -o $@
 
 tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
@@ -162,9 +172,12 @@ TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pyt
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
-test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16
+test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16 tests/build/test_gpt2_gpu dev dev-fp32 data
 	@[ -n "$(GPU_PYTHON)" ] || { echo "make test-gpu: no python3 here can import torch (set GPU_PYTHON=...)"; exit 1; }
 	PYTHON=$(GPU_PYTHON) bash tests/run_tests_gpu.sh
+
+print-nvcc:
+	@echo $(NVCC)
 
 # the OpenBLAS directory the CPU builds link (empty: the system default), for scripts/bench_cpu.sh
 print-openblas-dir:
@@ -181,14 +194,16 @@ help:
 	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
-	@echo "  make test-gpu        the GPU builds against the PyTorch reference (needs a GPU; GPU_PYTHON: a python3 with torch)"
+	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
+	@echo "  make dev             the dev/ kernel labs with nvcc (dev/README.md); dev-fp32: the same in fp32, into dev/fp32/"
 	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"
+	@echo "  make print-nvcc      the nvcc the CUDA targets use (empty: none here)"
 	@echo "  make print-openblas-dir  the OpenBLAS (OpenMP build) directory the CPU trainers link (scripts/bench_cpu.sh)"
 	@echo "  make clean           remove build outputs"
 	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON, GPU_PYTHON, DEBUG, OPENBLAS_OPENMP,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:
-	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-*
+	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
 
-.PHONY: all data test test-gpu help clean print-openblas-dir
+.PHONY: all data test test-gpu help clean print-openblas-dir print-nvcc dev dev-fp32

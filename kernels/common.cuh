@@ -67,7 +67,7 @@ inline void device_init(int local_rank, int ranks_on_node) {
         fail("no CUDA device found (%s): ./train_gpt_cpu takes the same flags and runs on the CPU",
              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     cudaCheck(cudaSetDevice(local_rank % count));
-    cublasCheck(cublasCreate(&cublas_handle()));
+    if (!cublas_handle()) cublasCheck(cublasCreate(&cublas_handle()));
     // fp32 builds compute in true fp32 (no TF32), so they can be checked against float64
     cublasCheck(cublasSetMathMode(cublas_handle(), CUBLAS_DEFAULT_MATH));
 }

@@ -1,24 +1,54 @@
 #!/usr/bin/env bash
-# tests/run_tests_gpu.sh: `make test-gpu`: the CUDA trainer against the PyTorch float64
-# reference, through flags only (the GPU build computes fp32 without TF32).
+# tests/run_tests_gpu.sh: `make test-gpu`: the CUDA builds checked as `make test` checks the CPU
+# ones, on one GPU: the PyTorch float64 reference (logits, loss, every gradient, AdamW steps),
+# trajectories in fp32/bf16/fp16, recompute levels identical, the loss scaler's injected
+# overflow, resume bit-exact, dp 2 and 4 under every ZeRO stage (several ranks on one GPU talk
+# through -comm mpi), every dev/ lab in bf16 and fp32 against its host twin and PyTorch, and a
+# compute-sanitizer memcheck pass over a few steps with validation and sampling.
+# Tolerances are the CPU suite's (tests/run_tests.sh argues them): the fp32 build computes
+# without TF32, so it is held to float64 as the CPU's fp32 build is.
 set -u
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-/usr/bin/python3}
-REF=tests/build/ref
-mkdir -p tests/build
+PYTHON=${PYTHON:-python3}
+BUILD=tests/build
+REF=$BUILD/ref
+mkdir -p $BUILD
 passed=0; failed=0
 check() {
     local name=$1; shift
-    if "$@" > tests/build/$name.log 2>&1; then echo "PASS $name"; passed=$((passed + 1))
-    else echo "FAIL $name"; tail -n 25 tests/build/$name.log | sed 's/^/    /'; failed=$((failed + 1)); fi
+    local start=$SECONDS
+    if "$@" > $BUILD/$name.log 2>&1; then echo "PASS $name ($((SECONDS - start)) s)"; passed=$((passed + 1))
+    else echo "FAIL $name ($((SECONDS - start)) s)"; tail -n 25 $BUILD/$name.log | sed 's/^/    /'; failed=$((failed + 1)); fi
 }
+export TRAINER_FP32=./train_gpt_fp32 TRAINER_BF16=./train_gpt TRAINER_FP16=./train_gpt_fp16 TRAINER_FLAGS="-comm mpi"
+nvidia-smi -L || true
 [ -f $REF/debug_state.bin ] || check pytorch_reference $PYTHON tests/reference.py --out $REF
-# tolerances as the CPU builds' (tests/run_tests.sh): fp32 without TF32, bf16 3e-2, fp16 1e-2
+check gpu_gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2_gpu
 for K in 1 2 4; do
-    check gpu_fp32_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer ./train_gpt_fp32 --ref $REF --accum $K --tol 1e-4
-    check gpu_bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer ./train_gpt --ref $REF --accum $K --tol 3e-2
-    check gpu_fp16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer ./train_gpt_fp16 --ref $REF --accum $K --tol 1e-2
+    check gpu_fp32_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum $K --tol 1e-4
+    check gpu_bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_BF16 --ref $REF --accum $K --tol 3e-2
+    check gpu_fp16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP16 --ref $REF --accum $K --tol 1e-2
 done
-check gpu_bad_input bash tests/test_bad_input.sh ./train_gpt_fp32 "$REF"
+check gpu_recompute_identical_and_memory bash tests/test_recompute.sh $REF
+check gpu_loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF
+for dp in 2 4; do
+    for z in 0 1 2 3; do
+        check gpu_dp${dp}_zero$z $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum 2 --tol 1e-4 \
+            --launcher "timeout 300 mpirun -np $dp" --extra "-b $((4 / dp)) -z $z $TRAINER_FLAGS"
+    done
+done
+check gpu_resume_bit_exact bash tests/test_resume.sh $REF
+# the labs: every version against the host twin and PyTorch, bf16 and fp32 builds
+check gpu_ops_pytorch_reference $PYTHON dev/pytorch_ref.py --out $BUILD/pytorch_ops
+for lab in $(ls dev/*.cu | sed 's#dev/\(.*\)\.cu#\1#'); do
+    check gpu_lab_${lab}_bf16 env DEV_REF_DIR=$BUILD/pytorch_ops ./dev/$lab
+    check gpu_lab_${lab}_fp32 env DEV_REF_DIR=$BUILD/pytorch_ops ./dev/fp32/$lab
+done
+# memcheck: out-of-bounds and misaligned accesses, uninitialised device reads reported as errors
+SANITIZE="compute-sanitizer --tool memcheck --error-exitcode 1"
+check gpu_memcheck_bf16 $SANITIZE $TRAINER_BF16 -e $REF/model.bin -i data/tinyshakespeare_train.bin \
+    -j data/tinyshakespeare_val.bin -b 2 -t 32 -x 3 -v 2 -m 2 -s 2 -g 8
+check gpu_memcheck_fp16_recompute $SANITIZE $TRAINER_FP16 -e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -x 2 -r 3
+check gpu_bad_input bash tests/test_bad_input.sh $TRAINER_FP32 "$REF"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

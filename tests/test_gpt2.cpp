@@ -1,5 +1,7 @@
 /*
-tests/test_gpt2.cpp: the CPU trainer against tests/reference.py (PyTorch, float64).
+tests/test_gpt2.cpp: the trainer against tests/reference.py (PyTorch, float64). Built
+for the CPU (make test) and, compiled by nvcc as CUDA, for the GPU (make test-gpu, fp32
+without TF32): the same checks, through device_to_host.
 
 Loads the reference's model.bin through the trainer's own loader, runs one
 micro-batch and compares logits, loss and every gradient tensor; then runs the
@@ -75,6 +77,7 @@ static double relative_l2(const float* a, const float* ref, size_t n) {
 }
 
 TEST_CASE("forward, loss and every gradient match PyTorch float64") {
+    device_init(0, 1);  // the GPU build's device and cuBLAS handle; the CPU build's threads
     Collectives comm = comm_single_process();
     GPT2 model;
     gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
@@ -116,6 +119,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
 }
 
 TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
+    device_init(0, 1);
     Collectives comm = comm_single_process();
     GPT2 model;
     gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);

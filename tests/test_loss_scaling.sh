@@ -4,10 +4,14 @@
 # Usage: test_loss_scaling.sh REFERENCE_DIR
 set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
+# The trainers: the CPU builds unless TRAINER_FP32, TRAINER_BF16, TRAINER_FP16 name others (make
+# test-gpu: the CUDA builds); TRAINER_FLAGS is added to every run (-comm mpi: ranks sharing a GPU)
+TRAINER_FP32=${TRAINER_FP32:-./train_gpt_cpu} TRAINER_BF16=${TRAINER_BF16:-./train_gpt_cpu_bf16}
+TRAINER_FP16=${TRAINER_FP16:-./train_gpt_cpu_fp16} TRAINER_FLAGS=${TRAINER_FLAGS:-}
 D=tests/build/scaling; rm -rf $D; mkdir -p $D
-FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 4 -t 32 -x 14 -l 3e-3 -v 0 -s 0"  # shards of `make data`
-TRAIN_GPT_INJECT_NONFINITE=3 ./train_gpt_cpu_fp16 $FLAGS -log $D/fp16.jsonl
-TRAIN_GPT_INJECT_NONFINITE=3 ./train_gpt_cpu_bf16 $FLAGS -log $D/bf16.jsonl 2> $D/bf16.err
+FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 4 -t 32 -x 14 -l 3e-3 -v 0 -s 0 $TRAINER_FLAGS"  # shards of `make data`
+TRAIN_GPT_INJECT_NONFINITE=3 $TRAINER_FP16 $FLAGS -log $D/fp16.jsonl
+TRAIN_GPT_INJECT_NONFINITE=3 $TRAINER_BF16 $FLAGS -log $D/bf16.jsonl 2> $D/bf16.err
 grep -q "warning: step 3 had non-finite gradients and was skipped" $D/bf16.err
 $PYTHON - $D <<'PY'
 import json, sys

@@ -5,22 +5,27 @@
 # parameter). Usage: test_recompute.sh REFERENCE_DIR
 set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
+# The trainers: the CPU builds unless TRAINER_FP32, TRAINER_BF16, TRAINER_FP16 name others (make
+# test-gpu: the CUDA builds); TRAINER_FLAGS is added to every run (-comm mpi: ranks sharing a GPU)
+TRAINER_FP32=${TRAINER_FP32:-./train_gpt_cpu} TRAINER_BF16=${TRAINER_BF16:-./train_gpt_cpu_bf16}
+TRAINER_FP16=${TRAINER_FP16:-./train_gpt_cpu_fp16} TRAINER_FLAGS=${TRAINER_FLAGS:-}
 D=tests/build/recompute; rm -rf $D; mkdir -p $D
-FLAGS="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0"
-for build in train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16; do
+FLAGS="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0 $TRAINER_FLAGS"
+for build in fp32:$TRAINER_FP32 bf16:$TRAINER_BF16 fp16:$TRAINER_FP16; do
+    name=${build%%:*} trainer=${build#*:}
     for r in 0 1 2 3; do
-        ./$build $FLAGS -r $r -log $D/$build-r$r.jsonl > /dev/null
-        ./$build $FLAGS -r $r -plan 1 | tail -n 1 > $D/$build-r$r.plan.json
+        $trainer $FLAGS -r $r -log $D/$name-r$r.jsonl > /dev/null
+        $trainer $FLAGS -r $r -plan 1 | tail -n 1 > $D/$name-r$r.plan.json
     done
-    ./$build $FLAGS -ga fp32 -plan 1 | tail -n 1 > $D/$build-ga-fp32.plan.json
-    ./$build $FLAGS -ga fp32 -x 1 -log $D/$build-ga-fp32.jsonl > /dev/null
+    $trainer $FLAGS -ga fp32 -plan 1 | tail -n 1 > $D/$name-ga-fp32.plan.json
+    $trainer $FLAGS -ga fp32 -x 1 -log $D/$name-ga-fp32.jsonl > /dev/null
 done
 $PYTHON - $D <<'PY'
 import json, sys
 d = sys.argv[1]
 L, C, NH, B, T, V, Vp = 2, 64, 4, 4, 32, 50257, 50304   # tests/reference.py's model, this run's batch
 N = B * T
-for build, X in (("train_gpt_cpu", 4), ("train_gpt_cpu_bf16", 2), ("train_gpt_cpu_fp16", 2)):
+for build, X in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
     rows = {r: [(x["loss"], x["norm"]) for x in map(json.loads, open(f"{d}/{build}-r{r}.jsonl"))] for r in range(4)}
     assert len(rows[0]) == 3
     for r in (1, 2, 3):

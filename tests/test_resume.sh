@@ -13,9 +13,13 @@
 # Usage: test_resume.sh REFERENCE_DIR
 set -euo pipefail
 REF=$1
+# The trainers: the CPU builds unless TRAINER_FP32, TRAINER_BF16, TRAINER_FP16 name others (make
+# test-gpu: the CUDA builds); TRAINER_FLAGS is added to every run (-comm mpi: ranks sharing a GPU)
+TRAINER_FP32=${TRAINER_FP32:-./train_gpt_cpu} TRAINER_BF16=${TRAINER_BF16:-./train_gpt_cpu_bf16}
+TRAINER_FP16=${TRAINER_FP16:-./train_gpt_cpu_fp16} TRAINER_FLAGS=${TRAINER_FLAGS:-}
 D=tests/build/resume; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4"
+FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4 $TRAINER_FLAGS"
 resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
     local name=$1 launch=$2 trainer=$3 extra=$4
     $launch $trainer $FLAGS $extra -o $D/$name-whole -log $D/$name-whole.jsonl > /dev/null
@@ -30,11 +34,11 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
     cmp $D/$name-whole/model_00000008.bin $D/$name-cut/model_00000008.bin || { echo "FAIL $name: final models differ"; exit 1; }
     echo "ok $name: steps 5-8 after resuming equal the unbroken run, final model identical"
 }
-resume_case fp32 "" ./train_gpt_cpu ""
-resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" ./train_gpt_cpu_bf16 "-b 1 -z 2"
-resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" ./train_gpt_cpu_bf16 "-b 1 -tp 2 -z 3"
-resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" ./train_gpt_cpu_bf16 "-b 1 -tp 2 -pp 2 -z 1"
-TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" ./train_gpt_cpu_fp16 "-b 1 -z 3 -lsi 2"
+resume_case fp32 "" $TRAINER_FP32 ""
+resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-b 1 -z 2"
+resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" $TRAINER_BF16 "-b 1 -tp 2 -z 3"
+resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" $TRAINER_BF16 "-b 1 -tp 2 -pp 2 -z 1"
+TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" $TRAINER_FP16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
 scales=$(grep -o '"scale": [0-9.]*' $D/fp16_dp2_zero3_scaler-whole.jsonl | awk '{print $2}' | tr '\n' ' ')
 echo "fp16 scales through the run: $scales"
@@ -45,28 +49,28 @@ C=$D/fp32-cut
 sums=$(md5sum $C/* | md5sum)
 head -c 500 $C/state_00000004_00000.bin > $D/trunc.bin; cp $C/model_00000004.bin $C/optimizer_00000004.bin $C/complete_00000004 $D/
 cp $D/trunc.bin $D/state_00000004_00000.bin
-if ./train_gpt_cpu $FLAGS -o $D -y 1 -x 8 > /dev/null 2> $D/err.txt; then echo "FAIL: truncated state accepted"; exit 1; fi
+if $TRAINER_FP32 $FLAGS -o $D -y 1 -x 8 > /dev/null 2> $D/err.txt; then echo "FAIL: truncated state accepted"; exit 1; fi
 grep -q "is truncated" $D/err.txt && echo "ok: $(cat $D/err.txt)"
-if ./train_gpt_cpu_bf16 $FLAGS -o $C -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: an fp32 checkpoint resumed in bf16"; exit 1; fi
+if $TRAINER_BF16 $FLAGS -o $C -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: an fp32 checkpoint resumed in bf16"; exit 1; fi
 grep -q "written by a 4-byte floatX build" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
-if timeout 120 mpirun -np 4 ./train_gpt_cpu_bf16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4 with another global micro-batch"; exit 1; fi
+if timeout 120 mpirun -np 4 $TRAINER_BF16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4 with another global micro-batch"; exit 1; fi
 grep -q "tokens per global micro-batch" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
 [ "$(md5sum $C/* | md5sum)" = "$sums" ] || { echo "FAIL: a refused resume changed the checkpoint"; exit 1; }
 
 # crash safety: the last of 2 ranks is killed (SIGKILL) halfway through writing step 4's state; the
 # job ends; step 4 has no completion marker, so -y 1 resumes from step 2 and the run ends with the
 # unbroken run's final model, byte for byte. -nk 2 keeps the newest two checkpoints.
-CRASH_FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -x 6 -l 1e-3 -v 0 -s 0 -n 2 -z 1"
-timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash-whole > /dev/null
-if TRAIN_GPT_DIE_IN_CHECKPOINT=4 timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash > $D/crash.txt 2>&1; then
+CRASH_FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -x 6 -l 1e-3 -v 0 -s 0 -n 2 -z 1 $TRAINER_FLAGS"
+timeout 300 mpirun -np 2 $TRAINER_FP32 $CRASH_FLAGS -o $D/crash-whole > /dev/null
+if TRAIN_GPT_DIE_IN_CHECKPOINT=4 timeout 300 mpirun -np 2 $TRAINER_FP32 $CRASH_FLAGS -o $D/crash > $D/crash.txt 2>&1; then
     echo "FAIL: the job went on after a rank died"; exit 1; fi
 [ -f $D/crash/complete_00000002 ] && [ ! -f $D/crash/complete_00000004 ] && ls $D/crash/state_00000004_00001.bin.tmp > /dev/null \
     || { echo "FAIL: after the crash: $(ls $D/crash)"; exit 1; }
-timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -o $D/crash -y 1 > $D/crash-resume.txt
+timeout 300 mpirun -np 2 $TRAINER_FP32 $CRASH_FLAGS -o $D/crash -y 1 > $D/crash-resume.txt
 grep -q "resuming from step 2" $D/crash-resume.txt || { echo "FAIL: $(grep resum $D/crash-resume.txt)"; exit 1; }
 cmp $D/crash-whole/model_00000006.bin $D/crash/model_00000006.bin || { echo "FAIL: resumed after the crash, final models differ"; exit 1; }
 echo "ok: a rank killed mid-checkpoint: the job ended, -y 1 took step 2 (complete), final model identical"
-timeout 300 mpirun -np 2 ./train_gpt_cpu $CRASH_FLAGS -nk 2 -o $D/keep > /dev/null
+timeout 300 mpirun -np 2 $TRAINER_FP32 $CRASH_FLAGS -nk 2 -o $D/keep > /dev/null
 [ "$(cd $D/keep && ls | tr '\n' ' ')" = "complete_00000004 complete_00000006 model_00000004.bin model_00000006.bin optimizer_00000004.bin optimizer_00000006.bin state_00000004_00000.bin state_00000004_00001.bin state_00000006_00000.bin state_00000006_00001.bin " ] \
     || { echo "FAIL: -nk 2 left $(ls $D/keep)"; exit 1; }
 echo "ok: -nk 2 keeps steps 4 and 6"
@@ -76,9 +80,9 @@ echo "ok: -nk 2 keeps steps 4 and 6"
 # the bar is round-off: the new layout sums gradients in another order (measured ~6e-8)
 relayout_chain() {  # relayout_chain NAME "NP FLAGS" "NP FLAGS" ...: run the first whole, then resume each next at 4, 6
     local name=$1; shift
-    local F="-e $REF/model.bin -i data/tinyshakespeare_train.bin -t 32 -d 256 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 0 -n 2"
+    local F="-e $REF/model.bin -i data/tinyshakespeare_train.bin -t 32 -d 256 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 0 -n 2 $TRAINER_FLAGS"
     local first=($1); shift
-    timeout 300 mpirun -np ${first[0]} ./train_gpt_cpu $F ${first[@]:1} -o $D/$name-whole -log $D/$name-whole.jsonl > /dev/null
+    timeout 300 mpirun -np ${first[0]} $TRAINER_FP32 $F ${first[@]:1} -o $D/$name-whole -log $D/$name-whole.jsonl > /dev/null
     cp -r $D/$name-whole $D/$name
     local at=4
     for next in "$@"; do  # as if the previous layout had stopped after step $at's checkpoint
@@ -86,7 +90,7 @@ relayout_chain() {  # relayout_chain NAME "NP FLAGS" "NP FLAGS" ...: run the fir
         for f in $D/$name/complete_*; do [ ${f##*_} -gt $(printf %08d $at) ] && rm $D/$name/*_${f##*_}*; done
         head -n $at $D/$name-whole.jsonl > $D/$name.jsonl.tmp; [ -f $D/$name.jsonl ] && head -n $at $D/$name.jsonl > $D/$name.jsonl.tmp
         mv $D/$name.jsonl.tmp $D/$name.jsonl
-        timeout 300 mpirun -np ${layout[0]} ./train_gpt_cpu $F ${layout[@]:1} -o $D/$name -y 1 -log $D/$name.jsonl > $D/$name-resume.txt
+        timeout 300 mpirun -np ${layout[0]} $TRAINER_FP32 $F ${layout[@]:1} -o $D/$name -y 1 -log $D/$name.jsonl > $D/$name-resume.txt
         grep -q "resuming under another layout" $D/$name-resume.txt || { echo "FAIL $name: $(grep resum $D/$name-resume.txt)"; exit 1; }
         at=$((at + 2))
     done
