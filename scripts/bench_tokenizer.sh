@@ -6,7 +6,8 @@
 #   one file   5 MB of made-up words drawn Zipf-like from 200,000 (seed 1): fewer cache hits, as
 #              in varied English
 #   JSON lines tinyshakespeare's blank-line blocks as {"text": ...} lines
-# The time is ./tokenize's own: reading, encoding and writing, after the vocabulary is loaded.
+# The time is ./tokenize's own: reading, encoding and writing every shard, after the vocabulary is
+# loaded and before the per-thread word caches are freed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x ./tokenize ] || make tokenize

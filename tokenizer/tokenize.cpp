@@ -60,53 +60,80 @@ static void usage() {
            "  --vocab DIR                  encoder.json and vocab.bpe (default data/gpt2, then ../shared/data/gpt2)\n");
 }
 
-// llm.c shard: int32 header[256] = {20240520, 1, ntok}, then uint16 tokens
-static void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-    int32_t header[256] = {20240520, 1, (int32_t)tokens.size()};
-    std::string tmp = path + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) fail("cannot write %s", tmp.c_str());
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(tokens.data(), 2, tokens.size(), f) == tokens.size();
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) fail("writing %s failed (disk full?)", path.c_str());
-    printf("wrote %s: %zu tokens\n", path.c_str(), tokens.size());
-}
+// One llm.c shard being written: int32 header[256] = {20240520, 1, ntok}, then uint16 tokens.
+// The tokens stream into PATH.tmp as they come; close() writes the count into the header and
+// renames the file to its final name, so a shard on disk is always complete.
+struct ShardFile {
+    FILE* f = nullptr;
+    std::string tmp;
+    size_t tokens = 0;
+    void open(const std::string& prefix) {
+        tmp = prefix + ".tmp";
+        f = fopen(tmp.c_str(), "wb");
+        if (!f) fail("cannot write %s", tmp.c_str());
+        int32_t header[256] = {20240520, 1, 0};  // the count is written by close()
+        if (fwrite(header, sizeof(header), 1, f) != 1) fail("writing %s failed (disk full?)", tmp.c_str());
+        tokens = 0;
+    }
+    void append(const int* ids, size_t n) {
+        uint16_t buffer[4096];
+        for (size_t done = 0; done < n;) {
+            size_t k = std::min(n - done, sizeof(buffer) / sizeof(buffer[0]));
+            for (size_t i = 0; i < k; i++) buffer[i] = (uint16_t)ids[done + i];
+            if (fwrite(buffer, 2, k, f) != k) fail("writing %s failed (disk full?)", tmp.c_str());
+            done += k;
+        }
+        tokens += n;
+    }
+    void close(const std::string& path) {
+        int32_t count = (int32_t)tokens;
+        bool ok = fseek(f, 2 * sizeof(int32_t), SEEK_SET) == 0 && fwrite(&count, sizeof(count), 1, f) == 1;
+        ok = (fclose(f) == 0) && ok;
+        f = nullptr;
+        if (!ok || rename(tmp.c_str(), path.c_str()) != 0) fail("writing %s failed (disk full?)", path.c_str());
+        printf("wrote %s: %zu tokens\n", path.c_str(), tokens);
+    }
+};
 
-// Tokens in, shards out as they fill: the first val_tokens into PREFIX_val.bin, the rest into
+// Tokens in, shards out as they come: the first val_tokens into PREFIX_val.bin, the rest into
 // PREFIX_train.bin, or PREFIX_train_000000.bin, ... once they exceed shard_tokens. A full train
-// shard is written when the next token arrives, so that exactly shard_tokens stays one file.
+// shard is closed when the next token arrives, so that exactly shard_tokens stays one file and
+// a single shard keeps the plain name. Memory: a 4096-token buffer, whatever the corpus.
 struct ShardWriter {
     std::string prefix;
     size_t val_tokens, shard_tokens, train_shards_written = 0, total = 0;
-    std::vector<uint16_t> val, train;
+    ShardFile val, train;
 
     void add(const int* ids, size_t n) {
         total += n;
         while (n > 0) {
             size_t take;
-            if (val.size() < val_tokens) {
-                take = std::min(n, val_tokens - val.size());
-                val.insert(val.end(), ids, ids + take);
-                if (val.size() == val_tokens) write_shard(prefix + "_val.bin", val);
+            if (val.tokens < val_tokens) {
+                if (!val.f) val.open(prefix + "_val.bin");
+                take = std::min(n, val_tokens - val.tokens);
+                val.append(ids, take);
+                if (val.tokens == val_tokens) val.close(prefix + "_val.bin");
             } else {
-                if (train.size() == shard_tokens) flush_train();
-                take = std::min(n, shard_tokens - train.size());
-                train.insert(train.end(), ids, ids + take);
+                if (train.f && train.tokens == shard_tokens) close_train(true);
+                if (!train.f) train.open(prefix + "_train.bin");
+                take = std::min(n, shard_tokens - train.tokens);
+                train.append(ids, take);
             }
             ids += take;
             n -= take;
         }
     }
-    void flush_train() {
+    // numbered: more than one train shard (this one is full and another token came, or one was before)
+    void close_train(bool numbered) {
         char name[64];
-        snprintf(name, sizeof(name), "_train_%06zu.bin", train_shards_written++);
-        write_shard(prefix + name, train);
-        train.clear();
+        if (numbered) snprintf(name, sizeof(name), "_train_%06zu.bin", train_shards_written);
+        train.close(prefix + (numbered ? name : "_train.bin"));
+        train_shards_written++;
     }
     void finish() {
-        if (!val.empty() && val.size() < val_tokens) write_shard(prefix + "_val.bin", val);
-        if (train_shards_written == 0) write_shard(prefix + "_train.bin", train);
-        else if (!train.empty()) flush_train();
+        if (val.f) val.close(prefix + "_val.bin");  // fewer tokens than --val-tokens
+        if (!train.f) train.open(prefix + "_train.bin");  // no train tokens: an empty shard, as before
+        close_train(train_shards_written > 0);  // a shard opened after another always holds a token
     }
 };
 
@@ -236,37 +263,46 @@ struct Progress {
     }
 };
 
-// file_bytes: the input bytes read before the batch and at its end, for the progress bar
-static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, std::vector<std::vector<int>>* encoded,
-                          std::vector<EncodeCache*>& caches, Progress* progress, std::pair<size_t, size_t> file_bytes,
-                          size_t tokens_before) {
+// Encodes `pieces` on `caches.size()` threads, taking them in order by an atomic counter.
+// Meanwhile the calling thread hands each finished piece's ids to `take`, in piece order, as
+// soon as it and every piece before it are done (so writing overlaps encoding and a piece's
+// ids are freed once written), and reports progress. file_bytes: the input bytes read before
+// the batch and at its end, for the progress bar.
+template <typename Take>
+static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, std::vector<EncodeCache*>& caches,
+                          Progress* progress, std::pair<size_t, size_t> file_bytes, size_t tokens_before, Take take) {
     size_t text_bytes = 0;
     for (const Piece& p : pieces) text_bytes += p.text.size();
-    encoded->assign(pieces.size(), std::vector<int>());
+    std::vector<std::vector<int>> encoded(pieces.size());
+    std::vector<char> done(pieces.size(), 0);  // under `lock`
     std::atomic<size_t> next(0), bytes_done(0), tokens_done(0);
-    size_t finished = 0;  // workers done, under `lock`; the last one wakes the reporting thread
     std::mutex lock;
-    std::condition_variable all_done;
-    auto worker = [&](EncodeCache* cache) {  // takes the pieces in order by an atomic counter
+    std::condition_variable piece_done;
+    auto worker = [&](EncodeCache* cache) {
         for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
-            std::vector<int>& ids = (*encoded)[k];
+            std::vector<int>& ids = encoded[k];
             ids.reserve(pieces[k].text.size() / 3 + 1);  // about 4 bytes a token in English: rarely grows
             if (pieces[k].starts_document) ids.push_back(t->eot);
             tokenizer_encode(t, pieces[k].text.data(), pieces[k].text.size(), cache, &ids);
             bytes_done += pieces[k].text.size();
             tokens_done += ids.size();
+            std::lock_guard<std::mutex> guard(lock);
+            done[k] = 1;
+            piece_done.notify_one();
         }
-        std::lock_guard<std::mutex> guard(lock);
-        if (++finished == caches.size()) all_done.notify_one();
     };
     std::vector<std::thread> pool;
     for (EncodeCache* cache : caches) pool.emplace_back(worker, cache);
-    std::unique_lock<std::mutex> guard(lock);
-    while (!all_done.wait_for(guard, std::chrono::milliseconds(100), [&] { return finished == caches.size(); })) {
-        double part = text_bytes ? (double)bytes_done / text_bytes : 1.0;
-        progress->report(file_bytes.first + (size_t)(part * (file_bytes.second - file_bytes.first)), tokens_before + tokens_done);
+    for (size_t k = 0; k < pieces.size(); k++) {
+        std::unique_lock<std::mutex> guard(lock);
+        while (!piece_done.wait_for(guard, std::chrono::milliseconds(100), [&] { return done[k] != 0; })) {
+            double part = text_bytes ? (double)bytes_done / text_bytes : 1.0;
+            progress->report(file_bytes.first + (size_t)(part * (file_bytes.second - file_bytes.first)), tokens_before + tokens_done);
+        }
+        guard.unlock();
+        take(encoded[k]);
+        std::vector<int>().swap(encoded[k]);
     }
-    guard.unlock();
     for (auto& th : pool) th.join();
 }
 
@@ -313,12 +349,12 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
     for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t));
     size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
     std::vector<Piece> batch;
-    std::vector<std::vector<int>> encoded;
-    // encode the batch on every thread, then hand its tokens to the writer in order
+    // encode the batch on every thread, its tokens going to the writer in order as pieces finish
     auto encode_batch = [&](size_t file_bytes_now) {
         for (const Piece& p : batch) { text_bytes += p.text.size(); documents += p.starts_document; }
-        encode_pieces(t, batch, &encoded, caches, &progress, {batch_from, file_bytes_now}, writer.total);
-        for (const std::vector<int>& ids : encoded) writer.add(ids.data(), ids.size());
+        encode_pieces(t, batch, caches, &progress, {batch_from, file_bytes_now}, writer.total,
+                      [&](const std::vector<int>& ids) { writer.add(ids.data(), ids.size()); });
+
         batch.clear();
         batch_from = file_bytes_now;
     };
@@ -338,12 +374,14 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
         file_bytes_done += in.bytes_read;
     }
     if (!batch.empty()) encode_batch(file_bytes_done);
-    for (EncodeCache* cache : caches) encode_cache_free(cache);
-    double secs = progress.seconds();
+    writer.finish();
+    double secs = progress.seconds();  // the work: reading, encoding, every shard written
     fprintf(stderr, "%s%zu documents, %.1f MB -> %zu tokens in %.3f s (%.2f MB/s, %d threads)\n", progress.tty ? "\n" : "",
             documents, text_bytes / 1e6, writer.total, secs, text_bytes / 1e6 / secs, threads);
     if (bad_lines) fprintf(stderr, "skipped %zu bad lines\n", bad_lines);
-    writer.finish();
+    std::vector<std::thread> teardown;  // a cache holds up to 200,000 words: freed on every thread at once
+    for (EncodeCache* cache : caches) teardown.emplace_back(encode_cache_free, cache);
+    for (auto& th : teardown) th.join();
 }
 
 int main(int argc, char** argv) {

@@ -11,7 +11,9 @@ Encoding is two steps:
 2. Each chunk's bytes start as single-byte tokens; repeatedly merge the adjacent pair
    whose merge has the lowest rank in vocab.bpe, until no pair can merge. Merges are
    kept as (left id, right id) -> (rank, merged id), so BPE runs on ids, and a cache
-   remembers each chunk's result (words repeat).
+   remembers each chunk's result (words repeat), one cache per thread. (A cache the
+   threads share, behind their own, was tried: its lock made a 2-thread run of varied
+   text slower than 1 thread.)
 "<|endoftext|>" in the text is plain text: only the training tools insert EOT (50256).
 
 Vocabulary: encoder.json maps token strings to ids; its strings spell bytes with
@@ -39,8 +41,26 @@ struct Tokenizer {
     pcre2_code* pattern;
 };
 
+#define CHUNK_CACHE_WORDS 200000  // a cache's bound: a corpus of unique junk cannot grow it forever
+
+// a chunk's bytes -> its ids, kept as (first, count) in one pool of ids: a word is one map
+// node and no allocation of its own, so a cache fills and frees quickly
+struct ChunkCache {
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> chunks;
+    std::vector<int> ids;
+    const int* find(const std::string& key, uint32_t* count) const {
+        auto hit = chunks.find(key);
+        if (hit == chunks.end()) return nullptr;
+        *count = hit->second.second;
+        return ids.data() + hit->second.first;
+    }
+    void add(const std::string& key, const int* word, size_t n) {
+        if (chunks.size() >= CHUNK_CACHE_WORDS) return;
+        if (chunks.emplace(key, std::make_pair((uint32_t)ids.size(), (uint32_t)n)).second) ids.insert(ids.end(), word, word + n);
+    }
+};
 struct EncodeCache {  // one per thread
-    std::unordered_map<std::string, std::vector<int>> chunks;
+    ChunkCache own;
     pcre2_match_data* match;
 };
 
@@ -149,8 +169,9 @@ inline void encode_cache_free(EncodeCache* c) { pcre2_match_data_free(c->match);
 // BPE of one chunk: merge the lowest-ranked adjacent pair, everywhere, until none merges
 inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCache* cache, std::vector<int>* out) {
     std::string key(bytes, n);
-    auto hit = cache->chunks.find(key);
-    if (hit != cache->chunks.end()) { out->insert(out->end(), hit->second.begin(), hit->second.end()); return; }
+    uint32_t count;
+    const int* ids = cache->own.find(key, &count);
+    if (ids) { out->insert(out->end(), ids, ids + count); return; }
     std::vector<int> word(n);
     for (size_t i = 0; i < n; i++) word[i] = t->byte_token[(unsigned char)bytes[i]];
     while (word.size() > 1) {
@@ -169,7 +190,7 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
         }
         word.resize(kept);
     }
-    if (cache->chunks.size() < 200000) cache->chunks[key] = word;  // bounded: a corpus of unique junk cannot grow it forever
+    cache->own.add(key, word.data(), word.size());
     out->insert(out->end(), word.begin(), word.end());
 }
 
