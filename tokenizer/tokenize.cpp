@@ -135,11 +135,37 @@ struct ShardWriter {
         if (!train.f) train.open(prefix + "_train.bin");  // no train tokens: an empty shard, as before
         close_train(train_shards_written > 0);  // a shard opened after another always holds a token
     }
+    void abandon() {  // a failed run leaves no partial shard behind (complete ones stay)
+        for (ShardFile* s : {&val, &train})
+            if (s->f) { fclose(s->f); remove(s->tmp.c_str()); s->f = nullptr; }
+    }
 };
 
 // A piece of text to encode: a whole document, or a part of one cut at a safe place
 // (tokenizer_safe_cut); EOT goes before the pieces that start a document.
-struct Piece { std::string text; bool starts_document; };
+// A JSON line is a piece too: the worker that encodes it parses it first (json_line: the
+// line's number in `path`), so parsing runs on every core as well.
+struct Piece {
+    std::string text;
+    bool starts_document;
+    const char* path = nullptr;
+    size_t json_line = 0;  // 0: text
+};
+
+// the document in field `field` of one JSON line, or "" with *problem saying what is wrong
+static std::string json_document(const std::string& line, const std::string& field, std::string* problem) {
+    try {
+        nlohmann::json object = nlohmann::json::parse(line);
+        auto value = object.is_object() ? object.find(field) : object.end();
+        if (!object.is_object()) *problem = "not a JSON object";
+        else if (value == object.end()) *problem = "no field \"" + field + "\"";
+        else if (!value->is_string()) *problem = "field \"" + field + "\" is not a string";
+        else return value->get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+        *problem = e.what();  // nlohmann's message: malformed JSON, invalid UTF-8, a lone surrogate
+    }
+    return std::string();
+}
 
 enum InputFormat { WHOLE_FILE, BLANK_LINE_BLOCKS, JSON_LINES };
 
@@ -159,7 +185,7 @@ struct InputReader {
     FILE* f;
     std::string pending;
     bool pending_starts = true, done = false;
-    size_t line = 0, bad_lines = 0, bytes_read = 0;
+    size_t line = 0, bytes_read = 0;
     char* line_buffer = nullptr;
     size_t line_capacity = 0;
 
@@ -206,7 +232,8 @@ struct InputReader {
             emit(pending, false, out);
         }
     }
-    // JSON lines: one object per line, the document in its string field
+    // JSON lines: one object per line, parsed by the worker that encodes it (a document is one
+    // piece: it is not cut); blank lines are allowed
     void read_line(std::vector<Piece>* out) {
         ssize_t got = getline(&line_buffer, &line_capacity, f);
         if (got < 0) {
@@ -217,24 +244,8 @@ struct InputReader {
         bytes_read += got;
         line++;
         std::string_view text(line_buffer, got);
-        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return;  // blank lines are allowed
-        std::string problem;
-        try {
-            nlohmann::json object = nlohmann::json::parse(text);
-            auto value = object.is_object() ? object.find(opt->field) : object.end();
-            if (!object.is_object()) problem = "not a JSON object";
-            else if (value == object.end()) problem = "no field \"" + opt->field + "\"";
-            else if (!value->is_string()) problem = "field \"" + opt->field + "\" is not a string";
-            else {
-                std::string document = value->get<std::string>();
-                emit(document, true, out);
-                return;
-            }
-        } catch (const nlohmann::json::exception& e) {
-            problem = e.what();  // nlohmann's message: malformed JSON, invalid UTF-8, a lone surrogate
-        }
-        if (!opt->skip_bad_lines) fail("%s:%zu: %s (--skip-bad-lines skips such lines)", path, line, problem.c_str());
-        bad_lines++;
+        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return;
+        out->push_back({std::string(text), true, path, line});
     }
     void read_more(std::vector<Piece>* out) { if (opt->format == JSON_LINES) read_line(out); else read_block(out); }
 };
@@ -268,12 +279,16 @@ struct Progress {
 // soon as it and every piece before it are done (so writing overlaps encoding and a piece's
 // ids are freed once written), and reports progress. file_bytes: the input bytes read before
 // the batch and at its end, for the progress bar.
+// take(ids, problem, piece) returns false to stop (a bad JSON line): the workers then finish
+// the pieces they hold and encode_pieces returns false.
 template <typename Take>
-static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, std::vector<EncodeCache*>& caches,
-                          Progress* progress, std::pair<size_t, size_t> file_bytes, size_t tokens_before, Take take) {
+static bool encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, const std::string& json_field,
+                          std::vector<EncodeCache*>& caches, Progress* progress, std::pair<size_t, size_t> file_bytes,
+                          size_t tokens_before, Take take) {
     size_t text_bytes = 0;
     for (const Piece& p : pieces) text_bytes += p.text.size();
     std::vector<std::vector<int>> encoded(pieces.size());
+    std::vector<std::string> problems(pieces.size());  // a JSON line's, if it is bad
     std::vector<char> done(pieces.size(), 0);  // under `lock`
     std::atomic<size_t> next(0), bytes_done(0), tokens_done(0);
     std::mutex lock;
@@ -281,9 +296,12 @@ static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, 
     auto worker = [&](EncodeCache* cache) {
         for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
             std::vector<int>& ids = encoded[k];
-            ids.reserve(pieces[k].text.size() / 3 + 1);  // about 4 bytes a token in English: rarely grows
-            if (pieces[k].starts_document) ids.push_back(t->eot);
-            tokenizer_encode(t, pieces[k].text.data(), pieces[k].text.size(), cache, &ids);
+            std::string document;
+            const std::string* text = &pieces[k].text;
+            if (pieces[k].json_line) text = &(document = json_document(pieces[k].text, json_field, &problems[k]));
+            ids.reserve(text->size() / 3 + 1);  // about 4 bytes a token in English: rarely grows
+            if (pieces[k].starts_document && problems[k].empty()) ids.push_back(t->eot);
+            tokenizer_encode(t, text->data(), text->size(), cache, &ids);
             bytes_done += pieces[k].text.size();
             tokens_done += ids.size();
             std::lock_guard<std::mutex> guard(lock);
@@ -300,10 +318,16 @@ static void encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, 
             progress->report(file_bytes.first + (size_t)(part * (file_bytes.second - file_bytes.first)), tokens_before + tokens_done);
         }
         guard.unlock();
-        take(encoded[k]);
+        bool go_on = take(encoded[k], problems[k], pieces[k]);
         std::vector<int>().swap(encoded[k]);
+        if (!go_on) {
+            next = pieces.size();
+            for (auto& th : pool) th.join();
+            return false;
+        }
     }
     for (auto& th : pool) th.join();
+    return true;
 }
 
 static void shards(const Tokenizer* t, int argc, char** argv) {
@@ -350,10 +374,26 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
     size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
     std::vector<Piece> batch;
     // encode the batch on every thread, its tokens going to the writer in order as pieces finish
+    std::string bad_line;  // the first bad JSON line's message, unless --skip-bad-lines
+    auto take = [&](const std::vector<int>& ids, const std::string& problem, const Piece& piece) {
+        if (!problem.empty()) {
+            if (!opt.skip_bad_lines) {
+                bad_line = std::string(piece.path) + ":" + std::to_string(piece.json_line) + ": " + problem;
+                return false;
+            }
+            bad_lines++;
+            return true;
+        }
+        documents += piece.starts_document;
+        writer.add(ids.data(), ids.size());
+        return true;
+    };
     auto encode_batch = [&](size_t file_bytes_now) {
-        for (const Piece& p : batch) { text_bytes += p.text.size(); documents += p.starts_document; }
-        encode_pieces(t, batch, caches, &progress, {batch_from, file_bytes_now}, writer.total,
-                      [&](const std::vector<int>& ids) { writer.add(ids.data(), ids.size()); });
+        for (const Piece& p : batch) text_bytes += p.text.size();
+        if (!encode_pieces(t, batch, opt.field, caches, &progress, {batch_from, file_bytes_now}, writer.total, take)) {
+            writer.abandon();
+            fail("%s (--skip-bad-lines skips such lines)", bad_line.c_str());
+        }
 
         batch.clear();
         batch_from = file_bytes_now;
@@ -370,7 +410,6 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
         }
         fclose(in.f);
         free(in.line_buffer);
-        bad_lines += in.bad_lines;
         file_bytes_done += in.bytes_read;
     }
     if (!batch.empty()) encode_batch(file_bytes_done);
