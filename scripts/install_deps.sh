@@ -12,5 +12,5 @@ export DEBIAN_FRONTEND=noninteractive
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-    make g++ pkg-config mpich libmpich-dev libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev \
+    make g++ pkg-config mpich libmpich-dev libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev zlib1g-dev \
     catch2 python3-torch python3-numpy python3-regex time python3-matplotlib > /dev/null

@@ -113,6 +113,18 @@ $TOK shards -o $D/fromjson --jsonl --field body --piece-bytes 1000 $D/docs.jsonl
 $TOK shards -o $D/fromfiles $(for k in 0 1 2 3 4 5 6 7; do echo $D/doc_$k.txt; done) > /dev/null 2>&1
 cmp -s $D/fromjson_train.bin $D/fromfiles_train.bin || { echo "FAIL: JSON lines give other ids than the same texts as files"; exit 1; }
 echo "ok: 8 JSON-lines documents (escapes, surrogate pairs, newlines, EOT text) = the same texts as files"
+# gzip inputs are decompressed on the fly (zlib): the same shards as the plain files; the last
+# line without its newline is still a line; a damaged .gz is an error naming the file
+gzip -c $D/docs.jsonl > $D/docs.jsonl.gz
+$TOK shards -o $D/fromgz --jsonl --field body $D/docs.jsonl.gz > /dev/null 2>&1
+cmp -s $D/fromgz_train.bin $D/fromjson_train.bin || { echo "FAIL: docs.jsonl.gz gives other ids than docs.jsonl"; exit 1; }
+head -c -1 $D/docs.jsonl > $D/no_last_newline.jsonl
+$TOK shards -o $D/nonewline --jsonl --field body $D/no_last_newline.jsonl > /dev/null 2>&1
+cmp -s $D/nonewline_train.bin $D/fromjson_train.bin || { echo "FAIL: a last line without its newline"; exit 1; }
+gzip -c $D/doc_3.txt > $D/doc_3.txt.gz
+$TOK shards -o $D/textgz $D/doc_3.txt.gz > /dev/null 2>&1; $TOK shards -o $D/text $D/doc_3.txt > /dev/null 2>&1
+cmp -s $D/textgz_train.bin $D/text_train.bin || { echo "FAIL: doc_3.txt.gz gives other ids than doc_3.txt"; exit 1; }
+echo "ok: .gz inputs (JSON lines and text) give the shards of the plain files; a last line without newline counts"
 
 # bad lines: one message naming the file and line, exit 1; or counted and skipped
 printf '{"text": "good"}\n{"text": "unterminated\n{"other": "x"}\n{"text": 5}\n[1, 2]\n{"text": "bad \xff byte"}\n{"text": "\\ud800 lone"}\n' > $D/bad.jsonl
@@ -123,3 +135,6 @@ done
 $TOK shards -o $D/skipped --jsonl --skip-bad-lines $D/bad.jsonl > /dev/null 2> $D/skip.txt
 grep -q "skipped 6 bad lines" $D/skip.txt || { echo "FAIL: --skip-bad-lines: $(cat $D/skip.txt)"; exit 1; }
 echo "ok: --skip-bad-lines skipped the 6 bad lines"
+gzip -c $D/bad.jsonl | head -c 40 > $D/cut.jsonl.gz
+expect "cut.jsonl.gz" $TOK shards -o $D/cutgz --jsonl --skip-bad-lines $D/cut.jsonl.gz
+if ls $D/cutgz* > /dev/null 2>&1; then echo "FAIL: a failed run left $(ls $D/cutgz*)"; exit 1; fi

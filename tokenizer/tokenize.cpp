@@ -18,15 +18,17 @@ exported as JSON lines: OpenWebText, FineWeb, ...). Tokens go, in order, into
 OUT_PREFIX_val.bin (the first --val-tokens) and then OUT_PREFIX_train.bin, or
 OUT_PREFIX_train_000000.bin, ... when they exceed --shard-tokens.
 
-Streaming: files are read a block or a line at a time; --batch-bytes of text (64 MB) are
-encoded at once on every core, and shards are written as they fill, so memory is bounded
-by the batch and one shard whatever the input's size. Documents are encoded in parallel,
+Streaming: files are read a block or a line at a time (through zlib: a gzip FILE, .gz,
+is decompressed on the fly, any other is read as it is); --batch-bytes of text (64 MB) are
+encoded at once on every core, and each piece's tokens stream into its shard file, so
+memory is bounded by the batch whatever the input's size. Documents are encoded in parallel,
 and a document longer than --piece-bytes (256 kB) is cut into pieces at places where
 GPT-2's pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change),
 so one large file runs on every core too. A terminal gets a progress bar (MB, tokens/s,
 ETA), anything else plain progress lines.
 */
 #include <stdio.h>      // defines: printf, fopen
+#include <zlib.h>       // defines: gzopen, gzread, gzgets, gzoffset (plain files read through as they are)
 #include <string.h>     // defines: strcmp
 #include <unistd.h>     // defines: isatty
 #include <sys/stat.h>   // defines: stat
@@ -46,7 +48,8 @@ static void usage() {
            "  ids FILE                     print the GPT-2 ids of FILE's text\n"
            "  text IDS_FILE                print the bytes of whitespace-separated ids\n"
            "  shards -o OUT_PREFIX [options] FILES...\n"
-           "                               write llm.c token shards (EOT before each document):\n"
+           "                               write llm.c token shards (EOT before each document);\n"
+           "                               gzip FILEs (.gz) are decompressed as they are read:\n"
            "      --val-tokens N           the first N tokens go to OUT_PREFIX_val.bin (default 0)\n"
            "      --shard-tokens N         train tokens per shard (default 100000000)\n"
            "      --threads N              encoding threads (default: every core)\n"
@@ -177,17 +180,27 @@ struct ShardOptions {
     size_t batch_bytes = 64 << 20;        // text read, then encoded by every thread at once
 };
 
-// One input file, read a block (or a line) at a time. `pending` is the unemitted tail of the
-// current document; `pending_starts` says whether it begins the document.
+// One input file, read a block (or a line) at a time through zlib, which decompresses gzip
+// and passes any other file through. `pending` is the unemitted tail of the current document;
+// `pending_starts` says whether it begins the document. bytes_read counts the file's bytes
+// (compressed ones for .gz), for the progress bar.
 struct InputReader {
     const ShardOptions* opt;
     const char* path;
-    FILE* f;
+    gzFile f;
     std::string pending;
     bool pending_starts = true, done = false;
     size_t line = 0, bytes_read = 0;
-    char* line_buffer = nullptr;
-    size_t line_capacity = 0;
+    size_t line_start = 0;  // JSON lines: where the next line starts in `pending`
+
+    void check_read(int got) {
+        int code = Z_OK;
+        const char* message = gzerror(f, &code);
+        if (got >= 0 && code == Z_OK) { bytes_read = (size_t)gzoffset(f); return; }
+        size_t n = strlen(path);  // zlib's message starts with the path: said once
+        if (!strncmp(message, path, n) && !strncmp(message + n, ": ", 2)) message += n + 2;
+        fail("reading %s failed: %s", path, message);  // a cut .gz: "unexpected end of file"
+    }
 
     // a document's text, or the part of it read so far (complete: the document ends here):
     // pieces of about piece_bytes cut at safe places; an incomplete document keeps its tail
@@ -212,8 +225,9 @@ struct InputReader {
     // file at its end) is emitted, and a long unfinished one in pieces
     void read_block(std::vector<Piece>* out) {
         char block[1 << 16];
-        size_t got = fread(block, 1, sizeof(block), f);
-        bytes_read += got;
+        int read = gzread(f, block, sizeof(block));
+        check_read(read);
+        size_t got = (size_t)read;
         size_t scan = pending.size() > 0 ? pending.size() - 1 : 0;  // a "\n\n" may span the blocks
         pending.append(block, got);
         if (opt->format == BLANK_LINE_BLOCKS) {
@@ -225,7 +239,6 @@ struct InputReader {
             pending.erase(0, taken);
         }
         if (got == 0) {  // the end of the file ends its document
-            if (ferror(f)) fail("reading %s failed", path);
             if (opt->format == WHOLE_FILE || !pending.empty()) emit(pending, true, out);
             done = true;
         } else {
@@ -235,17 +248,23 @@ struct InputReader {
     // JSON lines: one object per line, parsed by the worker that encodes it (a document is one
     // piece: it is not cut); blank lines are allowed
     void read_line(std::vector<Piece>* out) {
-        ssize_t got = getline(&line_buffer, &line_capacity, f);
-        if (got < 0) {
-            if (ferror(f)) fail("reading %s failed", path);
-            done = true;
-            return;
+        size_t newline;
+        while ((newline = pending.find('\n', line_start)) == std::string::npos) {  // a line of any length
+            pending.erase(0, line_start);  // what is left of the block: moved once per block
+            line_start = 0;
+            char block[1 << 16];
+            int got = gzread(f, block, sizeof(block));
+            check_read(got);
+            if (got == 0) break;
+            pending.append(block, got);
         }
-        bytes_read += got;
+        size_t end = newline == std::string::npos ? pending.size() : newline + 1;
+        if (end == line_start) { done = true; return; }
+        std::string text = pending.substr(line_start, end - line_start);
+        line_start = end;
         line++;
-        std::string_view text(line_buffer, got);
-        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) return;
-        out->push_back({std::string(text), true, path, line});
+        if (text.find_first_not_of(" \t\r\n") == std::string::npos) return;
+        out->push_back({std::move(text), true, path, line});
     }
     void read_more(std::vector<Piece>* out) { if (opt->format == JSON_LINES) read_line(out); else read_block(out); }
 };
@@ -399,8 +418,9 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
         batch_from = file_bytes_now;
     };
     for (const char* path : files) {  // read batch_bytes of text, encode it, write the shards that filled, again
-        InputReader in{&opt, path, fopen(path, "rb")};
+        InputReader in{&opt, path, gzopen(path, "rb")};
         if (!in.f) fail("cannot open %s", path);
+        gzbuffer(in.f, 1 << 17);
         size_t batch_text = 0;
         while (!in.done) {
             size_t had = batch.size();
@@ -408,8 +428,7 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
             for (size_t k = had; k < batch.size(); k++) batch_text += batch[k].text.size();
             if (batch_text >= opt.batch_bytes) { encode_batch(file_bytes_done + in.bytes_read); batch_text = 0; }
         }
-        fclose(in.f);
-        free(in.line_buffer);
+        gzclose(in.f);
         file_bytes_done += in.bytes_read;
     }
     if (!batch.empty()) encode_batch(file_bytes_done);
