@@ -113,10 +113,9 @@ int main(int argc, char** argv) {
                           [&](int v, int block) { adamw_version(v, block, d, n); });
         release(d);
     }
-    RefFile ref = lab_ref_file("adamw");  // hyperparameters as CONFIG, STEP, GRAD_SCALE
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        size_t n = ref.get(p + "sizes").as_ints()[0];
+    // the file's hyperparameters are CONFIG, STEP, GRAD_SCALE (checked below)
+    for_each_ref_case("adamw", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
+        size_t n = sz[0];
         const std::vector<double>& h = ref.get(p + "hyper").values;  // lr, beta1, beta2, eps, wd, t, grad_scale
         if ((float)h[0] != CONFIG.lr || (float)h[1] != CONFIG.beta1 || (float)h[2] != CONFIG.beta2 || (float)h[3] != CONFIG.eps ||
             (float)h[4] != CONFIG.weight_decay || (int)h[5] != STEP || (float)h[6] != GRAD_SCALE)
@@ -134,6 +133,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "v", d.v, ref, p + "v_out");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

@@ -3,54 +3,24 @@ dev/attention_backward.cu: causal self-attention's backward (kernels/attention.c
 dout and the kept att, through out = att v, the softmax (dpre = att * (datt - sum(att *
 datt)), the O(T) identity instead of the T x T Jacobian) and q k^T / sqrt(hs), to dqkv.
 
-version 1: one thread per (b, h): the host twin's loops on the device, dq, dk, dv summed
-           in fp32 in global scratch and stored once. Only B*NH threads: a reference
+version 1: one thread per (b, h): the host twin's head (attention_backward_head) on the
+           device, dq, dk, dv summed in fp32 in global scratch and stored once. Only
+           B*NH threads: a reference
 version 2: the trainer's attention_backward: permutes, four strided-batched cuBLAS GEMMs
            (datt = dy v^T, dv = att^T dy, dq = dpre k, dk = dpre^T q) around a
            warp-per-row softmax backward, permuted back
 The block size applies to version 1.
 */
 #include "lab.h"
-#include "../kernels/attention.cuh"  // defines: attention_backward_host (the reference), attention_backward (version 2)
+#include "../kernels/attention.cuh"  // defines: attention_backward_host (the reference), attention_backward_head
+                                     //          (version 1), attention_backward (version 2)
 
-// acc: per (b,h), 3*T*hs + T floats: dq, dk, dv (T,hs) each, then datt (T)
+// acc: attention_head_scratch_floats per (b, h)
 __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
-                                           float* acc_all, int B, int T, int C, int NH) {
+                                           float* acc, int B, int T, int C, int NH) {
     int bh = blockIdx.x * blockDim.x + threadIdx.x;
-    if (bh >= B * NH) return;
-    int b = bh / NH, h = bh % NH, hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    float* acc = acc_all + (size_t)bh * (3 * T * hs + T);
-    float *dq_all = acc, *dk_all = acc + (size_t)T * hs, *dv_all = acc + (size_t)2 * T * hs, *datt = acc + (size_t)3 * T * hs;
-    for (int i = 0; i < 3 * T * hs; i++) acc[i] = 0.0f;
-    for (int t = 0; t < T; t++) {
-        const floatX* att_row = att + ((size_t)bh * T + t) * T;
-        const floatX* dy = dout + ((size_t)b * T + t) * C + h * hs;
-        const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-        float att_dot_datt = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-            const floatX* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-            float d = 0.0f;
-            for (int i = 0; i < hs; i++) {
-                d += to_float(dy[i]) * to_float(v[i]);
-                dv_all[(size_t)t2 * hs + i] += to_float(att_row[t2]) * to_float(dy[i]);
-            }
-            datt[t2] = d;
-            att_dot_datt += to_float(att_row[t2]) * d;
-        }
-        for (int t2 = 0; t2 <= t; t2++) {
-            float dpre = to_float(att_row[t2]) * (datt[t2] - att_dot_datt) * scale;
-            const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-            for (int i = 0; i < hs; i++) {
-                dq_all[(size_t)t * hs + i] += dpre * to_float(k[i]);
-                dk_all[(size_t)t2 * hs + i] += dpre * to_float(q[i]);
-            }
-        }
-    }
-    for (int t = 0; t < T; t++)
-        for (int part = 0; part < 3; part++)
-            for (int i = 0; i < hs; i++)
-                dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(acc[((size_t)part * T + t) * hs + i]);
+    if (bh < B * NH)
+        attention_backward_head(bh / NH, bh % NH, dqkv, dout, qkv, att, acc + bh * attention_head_scratch_floats(T, C, NH), T, C, NH);
 }
 
 struct Buffers { floatX *dqkv, *dout, *qkv, *att, *scratch; float* acc; };
@@ -58,7 +28,7 @@ static Buffers upload(const std::vector<floatX>& dout, const std::vector<floatX>
                       int B, int T, int C, int NH) {
     return {(floatX*)device_malloc((size_t)B * T * 3 * C * sizeof(floatX)), to_device(dout), to_device(qkv), to_device(att),
             (floatX*)device_malloc(attention_scratch_elements(B, T, C, NH) * sizeof(floatX)),
-            (float*)device_malloc((size_t)B * NH * (3 * T * (C / NH) + T) * sizeof(float))};
+            (float*)device_malloc(B * NH * attention_head_scratch_floats(T, C, NH) * sizeof(float))};
 }
 static void release(const Buffers& d) {
     device_free(d.dqkv); device_free(d.dout); device_free(d.qkv); device_free(d.att); device_free(d.scratch); device_free(d.acc);
@@ -98,10 +68,7 @@ int main(int argc, char** argv) {
         }
         release(d);
     }
-    RefFile ref = lab_ref_file("attention");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("attention", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int B = sz[0], T = sz[1], C = sz[2], NH = sz[3];
         std::vector<floatX> qkv = ref_floatx(ref, p + "qkv"), out((size_t)B * T * C), att((size_t)B * NH * T * T);
         attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);  // att as the trainer keeps it
@@ -113,6 +80,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dqkv", d.dqkv, ref, p + "dqkv");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

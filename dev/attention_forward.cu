@@ -4,8 +4,9 @@ hs = C/NH:  att = softmax(q k^T / sqrt(hs)) over t2 <= t;  out = att v.
 qkv rows are [q | k | v] with the heads side by side, as GPT-2's c_attn writes them; att
 (B,NH,T,T) is kept for the backward.
 
-version 1: one thread per (b, h, t) query row: the host twin's loops on the device, the
-           scores staged in att itself. O(T hs) serial work per thread, no reuse of k, v
+version 1: one thread per (b, h, t) query row: the host twin's row (attention_forward_row)
+           on the device, the scores staged in att itself. O(T hs) serial work per
+           thread, no reuse of k, v
 version 2: the trainer's attention_forward: q, k, v permuted to (B,NH,T,hs), two
            strided-batched cuBLAS GEMMs (scores scaled in the GEMM) around a warp-per-row
            causal softmax, the output permuted back. Materialises (B,NH,T,T) scores
@@ -13,32 +14,12 @@ The block size applies to version 1. A flash-attention version (no T x T matrix)
 next one to add here.
 */
 #include "lab.h"
-#include "../kernels/attention.cuh"  // defines: attention_forward_host (the reference), attention_forward (version 2)
+#include "../kernels/attention.cuh"  // defines: attention_forward_host (the reference), attention_forward_row (version 1),
+                                     //          attention_forward (version 2)
 
 __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * NH * T) return;
-    int t = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-    floatX* att_row = att + (size_t)idx * T;  // idx = (b * NH + h) * T + t
-    float maxval = -INFINITY;
-    for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-        float dot = 0.0f;
-        for (int i = 0; i < hs; i++) dot += to_float(q[i]) * to_float(k[i]);
-        att_row[t2] = from_float(dot * scale);
-        maxval = fmaxf(maxval, to_float(att_row[t2]));
-    }
-    float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(att_row[t2]) - maxval);
-    for (int t2 = 0; t2 < T; t2++) att_row[t2] = from_float(t2 <= t ? expf(to_float(att_row[t2]) - maxval) / sum : 0.0f);
-    floatX* out_row = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = 0; i < hs; i++) {
-        float y = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) y += to_float(att_row[t2]) * to_float(qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i]);
-        out_row[i] = from_float(y);
-    }
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
+    if (idx < B * NH * T) attention_forward_row(idx / (T * NH), (idx / T) % NH, idx % T, out, att, qkv, T, C, NH);
 }
 
 struct Buffers { floatX *out, *att, *qkv, *scratch; };
@@ -82,10 +63,7 @@ int main(int argc, char** argv) {
         }
         release(d);
     }
-    RefFile ref = lab_ref_file("attention");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("attention", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int B = sz[0], T = sz[1], C = sz[2], NH = sz[3];
         Buffers d = upload(ref_floatx(ref, p + "qkv"), B, T, C, NH);
         for (int v = 1; v <= VERSIONS; v++) {
@@ -96,6 +74,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "att", d.att, ref, p + "att");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

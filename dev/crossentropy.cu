@@ -6,7 +6,8 @@ logit columns (kernels/crossentropy.cuh), the gradient written over the logits:
 The (N, Vp) logits are the largest tensor of a small GPT: every pass over them counts.
 
 version 1: one thread per row, three passes (max, sum of exponentials, gradient): the
-           host twin on the device; a warp reads 32 rows far apart
+           host twin's row (crossentropy_forward_backward_row) on the device; a warp reads
+           32 rows far apart
 version 2: the trainer's four pieces, one block of 512 per row each: row max, row sum
            of exp(z - max), the target's logit, then loss and gradient. Four launches
            and three reads of the row before the gradient, so that under tensor
@@ -22,14 +23,7 @@ The block size applies to versions 1 and 3.
 
 __global__ void crossentropy_kernel1(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    floatX* z = logits + (size_t)i * Vp;
-    float maxval = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
-    for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
-    losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
-    if (dloss == 0.0f) return;
-    for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
+    if (i < N) crossentropy_forward_backward_row(i, logits, losses, targets, V, Vp, dloss);  // the host twin's row
 }
 
 // (max, sum of exp(z - max)) merged with another such pair
@@ -93,9 +87,7 @@ int main(int argc, char** argv) {
     for (Size s : sizes) {
         size_t n = (size_t)s.N * s.Vp;
         std::vector<floatX> logits = random_floatx(n, 1, 3.0f), dlogits = logits;
-        Rng rng = {2};
-        std::vector<int> targets(s.N);
-        for (int& t : targets) t = (int)(rng_next(&rng) % s.V);
+        std::vector<int> targets = random_tokens(s.N, s.V, 2);
         std::vector<float> losses(s.N);
         float dloss = 1.0f / s.N;
         crossentropy_forward_backward_host(dlogits.data(), losses.data(), targets.data(), s.N, s.V, s.Vp, dloss);
@@ -114,10 +106,7 @@ int main(int argc, char** argv) {
             time_versions(lab, VERSIONS, 2.0 * n * sizeof(floatX), [&](int v, int block) { crossentropy_version(v, block, d, s.N, s.V, s.Vp, dloss); });
         release(d);
     }
-    RefFile ref = lab_ref_file("crossentropy");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("crossentropy", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int N = sz[0], V = sz[1], Vp = sz[2];
         std::vector<floatX> logits = ref_floatx(ref, p + "logits");
         float dloss = (float)ref.get(p + "dloss").values[0];
@@ -131,6 +120,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dlogits", d.logits, ref, p + "dlogits");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

@@ -47,9 +47,7 @@ int main(int argc, char** argv) {
     struct Size { int B, T, C, V; } sizes[] = {{2, 16, 64, 20}, {4, 64, 768, 1000}, {8, 1024, 768, 50257}};
     for (Size s : sizes) {
         size_t n = (size_t)s.B * s.T * s.C;
-        Rng rng = {7};
-        std::vector<int> tokens(s.B * s.T);
-        for (int& t : tokens) t = (int)(rng_next(&rng) % s.V);  // V = 20: many repeats
+        std::vector<int> tokens = random_tokens(s.B * s.T, s.V, 7);  // V = 20: many repeats
         std::vector<floatX> dout = random_floatx(n, 3), dwte0 = random_floatx((size_t)s.V * s.C, 4),
                             dwpe0 = random_floatx((size_t)s.T * s.C, 5);  // += onto earlier gradients
         std::vector<floatX> dwte = dwte0, dwpe = dwpe0;
@@ -77,10 +75,8 @@ int main(int argc, char** argv) {
             });
         device_free(d.tokens); device_free(d.buckets); device_free(d.dwte); device_free(d.dwpe); device_free(d.dout);
     }
-    RefFile ref = lab_ref_file("encoder");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints(), tokens = ref.get(p + "tokens").as_ints();
+    for_each_ref_case("encoder", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
+        std::vector<int> tokens = ref.get(p + "tokens").as_ints();
         int B = sz[0], T = sz[1], C = sz[2], V = sz[3];
         std::vector<floatX> zeros_wte((size_t)V * C, from_float(0.0f)), zeros_wpe((size_t)T * C, from_float(0.0f));
         Buffers d = {to_device(tokens), (int*)device_malloc(encoder_bucket_ints(B, T) * sizeof(int)),
@@ -95,6 +91,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dwpe", d.dwpe, ref, p + "dwpe");
         }
         device_free(d.tokens); device_free(d.buckets); device_free(d.dwte); device_free(d.dwpe); device_free(d.dout);
-    }
+    });
     return lab_finish(lab);
 }

@@ -40,9 +40,7 @@ int main(int argc, char** argv) {
     struct Size { int B, T, C, V; } sizes[] = {{2, 16, 64, 100}, {4, 64, 768, 1000}, {8, 1024, 768, 50257}};
     for (Size s : sizes) {
         size_t n = (size_t)s.B * s.T * s.C;
-        Rng rng = {7};
-        std::vector<int> tokens(s.B * s.T);
-        for (int& t : tokens) t = (int)(rng_next(&rng) % s.V);
+        std::vector<int> tokens = random_tokens(s.B * s.T, s.V, 7);
         std::vector<floatX> wte = random_floatx((size_t)s.V * s.C, 1), wpe = random_floatx((size_t)s.T * s.C, 2), out(n);
         VocabRange all = {0, s.V}, half = {s.V / 2, s.V - s.V / 2};  // half: a tensor-parallel rank's rows
         encoder_forward_host(out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C, all);
@@ -66,10 +64,7 @@ int main(int argc, char** argv) {
             });
         device_free(d_tokens); device_free(d_wte); device_free(d_wpe); device_free(d_out);
     }
-    RefFile ref = lab_ref_file("encoder");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("encoder", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int B = sz[0], T = sz[1], C = sz[2], V = sz[3];
         int* d_tokens = to_device(ref.get(p + "tokens").as_ints());
         floatX *d_wte = to_device(ref_floatx(ref, p + "wte")), *d_wpe = to_device(ref_floatx(ref, p + "wpe"));
@@ -81,6 +76,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "out", d_out, ref, p + "out");
         }
         device_free(d_tokens); device_free(d_wte); device_free(d_wpe); device_free(d_out);
-    }
+    });
     return lab_finish(lab);
 }

@@ -51,10 +51,8 @@ int main(int argc, char** argv) {
             });
         device_free(d_inp); device_free(d_dout); device_free(d_dinp);
     }
-    RefFile ref = lab_ref_file("gelu");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        size_t n = ref.get(p + "sizes").as_ints()[0];
+    for_each_ref_case("gelu", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
+        size_t n = sz[0];
         floatX *d_inp = to_device(ref_floatx(ref, p + "inp")), *d_dout = to_device(ref_floatx(ref, p + "dout"));
         floatX* d_dinp = (floatX*)device_malloc(n * sizeof(floatX));
         for (int v = 1; v <= VERSIONS; v++) {
@@ -64,6 +62,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dinp", d_dinp, ref, p + "dinp");
         }
         device_free(d_inp); device_free(d_dout); device_free(d_dinp);
-    }
+    });
     return lab_finish(lab);
 }

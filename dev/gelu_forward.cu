@@ -45,10 +45,8 @@ int main(int argc, char** argv) {
             time_versions(lab, VERSIONS, 2.0 * n * sizeof(floatX), [&](int v, int block) { gelu_forward_version(v, block, d_out, d_inp, n); });
         device_free(d_inp); device_free(d_out);
     }
-    RefFile ref = lab_ref_file("gelu");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        size_t n = ref.get(p + "sizes").as_ints()[0];
+    for_each_ref_case("gelu", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
+        size_t n = sz[0];
         floatX *d_inp = to_device(ref_floatx(ref, p + "inp")), *d_out = (floatX*)device_malloc(n * sizeof(floatX));
         for (int v = 1; v <= VERSIONS; v++) {
             if (!lab_wants(lab, v) || (v == 2 && n % Packed128<floatX>::size != 0)) continue;  // version 2: whole packs
@@ -57,6 +55,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "out", d_out, ref, p + "out");
         }
         device_free(d_inp); device_free(d_out);
-    }
+    });
     return lab_finish(lab);
 }

@@ -79,10 +79,8 @@ int main(int argc, char** argv) {
             time_versions(lab, VERSIONS, (double)n * sizeof(floatX), [&](int v, int block) { global_norm_version(v, block, d_partials, d_x, n); });
         device_free(d_x); device_free(d_partials);
     }
-    RefFile ref = lab_ref_file("global_norm");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        size_t n = ref.get(p + "sizes").as_ints()[0];
+    for_each_ref_case("global_norm", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
+        size_t n = sz[0];
         floatX* d_x = to_device(ref_floatx(ref, p + "inp"));
         float* d_partials = (float*)device_malloc(NORM_PARTS * sizeof(float));
         for (int v = 1; v <= VERSIONS; v++) {
@@ -92,6 +90,6 @@ int main(int argc, char** argv) {
             if (!check_close("norm squared", &ours, ref.get(p + "norm_squared"), 1e-5, [](double d) { return d; })) lab.failures++;
         }
         device_free(d_x); device_free(d_partials);
-    }
+    });
     return lab_finish(lab);
 }

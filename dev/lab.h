@@ -15,8 +15,8 @@ fp32 1e-5 (24-bit rounding in another order); bf16 1e-2 against the host twin an
 float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error, ~1e-2, plus ours).
 */
 #pragma once
-// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, to_device, from_device,
-//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, LAB_TOL, as_floatx
+// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
+//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, LAB_TOL, as_floatx
 #include <stdio.h>     // defines: printf
 #include <stdlib.h>    // defines: atoi, getenv
 #include <algorithm>   // defines: std::sort
@@ -75,6 +75,12 @@ inline std::vector<floatX> as_floatx(const std::vector<float>& v) {
 inline std::vector<floatX> random_floatx(size_t n, uint64_t seed, float scale = 1.0f, float offset = 0.0f) {
     return as_floatx(random_floats(n, seed, scale, offset));
 }
+inline std::vector<int> random_tokens(size_t n, int V, uint64_t seed) {  // ids in [0, V)
+    Rng rng = {seed};
+    std::vector<int> tokens(n);
+    for (int& t : tokens) t = (int)(rng_next(&rng) % V);
+    return tokens;
+}
 template <typename T> inline T* to_device(const std::vector<T>& host) {
     T* d = (T*)device_malloc(host.size() * sizeof(T));
     host_to_device(d, host.data(), host.size() * sizeof(T));
@@ -131,6 +137,15 @@ inline std::vector<float> ref_floats(const RefFile& file, const std::string& nam
 inline std::vector<floatX> ref_floatx(const RefFile& file, const std::string& name) { return as_floatx(ref_floats(file, name)); }
 // "bf16/k/" or "fp32/k/": this build's cases
 inline std::string ref_prefix(int k) { return std::string(PRECISION_NAME) + "/" + std::to_string(k) + "/"; }
+// check(ref, prefix, sizes) for each of this build's cases in the op's PyTorch file: tensor NAME
+// of the case is ref.get(prefix + NAME)
+template <typename Check> inline void for_each_ref_case(const char* op, Check check) {
+    RefFile ref = lab_ref_file(op);
+    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
+        std::string prefix = ref_prefix(k);
+        check(ref, prefix, ref.get(prefix + "sizes").as_ints());
+    }
+}
 
 // a device result against PyTorch: fp32 build, float64; bf16 build, float64 of the same bf16
 // inputs (NAME_f64, where the file has it) and PyTorch's bf16

@@ -82,10 +82,7 @@ int main(int argc, char** argv) {
             time_versions(lab, VERSIONS, 4.0 * n * sizeof(floatX), [&](int v, int block) { layernorm_backward_version(v, block, d, s.N, s.C); });
         release(d);
     }
-    RefFile ref = lab_ref_file("layernorm");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("layernorm", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int N = sz[0], C = sz[1];
         HostCase h = {std::vector<floatX>((size_t)N * C, from_float(0.0f)), std::vector<floatX>(C, from_float(0.0f)),
                       std::vector<floatX>(C, from_float(0.0f)), ref_floatx(ref, p + "dout"), ref_floatx(ref, p + "inp"),
@@ -103,6 +100,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dbias", d.dbias, ref, p + "dbias");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

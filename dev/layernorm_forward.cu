@@ -3,29 +3,20 @@ dev/layernorm_forward.cu: LayerNorm over the channels, eps 1e-5 (kernels/layerno
     mean, rstd = 1/sqrt(var + eps) per row;  out = (x - mean) * rstd * w + b
 A row is C = 768 values for GPT-2 small: the question is how many threads share a row.
 
-version 1: one thread per row, three passes (mean, variance, output): simple, but a
-           warp's 32 threads read 32 different rows, so no load is coalesced
+version 1: one thread per row, three passes (mean, variance, output): the host twin's
+           row (layernorm_forward_row) on the device; a warp's 32 threads read 32
+           different rows, so no load is coalesced
 version 2: one warp per row (the trainer's layernorm_forward_kernel): lanes read
            neighbouring channels (coalesced) and the sums are warp shuffles
 */
 #include "lab.h"
-#include "../kernels/layernorm.cuh"  // defines: layernorm_forward_host (the reference), layernorm_forward_kernel (version 2)
+#include "../kernels/layernorm.cuh"  // defines: layernorm_forward_host (the reference), layernorm_forward_row (version 1),
+                                     //          layernorm_forward_kernel (version 2)
 
 __global__ void layernorm_forward_kernel1(floatX* out, float* mean, float* rstd, const floatX* inp,
                                           const floatX* weight, const floatX* bias, int N, int C) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= N) return;
-    const floatX* x = inp + (size_t)row * C;
-    float m = 0.0f;
-    for (int c = 0; c < C; c++) m += to_float(x[c]);
-    m /= C;
-    float var = 0.0f;
-    for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; var += d * d; }
-    float s = rsqrtf(var / C + LAYERNORM_EPS);
-    for (int c = 0; c < C; c++)
-        out[(size_t)row * C + c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
-    mean[row] = m;
-    rstd[row] = s;
+    if (row < N) layernorm_forward_row(row, out, mean, rstd, inp, weight, bias, C);  // the host twin's row
 }
 
 static void layernorm_forward_version(int version, int block, floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -70,10 +61,7 @@ int main(int argc, char** argv) {
             });
         release(d);
     }
-    RefFile ref = lab_ref_file("layernorm");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("layernorm", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int N = sz[0], C = sz[1];
         Buffers d = upload(ref_floatx(ref, p + "inp"), ref_floatx(ref, p + "weight"), ref_floatx(ref, p + "bias"), N, C);
         for (int v = 1; v <= VERSIONS; v++) {
@@ -85,6 +73,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "rstd", d.rstd, ref, p + "rstd");
         }
         release(d);
-    }
+    });
     return lab_finish(lab);
 }

@@ -51,10 +51,7 @@ int main(int argc, char** argv) {
             });
         device_free(d_dout); device_free(d_dbias); device_free(d_partials);
     }
-    RefFile ref = lab_ref_file("matmul");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("matmul", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int N = sz[0], OC = sz[2];
         std::vector<floatX> zeros(OC, from_float(0.0f));
         floatX *d_dout = to_device(ref_floatx(ref, p + "dout")), *d_dbias = to_device(zeros);
@@ -67,6 +64,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "dbias", d_dbias, ref, p + "dbias");
         }
         device_free(d_dout); device_free(d_dbias); device_free(d_partials);
-    }
+    });
     return lab_finish(lab);
 }

@@ -3,8 +3,9 @@ dev/matmul_forward.cu: the linear layer out(N,OC) = inp(N,C) @ W^T(C,OC) + b
 (kernels/matmul.cuh), fp32 accumulation whatever floatX stores.
 It is compute-bound: 2 N C OC flops on (N C + OC C + N OC) elements.
 
-version 1: one thread per output element, a dot product over C read from global memory
-           (each input element is read OC times, each weight N times)
+version 1: one thread per output element (the host twin's matmul_forward_element), a dot
+           product over C read from global memory (each input element is read OC times,
+           each weight N times)
 version 2: 16x16 output tiles: the block stages 16x16 tiles of inp and W in shared
            memory, so each global element is read N/16 or OC/16 times instead
 version 3: cuBLAS (cublasGemmStridedBatchedEx, fp32 compute), then the bias kernel:
@@ -17,11 +18,7 @@ The block size applies to version 1.
 __global__ void matmul_forward_kernel1(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                                        int N, int C, int OC) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * OC) return;
-    int i = idx / OC, o = idx % OC;
-    float sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += to_float(inp[(size_t)i * C + c]) * to_float(weight[(size_t)o * C + c]);
-    out[idx] = from_float(sum + (bias ? to_float(bias[o]) : 0.0f));
+    if (idx < (size_t)N * OC) matmul_forward_element(idx / OC, idx % OC, out, inp, weight, bias, C, OC);  // the twin's element
 }
 
 #define TILE 16
@@ -83,10 +80,7 @@ int main(int argc, char** argv) {
         }
         device_free(d_inp); device_free(d_w); device_free(d_b); device_free(d_out);
     }
-    RefFile ref = lab_ref_file("matmul");
-    for (int k = 0; k < ref.cases(PRECISION_NAME); k++) {
-        std::string p = ref_prefix(k);
-        std::vector<int> sz = ref.get(p + "sizes").as_ints();
+    for_each_ref_case("matmul", [&](const RefFile& ref, const std::string& p, const std::vector<int>& sz) {
         int N = sz[0], C = sz[1], OC = sz[2];
         floatX *d_inp = to_device(ref_floatx(ref, p + "inp")), *d_w = to_device(ref_floatx(ref, p + "weight")),
                *d_b = to_device(ref_floatx(ref, p + "bias")), *d_out = (floatX*)device_malloc((size_t)N * OC * sizeof(floatX));
@@ -97,6 +91,6 @@ int main(int argc, char** argv) {
             lab_check_ref(&lab, "out", d_out, ref, p + "out");
         }
         device_free(d_inp); device_free(d_w); device_free(d_b); device_free(d_out);
-    }
+    });
     return lab_finish(lab);
 }

@@ -19,6 +19,7 @@ kernel in dev/.
 #pragma once
 // defines: attention_forward, attention_backward, attention_scratch_elements
 #include <math.h>  // defines: expf, sqrtf
+#include <vector>  // defines: std::vector
 #include "common.cuh"
 #include "matmul.cuh"  // defines: gemm_batched
 
@@ -27,41 +28,89 @@ inline size_t attention_scratch_elements(int B, int T, int C, int NH) {
     return 7 * (size_t)B * T * C + (size_t)B * NH * T * T;
 }
 
+// query row t of head h in sequence b: scores, softmax, output. The host twin's loop body and
+// the kernel of dev/attention_forward.cu's version 1 (a thread per row)
+HOST_DEVICE inline void attention_forward_row(int b, int h, int t, floatX* out, floatX* att, const floatX* qkv,
+                                              int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+    floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
+    float maxval = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+        float dot = 0.0f;
+        for (int i = 0; i < hs; i++) dot += to_float(q[i]) * to_float(k[i]);
+        dot *= scale;
+        att_row[t2] = from_float(dot);
+        if (dot > maxval) maxval = dot;
+    }
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(att_row[t2]) - maxval);
+    for (int t2 = 0; t2 < T; t2++) att_row[t2] = from_float(t2 <= t ? expf(to_float(att_row[t2]) - maxval) / sum : 0.0f);
+    floatX* out_row = out + ((size_t)b * T + t) * C + h * hs;
+    for (int i = 0; i < hs; i++) {
+        float y = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) y += to_float(att_row[t2]) * to_float(qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i]);
+        out_row[i] = from_float(y);
+    }
+}
+
 inline void attention_forward_host(floatX* out,         // (B,T,C)
                                    floatX* att,         // (B,NH,T,T)
                                    const floatX* qkv,   // (B,T,3C)
                                    int B, int T, int C, int NH) {
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) attention_forward_row(b, h, t, out, att, qkv, T, C, NH);
+}
+
+// the fp32 scratch attention_backward_head needs for one head: dq, dk, dv (T,hs) each, datt (T)
+HOST_DEVICE inline size_t attention_head_scratch_floats(int T, int C, int NH) { return (size_t)3 * T * (C / NH) + T; }
+
+// head h of sequence b of the backward: each (b,h) owns its slice of dqkv (overwritten), so
+// heads run in parallel without races. dq, dk, dv are summed in fp32 in `acc`
+// (attention_head_scratch_floats) and stored once. The host twin's loop body, and the kernel
+// of dev/attention_backward.cu's version 1 (a thread per head)
+HOST_DEVICE inline void attention_backward_head(int b, int h, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                                const floatX* att, float* acc, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += to_float(q[i]) * to_float(k[i]);
-                    dot *= scale;
-                    att_row[t2] = from_float(dot);
-                    if (dot > maxval) maxval = dot;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(att_row[t2]) - maxval);
-                for (int t2 = 0; t2 < T; t2++)
-                    att_row[t2] = from_float(t2 <= t ? expf(to_float(att_row[t2]) - maxval) / sum : 0.0f);
-                floatX* out_row = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) {
-                    float y = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++)
-                        y += to_float(att_row[t2]) * to_float(qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i]);
-                    out_row[i] = from_float(y);
-                }
+    float *dq_all = acc, *dk_all = acc + (size_t)T * hs, *dv_all = acc + (size_t)2 * T * hs;
+    float* datt = acc + (size_t)3 * T * hs;
+    for (size_t i = 0; i < (size_t)3 * T * hs; i++) acc[i] = 0.0f;
+    for (int t = 0; t < T; t++) {
+        const floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
+        const floatX* dy = dout + ((size_t)b * T + t) * C + h * hs;
+        const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        float* dq = dq_all + (size_t)t * hs;
+        float att_dot_datt = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {  // through y = att @ v
+            const floatX* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+            float* dv = dv_all + (size_t)t2 * hs;
+            float d = 0.0f;
+            for (int i = 0; i < hs; i++) {
+                d += to_float(dy[i]) * to_float(v[i]);
+                dv[i] += to_float(att_row[t2]) * to_float(dy[i]);
+            }
+            datt[t2] = d;
+            att_dot_datt += to_float(att_row[t2]) * d;
+        }
+        for (int t2 = 0; t2 <= t; t2++) {  // through the softmax, then q k^T * scale
+            float dpre = to_float(att_row[t2]) * (datt[t2] - att_dot_datt) * scale;
+            const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+            float* dk = dk_all + (size_t)t2 * hs;
+            for (int i = 0; i < hs; i++) {
+                dq[i] += dpre * to_float(k[i]);
+                dk[i] += dpre * to_float(q[i]);
             }
         }
     }
+    for (int t = 0; t < T; t++)
+        for (int part = 0; part < 3; part++)
+            for (int i = 0; i < hs; i++)
+                dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(acc[((size_t)part * T + t) * hs + i]);
 }
 
 inline void attention_backward_host(floatX* dqkv,          // (B,T,3C) overwritten
@@ -69,49 +118,12 @@ inline void attention_backward_host(floatX* dqkv,          // (B,T,3C) overwritt
                                     const floatX* qkv,     // (B,T,3C)
                                     const floatX* att,     // (B,NH,T,T)
                                     int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {  // each (b,h) owns its slice of dqkv: no races
-            // dq, dk, dv of this head summed in fp32 (T,hs) each, stored into floatX once at the end
-            float* acc = (float*)calloc((size_t)3 * T * hs + T, sizeof(float));
-            float *dq_all = acc, *dk_all = acc + (size_t)T * hs, *dv_all = acc + (size_t)2 * T * hs;
-            float* datt = acc + (size_t)3 * T * hs;
-            for (int t = 0; t < T; t++) {
-                const floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-                const floatX* dy = dout + ((size_t)b * T + t) * C + h * hs;
-                const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float* dq = dq_all + (size_t)t * hs;
-                float att_dot_datt = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {  // through y = att @ v
-                    const floatX* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float* dv = dv_all + (size_t)t2 * hs;
-                    float d = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        d += to_float(dy[i]) * to_float(v[i]);
-                        dv[i] += to_float(att_row[t2]) * to_float(dy[i]);
-                    }
-                    datt[t2] = d;
-                    att_dot_datt += to_float(att_row[t2]) * d;
-                }
-                for (int t2 = 0; t2 <= t; t2++) {  // through the softmax, then q k^T * scale
-                    float dpre = to_float(att_row[t2]) * (datt[t2] - att_dot_datt) * scale;
-                    const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float* dk = dk_all + (size_t)t2 * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dpre * to_float(k[i]);
-                        dk[i] += dpre * to_float(q[i]);
-                    }
-                }
-            }
-            for (int t = 0; t < T; t++)
-                for (int part = 0; part < 3; part++)
-                    for (int i = 0; i < hs; i++)
-                        dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(acc[((size_t)part * T + t) * hs + i]);
-            free(acc);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            std::vector<float> acc(attention_head_scratch_floats(T, C, NH));
+            attention_backward_head(b, h, dqkv, dout, qkv, att, acc.data(), T, C, NH);
         }
-    }
 }
 
 #ifdef __CUDACC__

@@ -34,21 +34,25 @@ HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, in
     float p = expf(j < valid ? z - maxval : -INFINITY) / sum;  // exp(-inf) = 0: no branch around the call (SIMD)
     return from_float(j < valid ? (p - (j == target_j ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
+// row i of the fused op: the host twin's loop body, and the kernel of dev/crossentropy.cu's
+// version 1 (a thread per row)
+HOST_DEVICE inline void crossentropy_forward_backward_row(int i, floatX* logits, float* losses, const int* targets,
+                                                          int V, int Vp, float dloss) {
+    floatX* z = logits + (size_t)i * Vp;
+    float maxval = -INFINITY;
+    for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
+    float sum = 0.0f;
+    for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
+    losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
+    if (dloss == 0.0f) return;
+    for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
+}
 inline void crossentropy_forward_backward_host(floatX* logits,      // (N,Vp) in: logits, out: dlogits if dloss != 0
                                                float* losses,       // (N)
                                                const int* targets,  // (N)
                                                int N, int V, int Vp, float dloss) {
     #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        floatX* z = logits + (size_t)i * Vp;
-        float maxval = -INFINITY;
-        for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
-        float sum = 0.0f;
-        for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
-        losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
-        if (dloss == 0.0f) continue;
-        for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
-    }
+    for (int i = 0; i < N; i++) crossentropy_forward_backward_row(i, logits, losses, targets, V, Vp, dloss);
 }
 
 // ---------------------------------------------------------------- the four pieces

@@ -35,28 +35,33 @@ HOST_DEVICE inline void layernorm_param_grads_channel(int c, floatX* dweight, fl
     dbias[c] = from_float(to_float(dbias[c]) + db);
 }
 
+// row i of the forward: its mean and rstd, and its output; the host twin's loop body, and the
+// kernel of dev/layernorm_forward.cu's version 1 (a thread per row)
+HOST_DEVICE inline void layernorm_forward_row(int i, floatX* out, float* mean, float* rstd, const floatX* inp,
+                                              const floatX* weight, const floatX* bias, int C) {
+    const floatX* x = inp + (size_t)i * C;
+    float m = 0.0f;
+    for (int c = 0; c < C; c++) m += to_float(x[c]);
+    m /= C;
+    float v = 0.0f;
+    for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; v += d * d; }
+    v /= C;
+    float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+    floatX* y = out + (size_t)i * C;
+    for (int c = 0; c < C; c++) {
+        float n = (to_float(x[c]) - m) * s;
+        y[c] = from_float(n * to_float(weight[c]) + to_float(bias[c]));
+    }
+    mean[i] = m;
+    rstd[i] = s;
+}
+
 inline void layernorm_forward_host(floatX* out, float* mean, float* rstd,       // (N,C), (N), (N)
                                    const floatX* inp,                           // (N,C)
                                    const floatX* weight, const floatX* bias,    // (C), (C)
                                    int N, int C) {
     #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        const floatX* x = inp + (size_t)i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += to_float(x[c]);
-        m /= C;
-        float v = 0.0f;
-        for (int c = 0; c < C; c++) { float d = to_float(x[c]) - m; v += d * d; }
-        v /= C;
-        float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        floatX* y = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            float n = (to_float(x[c]) - m) * s;
-            y[c] = from_float(n * to_float(weight[c]) + to_float(bias[c]));
-        }
-        mean[i] = m;
-        rstd[i] = s;
-    }
+    for (int i = 0; i < N; i++) layernorm_forward_row(i, out, mean, rstd, inp, weight, bias, C);
 }
 
 inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias,  // (N,C) +=, (C) +=, (C) +=

@@ -76,15 +76,18 @@ HOST_DEVICE inline void bias_backward_column(int o, floatX* dbias, const floatX*
 }
 
 // the forward as its definition, one output at a time in fp32 with the bias added last: the
-// reference of dev/matmul_forward.cu (the CPU build itself runs sgemm, above)
+// reference of dev/matmul_forward.cu, whose version 1 runs the element on the device (the
+// CPU build itself runs sgemm, above)
+HOST_DEVICE inline void matmul_forward_element(int i, int o, floatX* out, const floatX* inp, const floatX* weight,
+                                               const floatX* bias, int C, int OC) {
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += to_float(inp[(size_t)i * C + c]) * to_float(weight[(size_t)o * C + c]);
+    out[(size_t)i * OC + o] = from_float(sum + (bias ? to_float(bias[o]) : 0.0f));
+}
 inline void matmul_forward_host(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
     #pragma omp parallel for collapse(2)
     for (int i = 0; i < N; i++)
-        for (int o = 0; o < OC; o++) {
-            float sum = 0.0f;
-            for (int c = 0; c < C; c++) sum += to_float(inp[(size_t)i * C + c]) * to_float(weight[(size_t)o * C + c]);
-            out[(size_t)i * OC + o] = from_float(sum + (bias ? to_float(bias[o]) : 0.0f));
-        }
+        for (int o = 0; o < OC; o++) matmul_forward_element(i, o, out, inp, weight, bias, C, OC);
 }
 
 inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) {  // out(N,OC) += bias(OC)
