@@ -1,6 +1,6 @@
 /*
 base.h: what every file needs, whatever it is built with: the error path (fail),
-"device" memory and copies, and the memory ledger.
+"device" memory and copies, the memory ledger, and files written whole or not at all.
 
 fail() prints one line and exits 1. It knows nothing of MPI or CUDA, so the
 tokenizer builds with plain g++. A multi-rank run must not leave the other ranks
@@ -12,7 +12,8 @@ On the CPU build the "device" is host memory and these are malloc and memcpy, so
 the same trainer source runs unchanged.
 */
 #pragma once
-// defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, device_malloc, device_free,
+// defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
+//          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
 #include <stdio.h>   // defines: fprintf, vsnprintf
@@ -116,6 +117,35 @@ inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_M
         *specs[i].ptr = device_malloc(bytes);
         if (*specs[i].ptr) device_zero(*specs[i].ptr, bytes);
     }
+}
+
+// ---------------------------------------------------------------- files written whole
+// A file that is complete or absent: written under PATH.tmp and renamed to PATH only once every
+// byte is out and closed, so a crash or a full disk never leaves a damaged PATH (model files,
+// checkpoints, token shards). `what` names the file in errors ("model file", "shard", ...).
+struct WholeFile {
+    std::string path, tmp, what;
+    FILE* f;
+    bool ok;  // every write so far succeeded
+};
+inline WholeFile whole_file_open(const std::string& path, const char* what) {
+    WholeFile w = {path, path + ".tmp", what, fopen((path + ".tmp").c_str(), "wb"), true};
+    if (!w.f) fail("cannot write %s %s", what, w.tmp.c_str());
+    return w;
+}
+inline void whole_file_write(WholeFile* w, const void* data, size_t bytes) {
+    if (w->ok && bytes > 0) w->ok = fwrite(data, 1, bytes, w->f) == bytes;
+}
+inline void whole_file_commit(WholeFile* w) {  // close, then rename over PATH
+    w->ok = (fclose(w->f) == 0) && w->ok;
+    w->f = nullptr;
+    if (!w->ok || rename(w->tmp.c_str(), w->path.c_str()) != 0)
+        fail("writing %s %s failed (disk full?)", w->what.c_str(), w->path.c_str());
+}
+inline void whole_file_abandon(WholeFile* w) {  // a failed run: no partial file left behind
+    if (w->f) fclose(w->f);
+    w->f = nullptr;
+    remove(w->tmp.c_str());
 }
 
 // the whole file, or an error naming it (`what` says what the file is for)

@@ -76,24 +76,21 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
 // file half written, as a crash would
 inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
                                    bool die_midway = false) {
-    char path[4096], tmp[4200];
+    char path[4096];
     state_path(path, sizeof(path), dir, s->step, g.rank);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
     StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX),
                      opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index,
                      s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements, s->sample_index, s->sample_rng};
-    FILE* f = fopen(tmp, "wb");
-    if (!f) fail("cannot write checkpoint state %s", tmp);
-    bool ok = fwrite(&h, sizeof(h), 1, f) == 1;
+    WholeFile w = whole_file_open(path, "checkpoint state");
+    whole_file_write(&w, &h, sizeof(h));
     std::vector<float> host(opt.elements);
-    for (int k = 0; k < opt.num_buffers && ok; k++) {
+    for (int k = 0; k < opt.num_buffers; k++) {
         device_to_host(host.data(), opt.buffers[k], host.size() * sizeof(float));
-        ok = fwrite(host.data(), sizeof(float), host.size(), f) == host.size();
-        if (die_midway) { fflush(f); raise(SIGKILL); }
+        whole_file_write(&w, host.data(), host.size() * sizeof(float));
+        if (die_midway) { fflush(w.f); raise(SIGKILL); }
     }
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) fail("writing checkpoint state %s failed (disk full?)", path);
+    whole_file_commit(&w);
 }
 
 // the header of rank `rank`'s state file of `step`, opened (f: NULL to close it); false if there is no such file
@@ -178,17 +175,14 @@ inline void optimizer_path(char* out, size_t size, const char* dir, int step) {
     snprintf(out, size, "%s/optimizer_%08d.bin", dir, step);
 }
 inline void checkpoint_write_optimizer(const char* dir, int step, const std::vector<std::vector<float>>& buffers) {
-    char path[4096], tmp[4200];
+    char path[4096];
     optimizer_path(path, sizeof(path), dir, step);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     size_t n = buffers[0].size();
     int32_t header[256] = {OPTIMIZER_MAGIC, 1, (int32_t)buffers.size(), (int32_t)(n & 0xFFFFFFFF), (int32_t)(n >> 32)};
-    FILE* f = fopen(tmp, "wb");
-    if (!f) fail("cannot write optimizer state %s", tmp);
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1;
-    for (const std::vector<float>& b : buffers) ok = ok && fwrite(b.data(), sizeof(float), n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) fail("writing optimizer state %s failed (disk full?)", path);
+    WholeFile w = whole_file_open(path, "optimizer state");
+    whole_file_write(&w, header, sizeof(header));
+    for (const std::vector<float>& b : buffers) whole_file_write(&w, b.data(), n * sizeof(float));
+    whole_file_commit(&w);
 }
 inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers, size_t elements) {
     char path[4096];
@@ -214,15 +208,13 @@ inline void marker_path(char* out, size_t size, const char* dir, int step) {
 
 // rank 0, after every rank's files of `step` are complete: the checkpoint now counts
 inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage) {
-    char path[4096], tmp[4200];
+    char path[4096], text[256];
     marker_path(path, sizeof(path), dir, step);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "w");
-    if (!f) fail("cannot write checkpoint marker %s", tmp);
-    bool ok = fprintf(f, "step %d: model file and %d state files, dp %d tp %d pp %d ZeRO-%d\n", step, g.world, g.dp, g.tp,
-                      g.pp, zero_stage) > 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) fail("writing checkpoint marker %s failed (disk full?)", path);
+    int n = snprintf(text, sizeof(text), "step %d: model file and %d state files, dp %d tp %d pp %d ZeRO-%d\n", step,
+                     g.world, g.dp, g.tp, g.pp, zero_stage);
+    WholeFile w = whole_file_open(path, "checkpoint marker");
+    whole_file_write(&w, text, (size_t)n);
+    whole_file_commit(&w);
 }
 
 // the steps of dir's files named PREFIX%08dSUFFIX, ascending

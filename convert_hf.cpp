@@ -79,13 +79,10 @@ static std::string hf_name(int k, int layer) {
     return name;
 }
 
-static void write_file(const std::string& path, const std::string& bytes) {  // under a temporary name, then renamed
-    std::string tmp = path + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) fail("cannot write %s", tmp.c_str());
-    bool ok = fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) fail("writing %s failed (disk full?)", path.c_str());
+static void write_file(const std::string& path, const std::string& bytes) {  // whole or not at all (base.h)
+    WholeFile w = whole_file_open(path, "file");
+    whole_file_write(&w, bytes.data(), bytes.size());
+    whole_file_commit(&w);
     printf("wrote %s (%zu bytes)\n", path.c_str(), bytes.size());
 }
 static nlohmann::json parse_json(const std::string& text, const std::string& path) {

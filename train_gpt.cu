@@ -503,13 +503,10 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
     }
     int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
                            c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) fail("cannot write model file %s", tmp);
-    bool ok = fwrite(header, sizeof(header), 1, f) == 1 && fwrite(body.data(), bytes_per, total, f) == total;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) fail("writing model file %s failed (disk full?)", path);
+    WholeFile w = whole_file_open(path, "model file");
+    whole_file_write(&w, header, sizeof(header));
+    whole_file_write(&w, body.data(), bytes_per * total);
+    whole_file_commit(&w);
 }
 
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the

@@ -64,18 +64,16 @@ static void usage() {
 }
 
 // One llm.c shard being written: int32 header[256] = {20240520, 1, ntok}, then uint16 tokens.
-// The tokens stream into PATH.tmp as they come; close() writes the count into the header and
-// renames the file to its final name, so a shard on disk is always complete.
+// The tokens stream into PATH.tmp as they come (base.h's WholeFile); finish() writes the count
+// into the header and renames the file to its final name, so a shard on disk is complete.
 struct ShardFile {
-    FILE* f = nullptr;
-    std::string tmp;
+    WholeFile file = {};  // file.f NULL: none open
     size_t tokens = 0;
-    void open(const std::string& prefix) {
-        tmp = prefix + ".tmp";
-        f = fopen(tmp.c_str(), "wb");
-        if (!f) fail("cannot write %s", tmp.c_str());
-        int32_t header[256] = {20240520, 1, 0};  // the count is written by close()
-        if (fwrite(header, sizeof(header), 1, f) != 1) fail("writing %s failed (disk full?)", tmp.c_str());
+    bool open() const { return file.f != nullptr; }
+    void start(const std::string& path) {
+        file = whole_file_open(path, "shard");
+        int32_t header[256] = {20240520, 1, 0};  // the count is written by finish()
+        whole_file_write(&file, header, sizeof(header));
         tokens = 0;
     }
     void append(const int* ids, size_t n) {
@@ -83,17 +81,17 @@ struct ShardFile {
         for (size_t done = 0; done < n;) {
             size_t k = std::min(n - done, sizeof(buffer) / sizeof(buffer[0]));
             for (size_t i = 0; i < k; i++) buffer[i] = (uint16_t)ids[done + i];
-            if (fwrite(buffer, 2, k, f) != k) fail("writing %s failed (disk full?)", tmp.c_str());
+            whole_file_write(&file, buffer, 2 * k);
             done += k;
         }
         tokens += n;
     }
-    void close(const std::string& path) {
+    void finish(const std::string& path) {  // the count into the header, then renamed to its final name
         int32_t count = (int32_t)tokens;
-        bool ok = fseek(f, 2 * sizeof(int32_t), SEEK_SET) == 0 && fwrite(&count, sizeof(count), 1, f) == 1;
-        ok = (fclose(f) == 0) && ok;
-        f = nullptr;
-        if (!ok || rename(tmp.c_str(), path.c_str()) != 0) fail("writing %s failed (disk full?)", path.c_str());
+        file.ok = file.ok && fseek(file.f, 2 * sizeof(int32_t), SEEK_SET) == 0;
+        whole_file_write(&file, &count, sizeof(count));
+        file.path = path;
+        whole_file_commit(&file);
         printf("wrote %s: %zu tokens\n", path.c_str(), tokens);
     }
 };
@@ -112,13 +110,13 @@ struct ShardWriter {
         while (n > 0) {
             size_t take;
             if (val.tokens < val_tokens) {
-                if (!val.f) val.open(prefix + "_val.bin");
+                if (!val.open()) val.start(prefix + "_val.bin");
                 take = std::min(n, val_tokens - val.tokens);
                 val.append(ids, take);
-                if (val.tokens == val_tokens) val.close(prefix + "_val.bin");
+                if (val.tokens == val_tokens) val.finish(prefix + "_val.bin");
             } else {
-                if (train.f && train.tokens == shard_tokens) close_train(true);
-                if (!train.f) train.open(prefix + "_train.bin");
+                if (train.open() && train.tokens == shard_tokens) close_train(true);
+                if (!train.open()) train.start(prefix + "_train.bin");
                 take = std::min(n, shard_tokens - train.tokens);
                 train.append(ids, take);
             }
@@ -130,17 +128,17 @@ struct ShardWriter {
     void close_train(bool numbered) {
         char name[64];
         if (numbered) snprintf(name, sizeof(name), "_train_%06zu.bin", train_shards_written);
-        train.close(prefix + (numbered ? name : "_train.bin"));
+        train.finish(prefix + (numbered ? name : "_train.bin"));
         train_shards_written++;
     }
     void finish() {
-        if (val.f) val.close(prefix + "_val.bin");  // fewer tokens than --val-tokens
-        if (!train.f) train.open(prefix + "_train.bin");  // no train tokens: an empty shard, as before
+        if (val.open()) val.finish(prefix + "_val.bin");  // fewer tokens than --val-tokens
+        if (!train.open()) train.start(prefix + "_train.bin");  // no train tokens: an empty shard, as before
         close_train(train_shards_written > 0);  // a shard opened after another always holds a token
     }
     void abandon() {  // a failed run leaves no partial shard behind (complete ones stay)
-        for (ShardFile* s : {&val, &train})
-            if (s->f) { fclose(s->f); remove(s->tmp.c_str()); s->f = nullptr; }
+        for (ShardFile* shard : {&val, &train})
+            if (shard->open()) whole_file_abandon(&shard->file);
     }
 };
 
