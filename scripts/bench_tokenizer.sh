@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Encode throughput of ./tokenize shards with 1 and 2 threads (2 = the cores of the development
-# machine), best of 5 runs each (this machine's timings wander by 20%), on:
+# machine), medians of RUNS interleaved pairs of runs (default 9), on:
 #   documents  tinyshakespeare x10 (11 MB) as blank-line documents: documents in parallel
 #   one file   tinyshakespeare x5 (5.6 MB) as one document: cut at safe places, pieces in parallel
 #   one file   5 MB of made-up words drawn Zipf-like from 200,000 (seed 1): fewer cache hits, as
 #              in varied English
-#   JSON lines tinyshakespeare's blank-line blocks as {"text": ...} lines
+#   JSON lines tinyshakespeare's blank-line blocks as {"text": ...} lines, also gzip-compressed
 # The time is ./tokenize's own: reading, encoding and writing every shard, after the vocabulary is
 # loaded and before the per-thread word caches are freed.
 set -euo pipefail
@@ -34,18 +34,26 @@ with open(f"{d}/shakespeare.jsonl", "w") as f:
     for block in text.split("\n\n"):
         f.write(json.dumps({"text": block + "\n\n"}) + "\n")
 PY
-best_seconds() {  # best of 5 runs of: ./tokenize shards ARGS...
-    for run in 1 2 3 4 5; do
-        ./tokenize shards -o $D/out "$@" 2>&1 > /dev/null | grep -oE "tokens in [0-9.]+ s" | grep -oE "[0-9.]+"
-    done | sort -n | head -n1
+gzip -k $D/shakespeare.jsonl
+seconds() {  # one run of ./tokenize shards ARGS...: its own time
+    ./tokenize shards -o $D/out "$@" 2>&1 > /dev/null | grep -oE "tokens in [0-9.]+ s" | grep -oE "[0-9.]+"
 }
-printf "%-34s %9s %9s %9s %8s\n" input MB "1 thread" "2 threads" speedup
+# RUNS pairs of runs, 1 thread then 2, interleaved, so that both see the machine in the same mood
+# (its speed drifts by up to 2x within minutes); speedup: the median of the pairs' ratios
+RUNS=${RUNS:-9}
+printf "%-38s %7s %10s %10s %9s\n" input MB "1 thread" "2 threads" speedup
 for input in "documents:--split-on-blank-lines:shakespeare_x10.txt" "one file:-:shakespeare_x5.txt" \
-             "one file:-:zipf_words.txt" "JSON lines:--jsonl:shakespeare.jsonl"; do
+             "one file:-:zipf_words.txt" "JSON lines:--jsonl:shakespeare.jsonl" "JSON lines, gzip:--jsonl:shakespeare.jsonl.gz"; do
     IFS=: read -r kind flag file <<< "$input"
     args=(); [ "$flag" != "-" ] && args=("$flag")
-    one=$(best_seconds --threads 1 "${args[@]}" $D/$file)
-    two=$(best_seconds --threads 2 "${args[@]}" $D/$file)
-    mb=$(python3 -c "import os; print(f'{os.path.getsize(\"$D/$file\") / 1e6:.1f}')")
-    python3 -c "print(f'{\"$kind: $file\":<34} {$mb:9.1f} {$mb / $one:6.1f} MB/s {$mb / $two:6.1f} MB/s {$one / $two:7.2f}x')"
+    for run in $(seq $RUNS); do
+        echo "$(seconds --threads 1 "${args[@]}" $D/$file) $(seconds --threads 2 "${args[@]}" $D/$file)"
+    done > $D/pairs.txt
+    python3 - "$kind: $file" $D/$file $D/pairs.txt <<'PY'
+import os, statistics, sys
+name, path, pairs = sys.argv[1], sys.argv[2], [tuple(map(float, l.split())) for l in open(sys.argv[3])]
+mb = os.path.getsize(path[:-3] if path.endswith(".gz") else path) / 1e6  # text MB, also for the .gz
+one, two = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+print(f"{name:<38} {mb:7.1f} {mb / one:5.1f} MB/s {mb / two:5.1f} MB/s {statistics.median(a / b for a, b in pairs):8.2f}x")
+PY
 done
