@@ -30,6 +30,7 @@ check ops_vs_pytorch_fp32 $BUILD/test_ops_vs_pytorch_fp32 $BUILD/pytorch_ops
 check ops_vs_pytorch_bf16 $BUILD/test_ops_vs_pytorch_bf16 $BUILD/pytorch_ops
 check tokenizer_properties env GPT2_VOCAB=data/gpt2 $BUILD/test_tokenizer
 check tokenizer_vs_gpt2 bash tests/test_tokenizer.sh data/gpt2 data/tinyshakespeare.txt
+check tokenizer_threads_tsan bash tests/test_tokenizer_threads.sh
 check pytorch_reference $PYTHON tests/reference.py --out $REF
 check gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2
 # the foundation's bar is 1e-3; fp32 round-off over 6 steps measures ~1e-6, so 1e-4 still leaves margin

@@ -386,8 +386,9 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
         fclose(f);
         progress.total_bytes += file_size(path);
     }
+    WordCache* words = word_cache_new();  // merged words, shared by the threads
     std::vector<EncodeCache*> caches;
-    for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t));
+    for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t, words));
     size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
     std::vector<Piece> batch;
     // encode the batch on every thread, its tokens going to the writer in order as pieces finish
@@ -435,9 +436,8 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
     fprintf(stderr, "%s%zu documents, %.1f MB -> %zu tokens in %.3f s (%.2f MB/s, %d threads)\n", progress.tty ? "\n" : "",
             documents, text_bytes / 1e6, writer.total, secs, text_bytes / 1e6 / secs, threads);
     if (bad_lines) fprintf(stderr, "skipped %zu bad lines\n", bad_lines);
-    std::vector<std::thread> teardown;  // a cache holds up to 200,000 words: freed on every thread at once
-    for (EncodeCache* cache : caches) teardown.emplace_back(encode_cache_free, cache);
-    for (auto& th : teardown) th.join();
+    for (EncodeCache* cache : caches) encode_cache_free(cache);
+    word_cache_free(words);
 }
 
 int main(int argc, char** argv) {

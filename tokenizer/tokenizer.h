@@ -11,9 +11,9 @@ Encoding is two steps:
 2. Each chunk's bytes start as single-byte tokens; repeatedly merge the adjacent pair
    whose merge has the lowest rank in vocab.bpe, until no pair can merge. Merges are
    kept as (left id, right id) -> (rank, merged id), so BPE runs on ids, and a cache
-   remembers each chunk's result (words repeat), one cache per thread. (A cache the
-   threads share, behind their own, was tried: its lock made a 2-thread run of varied
-   text slower than 1 thread.)
+   remembers each chunk's result (words repeat), one for every thread, without locks
+   (WordCache; a cache behind a reader-writer lock was tried: on varied text 2 threads
+   became slower than 1).
 "<|endoftext|>" in the text is plain text: only the training tools insert EOT (50256).
 
 Vocabulary: encoder.json maps token strings to ids; its strings spell bytes with
@@ -21,7 +21,7 @@ GPT-2's bytes_to_unicode table (printable bytes as themselves, the others moved 
 U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 */
 #pragma once
-// defines: Tokenizer, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
+// defines: Tokenizer, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
 //          tokenizer_write_decoder, tokenizer_free
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
@@ -29,6 +29,10 @@ U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 #include <string>           // defines: std::string
 #include <vector>           // defines: std::vector
 #include <unordered_map>    // defines: std::unordered_map
+#include <atomic>           // defines: std::atomic
+#include <string_view>      // defines: std::string_view, std::hash
+#include <stdlib.h>         // defines: calloc, malloc, free
+#include <string.h>         // defines: memcmp, memcpy
 #include <nlohmann/json.hpp>  // defines: nlohmann::json (encoder.json)
 #include "decoder.h"        // defines: TOKENIZER_MAGIC, fail
 
@@ -41,26 +45,80 @@ struct Tokenizer {
     pcre2_code* pattern;
 };
 
-#define CHUNK_CACHE_WORDS 200000  // a cache's bound: a corpus of unique junk cannot grow it forever
-
-// a chunk's bytes -> its ids, kept as (first, count) in one pool of ids: a word is one map
-// node and no allocation of its own, so a cache fills and frees quickly
-struct ChunkCache {
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> chunks;
-    std::vector<int> ids;
-    const int* find(const std::string& key, uint32_t* count) const {
-        auto hit = chunks.find(key);
-        if (hit == chunks.end()) return nullptr;
-        *count = hit->second.second;
-        return ids.data() + hit->second.first;
-    }
-    void add(const std::string& key, const int* word, size_t n) {
-        if (chunks.size() >= CHUNK_CACHE_WORDS) return;
-        if (chunks.emplace(key, std::make_pair((uint32_t)ids.size(), (uint32_t)n)).second) ids.insert(ids.end(), word, word + n);
-    }
+// WordCache: each chunk's ids once merged, shared by every encoding thread without a lock, so
+// a word one thread has merged the others look up instead of merging it again (with a cache
+// per thread, two threads on repeated text did up to 28% more work than one). An open-
+// addressing hash table of fixed size: a thread claims a slot with compare-and-swap, and only
+// after it has written the word's entry (bytes, ids) into the arenas, with release order; a
+// reader loads the slot with acquire order, so it sees the whole entry, which never changes
+// after. Bounded: once WORDS words or an arena is full, words are merged and not kept (a
+// corpus of unique junk cannot grow it forever). Arenas are allocated untouched: memory is
+// used as words arrive.
+struct WordCache {
+    static constexpr uint32_t WORDS = 1u << 18;
+    static constexpr size_t SLOTS = 2 * WORDS, KEY_BYTES = 8u << 20, IDS = 2u << 20;
+    struct Entry { uint32_t key_at, key_length, ids_at, ids_length; };
+    std::atomic<uint64_t>* slots;   // 0: empty; else (hash's top 32 bits) << 32 | (entry index + 1)
+    Entry* entries;
+    char* keys;
+    int* ids;
+    std::atomic<uint32_t> entry_count{0};
+    std::atomic<size_t> key_bytes{0}, id_count{0};
 };
-struct EncodeCache {  // one per thread
-    ChunkCache own;
+static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<uint64_t>) == 8, "zeroed atomic slots");
+
+inline WordCache* word_cache_new() {
+    WordCache* w = new WordCache;
+    // zeroed here, on one thread: the threads then take no page faults on the table (a fault
+    // in one thread makes the others wait on the process's page tables)
+    w->slots = (std::atomic<uint64_t>*)malloc(WordCache::SLOTS * sizeof(std::atomic<uint64_t>));
+    if (w->slots) memset((void*)w->slots, 0, WordCache::SLOTS * sizeof(std::atomic<uint64_t>));
+    w->entries = (WordCache::Entry*)malloc(WordCache::WORDS * sizeof(WordCache::Entry));
+    w->keys = (char*)malloc(WordCache::KEY_BYTES);
+    w->ids = (int*)malloc(WordCache::IDS * sizeof(int));
+    if (!w->slots || !w->entries || !w->keys || !w->ids) fail("out of memory for the tokenizer's word cache");
+    return w;
+}
+inline void word_cache_free(WordCache* w) { free(w->slots); free(w->entries); free(w->keys); free(w->ids); delete w; }
+
+// the ids of the n bytes at key, or NULL
+inline const int* word_cache_find(const WordCache* w, const char* key, size_t n, uint64_t hash, uint32_t* count) {
+    uint64_t tag = hash >> 32;
+    for (size_t slot = hash % WordCache::SLOTS;; slot = (slot + 1) % WordCache::SLOTS) {
+        uint64_t v = w->slots[slot].load(std::memory_order_acquire);
+        if (v == 0) return nullptr;
+        if (v >> 32 != tag) continue;
+        const WordCache::Entry& e = w->entries[(uint32_t)v - 1];
+        if (e.key_length == n && memcmp(w->keys + e.key_at, key, n) == 0) {
+            *count = e.ids_length;
+            return w->ids + e.ids_at;
+        }
+    }
+}
+inline void word_cache_add(WordCache* w, const char* key, size_t n, uint64_t hash, const int* word, size_t count) {
+    if (w->entry_count.load(std::memory_order_relaxed) >= WordCache::WORDS) return;  // full: cheap early out
+    uint32_t index = w->entry_count.fetch_add(1, std::memory_order_relaxed);
+    size_t key_at = w->key_bytes.fetch_add(n, std::memory_order_relaxed);
+    size_t ids_at = w->id_count.fetch_add(count, std::memory_order_relaxed);
+    if (index >= WordCache::WORDS || key_at + n > WordCache::KEY_BYTES || ids_at + count > WordCache::IDS) return;
+    memcpy(w->keys + key_at, key, n);
+    memcpy(w->ids + ids_at, word, count * sizeof(int));
+    w->entries[index] = {(uint32_t)key_at, (uint32_t)n, (uint32_t)ids_at, (uint32_t)count};
+    uint64_t mine = (hash >> 32) << 32 | (uint64_t)(index + 1);
+    for (size_t slot = hash % WordCache::SLOTS;; slot = (slot + 1) % WordCache::SLOTS) {
+        uint64_t expected = 0;
+        if (w->slots[slot].compare_exchange_strong(expected, mine, std::memory_order_release, std::memory_order_acquire))
+            return;
+        if (expected >> 32 == hash >> 32) {  // another thread may have added this very word meanwhile
+            const WordCache::Entry& e = w->entries[(uint32_t)expected - 1];
+            if (e.key_length == n && memcmp(w->keys + e.key_at, key, n) == 0) return;
+        }
+    }
+}
+
+struct EncodeCache {  // one per thread: PCRE2's match data, and the word cache (shared, or its own)
+    WordCache* words;
+    bool owns_words;
     pcre2_match_data* match;
 };
 
@@ -159,18 +217,25 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
     pcre2_jit_compile(t->pattern, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where JIT is unavailable
 }
 
-inline EncodeCache* encode_cache_new(const Tokenizer* t) {
+// a thread's encoding state; words: the word cache the threads share (NULL: a cache of its own)
+inline EncodeCache* encode_cache_new(const Tokenizer* t, WordCache* words = nullptr) {
     EncodeCache* c = new EncodeCache;
+    c->owns_words = words == nullptr;
+    c->words = words ? words : word_cache_new();
     c->match = pcre2_match_data_create_from_pattern(t->pattern, NULL);
     return c;
 }
-inline void encode_cache_free(EncodeCache* c) { pcre2_match_data_free(c->match); delete c; }
+inline void encode_cache_free(EncodeCache* c) {
+    if (c->owns_words) word_cache_free(c->words);
+    pcre2_match_data_free(c->match);
+    delete c;
+}
 
 // BPE of one chunk: merge the lowest-ranked adjacent pair, everywhere, until none merges
 inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCache* cache, std::vector<int>* out) {
-    std::string key(bytes, n);
+    uint64_t hash = std::hash<std::string_view>()(std::string_view(bytes, n));
     uint32_t count;
-    const int* ids = cache->own.find(key, &count);
+    const int* ids = word_cache_find(cache->words, bytes, n, hash, &count);
     if (ids) { out->insert(out->end(), ids, ids + count); return; }
     std::vector<int> word(n);
     for (size_t i = 0; i < n; i++) word[i] = t->byte_token[(unsigned char)bytes[i]];
@@ -190,7 +255,7 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
         }
         word.resize(kept);
     }
-    cache->own.add(key, word.data(), word.size());
+    word_cache_add(cache->words, bytes, n, hash, word.data(), word.size());
     out->insert(out->end(), word.begin(), word.end());
 }
 
