@@ -61,6 +61,8 @@ NVCC_LIBS = -lcublas $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
 
 HEADERS = $(wildcard *.h kernels/*.cuh)
 CATCH_MAIN = tests/build/catch_main.o
+# Catch2 from the system, or from .device/include on a GPU machine without Debian's packages
+CATCH_CFLAGS = $(if $(wildcard .device/include/catch2/catch.hpp),-I.device/include)
 
 CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
 # `make` also prepares the default data (tinyshakespeare and the decode table) when it is missing
@@ -127,7 +129,7 @@ dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS)
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
 	@mkdir -p tests/build
-	$(CXX) -O1 -std=c++17 -c $< -o $@
+	$(CXX) -O1 -std=c++17 $(CATCH_CFLAGS) -c $< -o $@
 
 tests/build/test_kernels: tests/test_kernels.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
@@ -137,7 +139,7 @@ tests/build/test_gpt2: tests/test_gpt2.cpp train_gpt.cu $(HEADERS) $(CATCH_MAIN)
 
 # the same test built by nvcc for make test-gpu (fp32, no TF32)
 tests/build/test_gpt2_gpu: tests/test_gpt2.cpp train_gpt.cu $(HEADERS) $(CATCH_MAIN)
-	$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $@.o
+	$(NVCC) $(NVCC_FLAGS) $(CATCH_CFLAGS) -x cu -c $< -o $@.o
 	$(NVCC) $(NVCC_FLAGS) $@.o $(CATCH_MAIN) $(NVCC_LIBS) -o $@
 
 tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
@@ -172,7 +174,8 @@ TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pyt
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES)
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
-test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16 tests/build/test_gpt2_gpu dev dev-fp32 data
+# needs data/ (make data, here or where ../shared is, then carried): nothing here rebuilds it
+test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16 tests/build/test_gpt2_gpu dev dev-fp32
 	@[ -n "$(GPU_PYTHON)" ] || { echo "make test-gpu: no python3 here can import torch (set GPU_PYTHON=...)"; exit 1; }
 	PYTHON=$(GPU_PYTHON) bash tests/run_tests_gpu.sh
 

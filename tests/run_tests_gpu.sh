@@ -9,7 +9,9 @@
 # without TF32, so it is held to float64 as the CPU's fp32 build is.
 set -u
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+export PYTHON=${PYTHON:-python3}  # the test scripts' python too: the one that imports torch
+[ -s data/tinyshakespeare_train.bin ] && [ -s data/gpt2_tokenizer.bin ] || {
+    echo "no data/: run make data on a machine with ../shared or a network, and carry data/"; exit 1; }
 BUILD=tests/build
 REF=$BUILD/ref
 mkdir -p $BUILD
