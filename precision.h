@@ -115,7 +115,7 @@ HOST_DEVICE inline floatX round_stochastic(float x, uint32_t random) {
     if (n == 0.0f) bits = (uint16_t)((x < 0.0f ? 0x8000u : 0u) | 1u);
     else bits = (uint16_t)(fabsf(x) > fabsf(n) ? bits + 1 : bits - 1);
     floatX other;
-    memcpy(&other, &bits, 2);
+    memcpy((void*)&other, &bits, 2);  // (void*): floatX may be a class (__nv_bfloat16)
     float p = (x - n) / (to_float(other) - n);  // in (0, 1/2]
     return (float)(random >> 8) * (1.0f / 16777216.0f) < p ? other : nearest;
 #endif

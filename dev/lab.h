@@ -1,7 +1,7 @@
 /*
 dev/lab.h: what every kernel lab in dev/ shares. A lab is one .cu file with numbered
 kernel versions of one op, from the plainest to the fastest; its main
-  1. checks every version against the trainer's host twin (kernels/*.cuh) on random
+  1. checks every version against the trainer's host twin (the kernels/ headers) on random
      inputs at several sizes and block sizes,
   2. checks it against PyTorch's outputs from dev/pytorch_ref.py (dev/ref/<op>.bin, or
      $DEV_REF_DIR), the bf16 cases in a bf16 build and the fp32 ones in an fp32 build,

@@ -8,6 +8,7 @@ version 1: one thread per row, three passes (mean, variance, output): the host t
            different rows, so no load is coalesced
 version 2: one warp per row (the trainer's layernorm_forward_kernel): lanes read
            neighbouring channels (coalesced) and the sums are warp shuffles
+version 3: version 2 with 16-byte loads and stores (8 bf16 per access, C a multiple of 8)
 */
 #include "lab.h"
 #include "../kernels/layernorm.cuh"  // defines: layernorm_forward_host (the reference), layernorm_forward_row (version 1),
@@ -19,10 +20,39 @@ __global__ void layernorm_forward_kernel1(floatX* out, float* mean, float* rstd,
     if (row < N) layernorm_forward_row(row, out, mean, rstd, inp, weight, bias, C);  // the host twin's row
 }
 
+// one warp per row, every access 16 bytes: lane l takes the packs at channels l*P, l*P + 32*P, ...
+// (C a multiple of P = Packed128<floatX>::size). The second and third passes re-read the row,
+// which the first brought into L1/L2
+__global__ void layernorm_forward_kernel3(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                          const floatX* weight, const floatX* bias, int N, int C) {
+    const int P = Packed128<floatX>::size;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        Packed128<floatX> v = load128(x + c);
+        for (int k = 0; k < P; k++) sum += to_float(v.v[k]);
+    }
+    float m = warp_sum(sum) / C, var = 0.0f;
+    for (int c = lane * P; c < C; c += 32 * P) {
+        Packed128<floatX> v = load128(x + c);
+        for (int k = 0; k < P; k++) { float d = to_float(v.v[k]) - m; var += d * d; }
+    }
+    float s = rsqrtf(warp_sum(var) / C + LAYERNORM_EPS);
+    for (int c = lane * P; c < C; c += 32 * P) {
+        Packed128<floatX> v = load128(x + c), w = load128(weight + c), b = load128(bias + c), y;
+        for (int k = 0; k < P; k++) y.v[k] = from_float((to_float(v.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+        store128(out + (size_t)row * C + c, y);
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
+
 static void layernorm_forward_version(int version, int block, floatX* out, float* mean, float* rstd, const floatX* inp,
                                       const floatX* weight, const floatX* bias, int N, int C) {
     if (version == 1) layernorm_forward_kernel1<<<ceil_div(N, block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
-    else layernorm_forward_kernel<<<ceil_div(N, block / 32), block>>>(out, mean, rstd, inp, weight, bias, N, C);
+    else if (version == 2) layernorm_forward_kernel<<<ceil_div(N, block / 32), block>>>(out, mean, rstd, inp, weight, bias, N, C);
+    else layernorm_forward_kernel3<<<ceil_div(N, block / 32), block>>>(out, mean, rstd, inp, weight, bias, N, C);
     launchCheck();
 }
 
@@ -36,7 +66,7 @@ static void release(Buffers d) {
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 2;
+    const int VERSIONS = 3;
     Lab lab = lab_start(argc, argv, "layernorm_forward", VERSIONS);
     struct Size { int N, C; } sizes[] = {{7, 32}, {65, 96}, {1000, 768}, {8 * 1024, 768}};
     for (Size s : sizes) {
