@@ -347,18 +347,23 @@ static bool encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, 
     return true;
 }
 
-static void shards(const Tokenizer* t, int argc, char** argv) {
+// `shards`'s command line: the writer's settings, the input format, the threads, the files
+struct ShardsCommand {
     ShardWriter writer;
     ShardOptions opt;
-    long val_tokens = 0, shard_tokens = 100000000, piece_bytes = (long)opt.piece_bytes, batch_bytes = (long)opt.batch_bytes;
     int threads = (int)std::thread::hardware_concurrency();
     std::vector<const char*> files;
+};
+static ShardsCommand parse_shards_command(int argc, char** argv) {
+    ShardsCommand c;
+    ShardOptions& opt = c.opt;
+    long val_tokens = 0, shard_tokens = 100000000, piece_bytes = (long)opt.piece_bytes, batch_bytes = (long)opt.batch_bytes;
     for (int a = 0; a < argc; a++) {
         auto value = [&]() { if (a + 1 >= argc) fail("%s needs a value", argv[a]); return argv[++a]; };
-        if (!strcmp(argv[a], "-o")) writer.prefix = value();
+        if (!strcmp(argv[a], "-o")) c.writer.prefix = value();
         else if (!strcmp(argv[a], "--val-tokens")) val_tokens = atol(value());
         else if (!strcmp(argv[a], "--shard-tokens")) shard_tokens = atol(value());
-        else if (!strcmp(argv[a], "--threads")) threads = atoi(value());
+        else if (!strcmp(argv[a], "--threads")) c.threads = atoi(value());
         else if (!strcmp(argv[a], "--split-on-blank-lines")) opt.format = BLANK_LINE_BLOCKS;
         else if (!strcmp(argv[a], "--jsonl")) opt.format = JSON_LINES;
         else if (!strcmp(argv[a], "--field")) opt.field = value();
@@ -366,32 +371,39 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
         else if (!strcmp(argv[a], "--piece-bytes")) piece_bytes = atol(value());
         else if (!strcmp(argv[a], "--batch-bytes")) batch_bytes = atol(value());
         else if (argv[a][0] == '-') fail("unknown option %s for shards", argv[a]);
-        else files.push_back(argv[a]);
+        else c.files.push_back(argv[a]);
     }
-    if (writer.prefix.empty() || files.empty()) fail("shards needs -o OUT_PREFIX and at least one FILE");
+    if (c.writer.prefix.empty() || c.files.empty()) fail("shards needs -o OUT_PREFIX and at least one FILE");
     if (shard_tokens <= 0 || shard_tokens > INT32_MAX || val_tokens < 0 || val_tokens > INT32_MAX)
         fail("--shard-tokens must be in 1..2^31-1 and --val-tokens in 0..2^31-1");
     if (piece_bytes < 1 || batch_bytes < 1) fail("--piece-bytes and --batch-bytes must be at least 1");
-    if (threads < 1) threads = 1;
-    if (t->eot < 0) fail("the vocabulary has no <|endoftext|> token");
-    writer.val_tokens = (size_t)val_tokens;
-    writer.shard_tokens = (size_t)shard_tokens;
+    if (c.threads < 1) c.threads = 1;
+    c.writer.val_tokens = (size_t)val_tokens;
+    c.writer.shard_tokens = (size_t)shard_tokens;
     opt.piece_bytes = (size_t)piece_bytes;
     opt.batch_bytes = (size_t)batch_bytes;
-
-    Progress progress;
-    for (const char* path : files) {
+    for (const char* path : c.files) {  // every file opens before any work starts
         FILE* f = fopen(path, "rb");
         if (!f) fail("cannot open %s", path);
         fclose(f);
-        progress.total_bytes += file_size(path);
     }
+    return c;
+}
+
+// read batch_bytes of text, encode it on every thread, its tokens going to the shards in order
+// as pieces finish; again until every file is read
+static void shards(const Tokenizer* t, ShardsCommand& c) {
+    if (t->eot < 0) fail("the vocabulary has no <|endoftext|> token");
+    ShardWriter& writer = c.writer;
+    const ShardOptions& opt = c.opt;
+    int threads = c.threads;
+    Progress progress;
+    for (const char* path : c.files) progress.total_bytes += file_size(path);
     WordCache* words = word_cache_new();  // merged words, shared by the threads
     std::vector<EncodeCache*> caches;
     for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t, words));
     size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
     std::vector<Piece> batch;
-    // encode the batch on every thread, its tokens going to the writer in order as pieces finish
     std::string bad_line;  // the first bad JSON line's message, unless --skip-bad-lines
     auto take = [&](const std::vector<int>& ids, const std::string& problem, const Piece& piece) {
         if (!problem.empty()) {
@@ -412,11 +424,10 @@ static void shards(const Tokenizer* t, int argc, char** argv) {
             writer.abandon();
             fail("%s (--skip-bad-lines skips such lines)", bad_line.c_str());
         }
-
         batch.clear();
         batch_from = file_bytes_now;
     };
-    for (const char* path : files) {  // read batch_bytes of text, encode it, write the shards that filled, again
+    for (const char* path : c.files) {
         InputReader in{&opt, path, gzopen(path, "rb")};
         if (!in.f) fail("cannot open %s", path);
         gzbuffer(in.f, 1 << 17);
@@ -481,7 +492,8 @@ int main(int argc, char** argv) {
         std::string text = tokenizer_decode(&t, ids);
         fwrite(text.data(), 1, text.size(), stdout);
     } else if (command == "shards") {
-        shards(&t, argc - a, argv + a);
+        ShardsCommand c = parse_shards_command(argc - a, argv + a);
+        shards(&t, c);
     } else {
         if (a + 2 != argc || strcmp(argv[a], "-o")) fail("usage: ./tokenize decoder -o FILE");
         tokenizer_write_decoder(&t, argv[a + 1]);
