@@ -28,6 +28,17 @@ inline size_t attention_scratch_elements(int B, int T, int C, int NH) {
     return 7 * (size_t)B * T * C + (size_t)B * NH * T * T;
 }
 
+// row t of a (T,T) score matrix, in place: the softmax over t2 <= t, zero beyond (the causal
+// mask). The host twin's and the CPU build's softmax (the GPU's is a warp per row, below)
+HOST_DEVICE inline void causal_softmax_row(floatX* row, int t, int T) {
+    float maxval = -INFINITY, sum = 0.0f;
+    #pragma omp simd reduction(max : maxval)
+    for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, to_float(row[t2]));
+    #pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(row[t2]) - maxval);
+    for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(expf(t2 <= t ? to_float(row[t2]) - maxval : -INFINITY) / sum);
+}
+
 // query row t of head h in sequence b: scores, softmax, output. The host twin's loop body and
 // the kernel of dev/attention_forward.cu's version 1 (a thread per row)
 HOST_DEVICE inline void attention_forward_row(int b, int h, int t, floatX* out, floatX* att, const floatX* qkv,
@@ -36,18 +47,13 @@ HOST_DEVICE inline void attention_forward_row(int b, int h, int t, floatX* out, 
     float scale = 1.0f / sqrtf((float)hs);
     const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
     floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-    float maxval = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) {
         const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
         float dot = 0.0f;
         for (int i = 0; i < hs; i++) dot += to_float(q[i]) * to_float(k[i]);
-        dot *= scale;
-        att_row[t2] = from_float(dot);
-        if (dot > maxval) maxval = dot;
+        att_row[t2] = from_float(dot * scale);
     }
-    float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(att_row[t2]) - maxval);
-    for (int t2 = 0; t2 < T; t2++) att_row[t2] = from_float(t2 <= t ? expf(to_float(att_row[t2]) - maxval) / sum : 0.0f);
+    causal_softmax_row(att_row, t, T);
     floatX* out_row = out + ((size_t)b * T + t) * C + h * hs;
     for (int i = 0; i < hs; i++) {
         float y = 0.0f;
@@ -229,17 +235,6 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
 // task: q, k and v of head h are matrices (T, hs) inside qkv with row stride 3C, so sgemm reads
 // them in place; the full (T, T) score matrix is computed (the causal half above the diagonal
 // is wasted, but sgemm's speed pays for it many times) and the softmax zeroes it.
-inline void causal_softmax_rows_host(floatX* att, int T) {  // att (T,T): scores in, probabilities out
-    for (int t = 0; t < T; t++) {
-        floatX* row = att + (size_t)t * T;
-        float maxval = -INFINITY, sum = 0.0f;
-        #pragma omp simd reduction(max : maxval)
-        for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, to_float(row[t2]));
-        #pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(row[t2]) - maxval);
-        for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(expf(t2 <= t ? to_float(row[t2]) - maxval : -INFINITY) / sum);
-    }
-}
 inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {
     (void)scratch;
     int hs = C / NH;
@@ -250,7 +245,7 @@ inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, float
             const floatX* q = qkv + (size_t)b * T * 3 * C + h * hs;
             floatX* a = att + ((size_t)b * NH + h) * T * T;
             gemm_batched(false, true, T, T, hs, scale, q, 3 * C, 0, q + C, 3 * C, 0, 0.0f, a, T, 0, 1);   // q k^T / sqrt(hs)
-            causal_softmax_rows_host(a, T);
+            for (int t = 0; t < T; t++) causal_softmax_row(a + (size_t)t * T, t, T);
             gemm_batched(false, false, T, hs, T, 1.0f, a, T, 0, q + 2 * C, 3 * C, 0, 0.0f,                // att v
                          out + (size_t)b * T * C + h * hs, C, 0, 1);
         }
