@@ -61,6 +61,13 @@ print("ok: shards hold [EOT] + ids of each blank-line document,", len(want), "to
 PY
 $TOK shards -o $D/multi --shard-tokens 7 --threads 2 $D/doc.txt $D/doc.txt > /dev/null 2>&1
 [ -f $D/multi_train_000000.bin ] && [ -f $D/multi_train_000001.bin ]
+# memory stays bounded by --batch-bytes across many small files: 300 files of 200 kB (60 MB of
+# text) in 1 MB batches peak near 19 MB; a batch that grew over files held all 60 MB (77 MB)
+mkdir -p $D/many; for i in $(seq 300); do head -c 200000 $SHAKESPEARE > $D/many/f$i.txt; done
+/usr/bin/time -f "%M" -o $D/many_rss.txt $TOK shards -o $D/many_out --batch-bytes 1000000 $D/many/f*.txt > /dev/null 2>&1
+rss=$(cat $D/many_rss.txt); rm -rf $D/many
+[ "$rss" -lt 40000 ] || { echo "FAIL: 60 MB of small files in 1 MB batches peaked at $rss kB (bound: 40000)"; exit 1; }
+echo "ok: 300 small files in 1 MB batches: peak memory $rss kB"
 
 # bad input: one line, exit 1
 expect() { local want=$1; shift; if "$@" > /dev/null 2> $D/err.txt; then echo "FAIL: $* succeeded"; exit 1; fi

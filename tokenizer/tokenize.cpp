@@ -403,6 +403,7 @@ static void shards(const Tokenizer* t, ShardsCommand& c) {
     std::vector<EncodeCache*> caches;
     for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t, words));
     size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
+    size_t batch_text = 0;  // the text bytes in `batch`, which may span files
     std::vector<Piece> batch;
     std::string bad_line;  // the first bad JSON line's message, unless --skip-bad-lines
     auto take = [&](const std::vector<int>& ids, const std::string& problem, const Piece& piece) {
@@ -419,24 +420,24 @@ static void shards(const Tokenizer* t, ShardsCommand& c) {
         return true;
     };
     auto encode_batch = [&](size_t file_bytes_now) {
-        for (const Piece& p : batch) text_bytes += p.text.size();
+        text_bytes += batch_text;
         if (!encode_pieces(t, batch, opt.field, caches, &progress, {batch_from, file_bytes_now}, writer.total, take)) {
             writer.abandon();
             fail("%s (--skip-bad-lines skips such lines)", bad_line.c_str());
         }
         batch.clear();
+        batch_text = 0;
         batch_from = file_bytes_now;
     };
     for (const char* path : c.files) {
         InputReader in{&opt, path, gzopen(path, "rb")};
         if (!in.f) fail("cannot open %s", path);
         gzbuffer(in.f, 1 << 17);
-        size_t batch_text = 0;
         while (!in.done) {
             size_t had = batch.size();
             in.read_more(&batch);
             for (size_t k = had; k < batch.size(); k++) batch_text += batch[k].text.size();
-            if (batch_text >= opt.batch_bytes) { encode_batch(file_bytes_done + in.bytes_read); batch_text = 0; }
+            if (batch_text >= opt.batch_bytes) encode_batch(file_bytes_done + in.bytes_read);
         }
         gzclose(in.f);
         file_bytes_done += in.bytes_read;
