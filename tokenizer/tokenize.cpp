@@ -199,6 +199,13 @@ struct InputReader {
         if (!strncmp(message, path, n) && !strncmp(message + n, ": ", 2)) message += n + 2;
         fail("reading %s failed: %s", path, message);  // a cut .gz: "unexpected end of file"
     }
+    size_t read_chunk() {  // up to 64 kB more of the file onto `pending`; 0 at its end
+        char block[1 << 16];
+        int got = gzread(f, block, sizeof(block));
+        check_read(got);
+        pending.append(block, got);
+        return (size_t)got;
+    }
 
     // a document's text, or the part of it read so far (complete: the document ends here):
     // pieces of about piece_bytes cut at safe places; an incomplete document keeps its tail
@@ -222,12 +229,8 @@ struct InputReader {
     // text formats: read a block; each complete document (a "\n\n"-ended block, or the whole
     // file at its end) is emitted, and a long unfinished one in pieces
     void read_block(std::vector<Piece>* out) {
-        char block[1 << 16];
-        int read = gzread(f, block, sizeof(block));
-        check_read(read);
-        size_t got = (size_t)read;
         size_t scan = pending.size() > 0 ? pending.size() - 1 : 0;  // a "\n\n" may span the blocks
-        pending.append(block, got);
+        size_t got = read_chunk();
         if (opt->format == BLANK_LINE_BLOCKS) {
             size_t taken = 0;  // erased once below: erasing each document would move the block each time
             for (size_t blank; (blank = pending.find("\n\n", std::max(scan, taken))) != std::string::npos; taken = blank + 2) {
@@ -250,11 +253,7 @@ struct InputReader {
         while ((newline = pending.find('\n', line_start)) == std::string::npos) {  // a line of any length
             pending.erase(0, line_start);  // what is left of the block: moved once per block
             line_start = 0;
-            char block[1 << 16];
-            int got = gzread(f, block, sizeof(block));
-            check_read(got);
-            if (got == 0) break;
-            pending.append(block, got);
+            if (read_chunk() == 0) break;
         }
         size_t end = newline == std::string::npos ? pending.size() : newline + 1;
         if (end == line_start) { done = true; return; }
@@ -269,7 +268,7 @@ struct InputReader {
 
 static size_t file_size(const char* path) { struct stat st; return stat(path, &st) == 0 ? (size_t)st.st_size : 0; }
 
-// encodes `pieces` on `caches.size()` threads; the main thread reports progress meanwhile
+// the progress bar (a terminal) or plain lines (anything else): bytes, tokens/s, ETA
 struct Progress {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     size_t total_bytes = 0;
