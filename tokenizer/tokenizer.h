@@ -46,8 +46,7 @@ struct Tokenizer {
 };
 
 // WordCache: each chunk's ids once merged, shared by every encoding thread without a lock, so
-// a word one thread has merged the others look up instead of merging it again (with a cache
-// per thread, two threads on repeated text did up to 28% more work than one). An open-
+// a word is merged once, by whichever thread meets it first, and kept once. An open-
 // addressing hash table of fixed size: a thread claims a slot with compare-and-swap, and only
 // after it has written the word's entry (bytes, ids) into the arenas, with release order; a
 // reader loads the slot with acquire order, so it sees the whole entry, which never changes
@@ -81,17 +80,21 @@ inline WordCache* word_cache_new() {
 }
 inline void word_cache_free(WordCache* w) { free(w->slots); free(w->entries); free(w->keys); free(w->ids); delete w; }
 
+// the entry a (non-empty) slot value points to, if it is the word of n bytes at key with this hash
+inline const WordCache::Entry* word_cache_entry(const WordCache* w, uint64_t slot_value, const char* key, size_t n,
+                                                uint64_t hash) {
+    if (slot_value >> 32 != hash >> 32) return nullptr;
+    const WordCache::Entry* e = &w->entries[(uint32_t)slot_value - 1];
+    return e->key_length == n && memcmp(w->keys + e->key_at, key, n) == 0 ? e : nullptr;
+}
 // the ids of the n bytes at key, or NULL
 inline const int* word_cache_find(const WordCache* w, const char* key, size_t n, uint64_t hash, uint32_t* count) {
-    uint64_t tag = hash >> 32;
     for (size_t slot = hash % WordCache::SLOTS;; slot = (slot + 1) % WordCache::SLOTS) {
         uint64_t v = w->slots[slot].load(std::memory_order_acquire);
-        if (v == 0) return nullptr;
-        if (v >> 32 != tag) continue;
-        const WordCache::Entry& e = w->entries[(uint32_t)v - 1];
-        if (e.key_length == n && memcmp(w->keys + e.key_at, key, n) == 0) {
-            *count = e.ids_length;
-            return w->ids + e.ids_at;
+        if (v == 0) return nullptr;  // at most WORDS of the 2 x WORDS slots fill: a probe always ends
+        if (const WordCache::Entry* e = word_cache_entry(w, v, key, n, hash)) {
+            *count = e->ids_length;
+            return w->ids + e->ids_at;
         }
     }
 }
@@ -109,10 +112,7 @@ inline void word_cache_add(WordCache* w, const char* key, size_t n, uint64_t has
         uint64_t expected = 0;
         if (w->slots[slot].compare_exchange_strong(expected, mine, std::memory_order_release, std::memory_order_acquire))
             return;
-        if (expected >> 32 == hash >> 32) {  // another thread may have added this very word meanwhile
-            const WordCache::Entry& e = w->entries[(uint32_t)expected - 1];
-            if (e.key_length == n && memcmp(w->keys + e.key_at, key, n) == 0) return;
-        }
+        if (word_cache_entry(w, expected, key, n, hash)) return;  // another thread added this very word meanwhile
     }
 }
 
