@@ -16,7 +16,7 @@ float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error,
 */
 #pragma once
 // defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
-//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, LAB_TOL, as_floatx
+//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, as_floatx
 #include <stdio.h>     // defines: printf
 #include <stdlib.h>    // defines: atoi, getenv
 #include <algorithm>   // defines: std::sort
@@ -27,7 +27,6 @@ float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error,
 #include "../random.h"            // defines: Rng, rng_normal
 #include "pytorch_ref.h"          // defines: RefFile, read_ref_file, check_close
 
-static const double LAB_TOL = FLOATX_IS_FP32 ? 1e-5 : 1e-2, LAB_TORCH_BF16_TOL = 2e-2;
 static const int LAB_REPEATS = 20;
 
 struct Lab {
@@ -93,16 +92,11 @@ template <typename T> inline std::vector<T> from_device(const T* d, size_t n) {
 }
 
 // ---------------------------------------------------------------- checks
-inline double as_double(double x) { return x; }
-inline double as_double(float x) { return x; }
-#if !FLOATX_IS_FP32
-inline double as_double(floatX x) { return to_float(x); }
-#endif
 
 // a device result against the host twin's: n elements of T (floatX or float). Quiet unless it
 // fails; lab_report then prints one line for the checks since the last report
 template <typename T>
-inline void lab_check(Lab* lab, const char* what, const T* device, const std::vector<T>& host, double tol = LAB_TOL,
+inline void lab_check(Lab* lab, const char* what, const T* device, const std::vector<T>& host, double tol = REF_TOL,
                       bool on_host = false) {
     std::vector<T> ours = on_host ? std::vector<T>(device, device + host.size()) : from_device(device, host.size());
     RefTensor twin;
@@ -114,7 +108,7 @@ inline void lab_check(Lab* lab, const char* what, const T* device, const std::ve
     if (!(err <= lab->worst)) lab->worst = err;
 }
 // a number (a norm, a loss) against the host twin's
-inline void lab_check_value(Lab* lab, const char* what, double ours, double twin, double tol = LAB_TOL) {
+inline void lab_check_value(Lab* lab, const char* what, double ours, double twin, double tol = REF_TOL) {
     std::vector<double> theirs = {twin};
     lab_check(lab, what, &ours, theirs, tol, true);
 }
@@ -151,17 +145,8 @@ template <typename Check> inline void for_each_ref_case(const char* op, Check ch
 // inputs (NAME_f64, where the file has it) and PyTorch's bf16
 template <typename T>
 inline void lab_check_ref(Lab* lab, const char* what, const T* device, const RefFile& file, const std::string& name) {
-    const RefTensor& theirs = file.get(name);
-    std::vector<T> ours = from_device(device, theirs.values.size());
-    auto value = [](T x) { return as_double(x); };
-    if (FLOATX_IS_FP32 || !file.has(name + "_f64")) {
-        if (!check_close(what, ours.data(), theirs, LAB_TOL, value)) lab->failures++;
-        return;
-    }
-    if (!check_close((std::string(what) + " vs f64").c_str(), ours.data(), file.get(name + "_f64"), LAB_TOL, value))
-        lab->failures++;
-    if (!check_close((std::string(what) + " vs torch bf16").c_str(), ours.data(), theirs, LAB_TORCH_BF16_TOL, value))
-        lab->failures++;
+    std::vector<T> ours = from_device(device, file.get(name).values.size());
+    if (!check_against_pytorch(what, ours.data(), file, name)) lab->failures++;
 }
 
 // ---------------------------------------------------------------- 128-bit access

@@ -6,10 +6,13 @@ and tests/test_ops_vs_pytorch.cpp include it.
 A file holds named tensors, "<precision>/<case>/<name>" (precision fp32 or bf16, case
 0, 1, ...), each kept here as doubles whatever its stored type. The comparison is the
 relative L2 error ||ours - theirs|| / ||theirs||, with the largest element difference
-printed beside it, so a failure shows how far off and where.
+printed beside it, so a failure shows how far off and where. Tolerances against these files
+(tests/test_ops_vs_pytorch.cpp argues them): fp32 builds 1e-5 against float64; bf16 builds
+1e-2 against float64 on the same bf16 inputs and 2e-2 against PyTorch's own bf16.
 */
 #pragma once
-// defines: RefTensor, RefFile, read_ref_file, relative_error, check_close
+// defines: RefTensor, RefFile, read_ref_file, relative_error, check_close, check_against_pytorch, as_double,
+//          REF_TOL, REF_TORCH_BF16_TOL
 #include <math.h>    // defines: sqrt, fabs
 #include <stdint.h>  // defines: int32_t, int64_t
 #include <stdio.h>   // defines: printf
@@ -121,4 +124,26 @@ inline bool check_close(const char* what, const T* ours, const RefTensor& theirs
     printf("    %-28s rel err %.2e (tol %.0e), max |diff| %.2e at %zu: %s\n", what, err, tol, max_diff, worst,
            ok ? "ok" : "MISMATCH");
     return ok;
+}
+
+static const double REF_TOL = FLOATX_IS_FP32 ? 1e-5 : 1e-2, REF_TORCH_BF16_TOL = 2e-2;
+
+// a stored value as a double: floatX (bf16, fp16), fp32 statistics, float64
+inline double as_double(double x) { return x; }
+inline double as_double(float x) { return x; }
+#if !FLOATX_IS_FP32
+inline double as_double(floatX x) { return to_float(x); }
+#endif
+
+// an op's output (host memory) against the file's NAME: an fp32 build, float64 at REF_TOL; a
+// bf16 build, float64 on the same bf16 inputs (NAME_f64, where the file has it) at REF_TOL and
+// PyTorch's own bf16 at REF_TORCH_BF16_TOL. Prints a line per comparison
+template <typename T>
+inline bool check_against_pytorch(const char* what, const T* ours, const RefFile& file, const std::string& name) {
+    auto value = [](T x) { return as_double(x); };
+    const RefTensor& theirs = file.get(name);
+    if (FLOATX_IS_FP32 || !file.has(name + "_f64")) return check_close(what, ours, theirs, REF_TOL, value);
+    bool exact = check_close((std::string(what) + " vs f64").c_str(), ours, file.get(name + "_f64"), REF_TOL, value);
+    bool torch = check_close((std::string(what) + " vs torch bf16").c_str(), ours, theirs, REF_TORCH_BF16_TOL, value);
+    return exact && torch;
 }

@@ -31,22 +31,18 @@ rounded stochastically from the fp32 master, to one bf16 step (2^-8 relative).
 #include "../kernels/crossentropy.cuh" // defines: crossentropy_forward_backward_host, crossentropy_row_max, ...
 #include "../kernels/gradients.cuh"   // defines: global_norm_squared, NORM_PARTS
 #include "../adamw.h"                 // defines: adamw_update, AdamWConfig
-#include "../dev/pytorch_ref.h"       // defines: RefFile, read_ref_file, check_close
+#include "../dev/pytorch_ref.h"       // defines: RefFile, read_ref_file, check_close, check_against_pytorch
 
 using std::string;
 using std::vector;
 
 static const bool FP32 = FLOATX_IS_FP32;
-static const double TOL = FP32 ? 1e-5 : 1e-2, TORCH_BF16_TOL = 2e-2, STATE_TOL = 1e-5, BF16_STEP = 1.0 / 256;
+static const double STATE_TOL = 1e-5, BF16_STEP = 1.0 / 256;  // fp32 state; one bf16 step (REF_TOL: pytorch_ref.h)
 
 static vector<floatX> floatx(const RefTensor& t) { return t.as<floatX>([](double d) { return from_float((float)d); }); }
 static vector<float> floats(const RefTensor& t) { return t.as<float>([](double d) { return (float)d; }); }
-static double of(floatX x) { return to_float(x); }
+static double of(floatX x) { return as_double(x); }
 static double of_float(float x) { return x; }
-static float to_float_any(float x) { return x; }  // fp32 statistics (losses) and floatX tensors alike
-#if !FLOATX_IS_FP32
-static float to_float_any(floatX x) { return to_float(x); }
-#endif
 
 struct Case {  // one size of one op: tensor k of it is file.get(prefix + k)
     const RefFile& file;
@@ -55,14 +51,10 @@ struct Case {  // one size of one op: tensor k of it is file.get(prefix + k)
     vector<int> sizes() const { return (*this)["sizes"].as_ints(); }
 };
 
-// an output against PyTorch: fp32 build, the float64 result; bf16 build, the float64 result of
-// the same bf16 inputs (NAME_f64) and PyTorch's own bf16 result
+// an output against PyTorch (pytorch_ref.h: float64, and in a bf16 build PyTorch's bf16 too)
 template <typename T>
 static bool check_output(const Case& c, const char* what, const T* ours, const char* name) {
-    auto value = [](T x) { return (double)to_float_any(x); };
-    if (FP32) return check_close(what, ours, c[name], TOL, value);
-    return check_close((string(what) + " vs f64").c_str(), ours, c[string(name) + "_f64"], TOL, value) &
-           check_close((string(what) + " vs bf16").c_str(), ours, c[name], TORCH_BF16_TOL, value);
+    return check_against_pytorch(what, ours, c.file, c.prefix + name);
 }
 
 static bool encoder_case(const Case& c) {
