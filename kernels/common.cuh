@@ -9,7 +9,8 @@ loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_count, device_name, device_memory_available, launchCheck, cublasCheck,
-//          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish (and base.h's)
+//          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
+//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's)
 #include <stdint.h>   // defines: SIZE_MAX
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 
@@ -40,6 +41,24 @@ inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr;
 // order so that a run repeats bit for bit (bit-exact resume): stage 1 gives each of COLUMN_PARTS
 // row ranges a block that writes one partial sum per column to partials[part * cols + c];
 // stage 2, below, adds the parts to the column in part order. The ranges depend on the rows only.
+// Stage 1's block is 32 columns x COLUMN_ROW_THREADS rows of threads: a thread sums every
+// COLUMN_ROW_THREADS-th row of its part, then sum_rows_of_threads adds the block's rows in order.
+#define COLUMN_ROW_THREADS 8
+inline dim3 column_partials_grid(int cols) { return dim3((unsigned)ceil_div(cols, 32), COLUMN_PARTS); }
+inline dim3 column_partials_block() { return dim3(32, COLUMN_ROW_THREADS); }
+// the rows [*begin, *end) of stage 1's part `part` of N rows
+__device__ inline void column_part_rows(int N, int part, int* begin, int* end) {
+    int per_part = (int)ceil_div(N, COLUMN_PARTS);
+    *begin = part * per_part;
+    *end = min(N, *begin + per_part);
+}
+// v summed over the block's rows of threads, in row order, through `shared`: valid in row 0
+__device__ inline float sum_rows_of_threads(float v, float (*shared)[32]) {
+    shared[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    for (int y = 1; y < COLUMN_ROW_THREADS; y++) v += shared[y][threadIdx.x];
+    return v;
+}
 __global__ void column_partials_finish_kernel(floatX* out, const float* partials, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;

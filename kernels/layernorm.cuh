@@ -144,22 +144,20 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
 // (x, part) takes 32 channels over the part's rows; partials holds the dweight parts, then the dbias parts
 __global__ void layernorm_backward_partials_kernel(float* partials, const floatX* dout, const floatX* inp,
                                                    const float* mean, const float* rstd, int N, int C) {
-    __shared__ float dw_rows[8][32], db_rows[8][32];
-    int c = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y;
-    int per_part = (int)ceil_div(N, COLUMN_PARTS), begin = part * per_part, end = min(N, begin + per_part);
+    __shared__ float dw_rows[COLUMN_ROW_THREADS][32], db_rows[COLUMN_ROW_THREADS][32];
+    int c = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y, begin, end;
+    column_part_rows(N, part, &begin, &end);
     float dw = 0.0f, db = 0.0f;
     if (c < C)
-        for (int i = begin + threadIdx.y; i < end; i += 8) {
+        for (int i = begin + threadIdx.y; i < end; i += COLUMN_ROW_THREADS) {
             float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
             float dy = to_float(dout[(size_t)i * C + c]);
             dw += dy * n;
             db += dy;
         }
-    dw_rows[threadIdx.y][threadIdx.x] = dw;
-    db_rows[threadIdx.y][threadIdx.x] = db;
-    __syncthreads();
+    dw = sum_rows_of_threads(dw, dw_rows);
+    db = sum_rows_of_threads(db, db_rows);
     if (threadIdx.y != 0 || c >= C) return;
-    for (int y = 1; y < 8; y++) { dw += dw_rows[y][threadIdx.x]; db += db_rows[y][threadIdx.x]; }
     partials[(size_t)part * C + c] = dw;
     partials[(size_t)(COLUMN_PARTS + part) * C + c] = db;
 }
@@ -176,7 +174,8 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, con
     const int block = 256, rows_per_block = block / 32;
     layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
-    layernorm_backward_partials_kernel<<<dim3(ceil_div(C, 32), COLUMN_PARTS), dim3(32, 8)>>>(partials, dout, inp, mean, rstd, N, C);
+    layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(partials, dout, inp, mean, rstd,
+                                                                                           N, C);
     launchCheck();
     column_partials_finish(dweight, partials, C);
     column_partials_finish(dbias, partials + column_partials_elements(C), C);

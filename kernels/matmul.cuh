@@ -114,19 +114,16 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
     if (idx < (size_t)N * OC) out[idx] = from_float(to_float(out[idx]) + to_float(bias[idx % OC]));
 }
 // stage 1 of the two-stage column sum (common.cuh): block (x, part) sums 32 columns over the
-// part's rows; its 8 rows of threads take every 8th row, then row 0 of threads adds the 8 in order
+// part's rows
 __global__ void bias_backward_partials_kernel(float* partials, const floatX* dout, int N, int OC) {
-    __shared__ float rows_of_threads[8][32];
-    int o = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y;
-    int per_part = (int)ceil_div(N, COLUMN_PARTS), begin = part * per_part, end = min(N, begin + per_part);
+    __shared__ float rows_of_threads[COLUMN_ROW_THREADS][32];
+    int o = blockIdx.x * 32 + threadIdx.x, begin, end;
+    column_part_rows(N, blockIdx.y, &begin, &end);
     float sum = 0.0f;
     if (o < OC)
-        for (int i = begin + threadIdx.y; i < end; i += 8) sum += to_float(dout[(size_t)i * OC + o]);
-    rows_of_threads[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y != 0 || o >= OC) return;
-    for (int y = 1; y < 8; y++) sum += rows_of_threads[y][threadIdx.x];
-    partials[(size_t)part * OC + o] = sum;
+        for (int i = begin + threadIdx.y; i < end; i += COLUMN_ROW_THREADS) sum += to_float(dout[(size_t)i * OC + o]);
+    sum = sum_rows_of_threads(sum, rows_of_threads);
+    if (threadIdx.y == 0 && o < OC) partials[(size_t)blockIdx.y * OC + o] = sum;
 }
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
     bias_forward_kernel<<<ceil_div((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
@@ -134,7 +131,7 @@ inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
 }
 // partials: column_partials_elements(OC) floats of device scratch
 inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
-    bias_backward_partials_kernel<<<dim3(ceil_div(OC, 32), COLUMN_PARTS), dim3(32, 8)>>>(partials, dout, N, OC);
+    bias_backward_partials_kernel<<<column_partials_grid(OC), column_partials_block()>>>(partials, dout, N, OC);
     launchCheck();
     column_partials_finish(dbias, partials, OC);
 }
