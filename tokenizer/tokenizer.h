@@ -10,10 +10,10 @@ Encoding is two steps:
    chunk of its own, so any byte string encodes and decodes back exactly.
 2. Each chunk's bytes start as single-byte tokens; repeatedly merge the adjacent pair
    whose merge has the lowest rank in vocab.bpe, until no pair can merge. Merges are
-   kept as (left id, right id) -> (rank, merged id), so BPE runs on ids, and a cache
-   remembers each chunk's result (words repeat), one for every thread, without locks
-   (WordCache; a cache behind a reader-writer lock was tried: on varied text 2 threads
-   became slower than 1).
+   kept as (left id, right id) -> (rank, merged id) in a flat table (MergeTable), so BPE
+   runs on ids, and a cache remembers each chunk's result (words repeat), shared by the
+   threads without locks (WordCache; a cache behind a reader-writer lock was tried: on
+   varied text 2 threads became slower than 1).
 "<|endoftext|>" in the text is plain text: only the training tools insert EOT (50256).
 
 Vocabulary: encoder.json maps token strings to ids; its strings spell bytes with
@@ -21,7 +21,7 @@ GPT-2's bytes_to_unicode table (printable bytes as themselves, the others moved 
 U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 */
 #pragma once
-// defines: Tokenizer, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
+// defines: Tokenizer, MergeTable, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
 //          tokenizer_write_decoder, tokenizer_free
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
@@ -36,10 +36,38 @@ U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 #include <nlohmann/json.hpp>  // defines: nlohmann::json (encoder.json)
 #include "decoder.h"        // defines: TOKENIZER_MAGIC, fail
 
+// The merges of vocab.bpe: (left id, right id) -> (rank, merged id), in one flat open-addressing
+// table whose size is a power of two at least twice the merges, so a lookup is a multiply, a
+// shift and mostly one cache line. BPE looks up every adjacent pair of a word in each round; the
+// std::unordered_map this replaces took a division and a hop to a separately allocated node per
+// lookup, and with 2 threads those scattered nodes were a good part of what they fought over in
+// the shared caches.
+struct MergeTable {
+    struct Slot { uint64_t pair; int rank, merged; };  // pair EMPTY: a free slot
+    static constexpr uint64_t EMPTY = UINT64_MAX;      // no pair of ids (< 2^31) looks like this
+    std::vector<Slot> slots;
+    int shift = 64;                                    // slot = (pair * golden) >> shift
+};
+inline uint64_t merge_pair(int left, int right) { return (uint64_t)left << 32 | (uint32_t)right; }
+inline size_t merge_home(const MergeTable& m, uint64_t pair) { return (size_t)((pair * 0x9E3779B97F4A7C15ull) >> m.shift); }
+// the slot of `pair`, or of the free slot where it would go
+inline const MergeTable::Slot* merge_slot(const MergeTable& m, uint64_t pair) {
+    size_t mask = m.slots.size() - 1;
+    for (size_t k = merge_home(m, pair);; k = (k + 1) & mask)
+        if (m.slots[k].pair == pair || m.slots[k].pair == MergeTable::EMPTY) return &m.slots[k];
+}
+// a table for `count` merges, empty
+inline void merge_table_init(MergeTable* m, size_t count) {
+    size_t size = 2;
+    m->shift = 63;
+    while (size < 2 * count) { size *= 2; m->shift--; }
+    m->slots.assign(size, {MergeTable::EMPTY, 0, 0});
+}
+
 struct Tokenizer {
     std::vector<std::string> tokens;                  // id -> bytes
     std::unordered_map<std::string, int> ids;         // bytes -> id
-    std::unordered_map<uint64_t, std::pair<int, int>> merges;  // (left, right) -> (rank, merged id)
+    MergeTable merges;                                // (left, right) -> (rank, merged id)
     int byte_token[256];                              // the single-byte tokens
     int eot;
     pcre2_code* pattern;
@@ -189,6 +217,7 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
     if (!f) fail("cannot open %s (GPT-2's vocab.bpe; `make data` fetches it)", vocab_bpe);
     char line[1024];
     int rank = 0;
+    std::vector<MergeTable::Slot> merges;  // in rank order: the table is sized once they are counted
     for (bool first = true; fgets(line, sizeof(line), f); first = false) {
         if (first && strncmp(line, "#version", 8) == 0) continue;  // the header; "# #" below is a real merge
         std::string l(line);
@@ -201,11 +230,15 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
         auto ia = t->ids.find(a), ib = t->ids.find(b), im = t->ids.find(a + b);
         if (ia == t->ids.end() || ib == t->ids.end() || im == t->ids.end())
             fail("%s: merge %d uses a token missing from %s", vocab_bpe, rank + 1, encoder_json);
-        uint64_t key = (uint64_t)ia->second << 32 | (uint32_t)ib->second;
-        if (!t->merges.count(key)) t->merges[key] = {rank, im->second};
+        merges.push_back({merge_pair(ia->second, ib->second), rank, im->second});
         rank++;
     }
     fclose(f);
+    merge_table_init(&t->merges, merges.size());
+    for (const MergeTable::Slot& m : merges) {
+        MergeTable::Slot* slot = (MergeTable::Slot*)merge_slot(t->merges, m.pair);
+        if (slot->pair == MergeTable::EMPTY) *slot = m;  // a pair listed twice keeps its first rank
+    }
 
     const char* pattern =
         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\p{White_Space}\\p{L}\\p{N}]+"
@@ -242,9 +275,9 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
     while (word.size() > 1) {
         int best_rank = INT32_MAX, left = -1, right = -1, merged = -1;
         for (size_t i = 0; i + 1 < word.size(); i++) {
-            auto m = t->merges.find((uint64_t)word[i] << 32 | (uint32_t)word[i + 1]);
-            if (m != t->merges.end() && m->second.first < best_rank) {
-                best_rank = m->second.first; left = word[i]; right = word[i + 1]; merged = m->second.second;
+            const MergeTable::Slot* m = merge_slot(t->merges, merge_pair(word[i], word[i + 1]));
+            if (m->pair != MergeTable::EMPTY && m->rank < best_rank) {
+                best_rank = m->rank; left = word[i]; right = word[i + 1]; merged = m->merged;
             }
         }
         if (merged < 0) break;
