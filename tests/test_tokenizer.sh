@@ -68,6 +68,12 @@ mkdir -p $D/many; for i in $(seq 300); do head -c 200000 $SHAKESPEARE > $D/many/
 rss=$(cat $D/many_rss.txt); rm -rf $D/many
 [ "$rss" -lt 40000 ] || { echo "FAIL: 60 MB of small files in 1 MB batches peaked at $rss kB (bound: 40000)"; exit 1; }
 echo "ok: 300 small files in 1 MB batches: peak memory $rss kB"
+# and within one large file: the reader stays 1 MB ahead of the shards, whatever the file's size
+for i in $(seq 60); do head -c 1000000 $SHAKESPEARE; done > $D/large60.txt
+/usr/bin/time -f "%M" -o $D/large_rss.txt $TOK shards -o $D/large60_out --batch-bytes 1000000 $D/large60.txt > /dev/null 2>&1
+rss=$(cat $D/large_rss.txt); rm -f $D/large60*
+[ "$rss" -lt 40000 ] || { echo "FAIL: one 60 MB file, 1 MB ahead, peaked at $rss kB (bound: 40000)"; exit 1; }
+echo "ok: one 60 MB file read 1 MB ahead of the shards: peak memory $rss kB"
 
 # bad input: one line, exit 1
 expect() { local want=$1; shift; if "$@" > /dev/null 2> $D/err.txt; then echo "FAIL: $* succeeded"; exit 1; fi
@@ -145,3 +151,18 @@ echo "ok: --skip-bad-lines skipped the 6 bad lines"
 gzip -c $D/bad.jsonl | head -c 40 > $D/cut.jsonl.gz
 expect "cut.jsonl.gz" $TOK shards -o $D/cutgz --jsonl --skip-bad-lines $D/cut.jsonl.gz
 if ls $D/cutgz* > /dev/null 2>&1; then echo "FAIL: a failed run left $(ls $D/cutgz*)"; exit 1; fi
+# a .gz cut in its middle, after shards have been written (small batches, small shards): the
+# error, the shards completed before it stay whole (count in the header = tokens in the file),
+# and no .tmp is left behind
+gzip -c $SHAKESPEARE > $D/whole.txt.gz; head -c 200000 $D/whole.txt.gz > $D/half.txt.gz
+expect "half.txt.gz" $TOK shards -o $D/halfgz --threads 2 --shard-tokens 20000 --batch-bytes 20000 --piece-bytes 5000 $D/half.txt.gz
+if ls $D/halfgz*.tmp > /dev/null 2>&1; then echo "FAIL: a run that failed after writing shards left $(ls $D/halfgz*.tmp)"; exit 1; fi
+$PYTHON - $D/halfgz_train_*.bin <<'PY'
+import os, sys
+import numpy as np
+assert len(sys.argv) > 2, "no complete shard before the cut: the test does not test it"
+for path in sys.argv[1:]:
+    header = np.fromfile(path, dtype=np.int32, count=256)
+    assert header[0] == 20240520 and header[2] == 20000 and os.path.getsize(path) == 1024 + 2 * header[2], path
+PY
+echo "ok: a .gz cut after $(ls $D/halfgz_train_*.bin | wc -l) shards were written: they are whole, no .tmp left"

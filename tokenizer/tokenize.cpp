@@ -19,15 +19,17 @@ OUT_PREFIX_val.bin (the first --val-tokens) and then OUT_PREFIX_train.bin, or
 OUT_PREFIX_train_000000.bin, ... when they exceed --shard-tokens.
 
 Streaming: files are read a block or a line at a time (through zlib: a gzip FILE, .gz,
-is decompressed on the fly, any other is read as it is); --batch-bytes of text (64 MB) are
-encoded at once on every core, and each piece's tokens stream into its shard file, so
-memory is bounded by the batch whatever the input's size. Documents are encoded in parallel,
-and a document longer than --piece-bytes (256 kB) is cut into pieces at places where
-GPT-2's pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change),
-so one large file runs on every core too. A terminal gets a progress bar (MB, tokens/s,
+is decompressed on the fly, any other is read as it is) into pieces, which a pool of threads
+encodes (EncodePool) while the reader goes on and writes each finished piece's tokens into its
+shard, in order. The reader stays at most --batch-bytes of text (64 MB) ahead of the shards,
+so memory is bounded whatever the input's size. Documents are encoded in parallel, and a
+document longer than --piece-bytes (64 kB) is cut into pieces at places where GPT-2's
+pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change), so one
+large file runs on every core too. A terminal gets a progress bar (MB, tokens/s,
 ETA), anything else plain progress lines.
 */
 #include <stdio.h>      // defines: printf, fopen
+#include <malloc.h>     // defines: mallopt, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (glibc)
 #include <zlib.h>       // defines: gzopen, gzread, gzgets, gzoffset (plain files read through as they are)
 #include <string.h>     // defines: strcmp
 #include <unistd.h>     // defines: isatty
@@ -35,6 +37,7 @@ ETA), anything else plain progress lines.
 #include <atomic>       // defines: std::atomic
 #include <chrono>       // defines: std::chrono
 #include <condition_variable>  // defines: std::condition_variable
+#include <deque>        // defines: std::deque
 #include <mutex>        // defines: std::mutex, std::lock_guard
 #include <thread>       // defines: std::thread
 #include <string_view>  // defines: std::string_view
@@ -57,8 +60,9 @@ static void usage() {
            "      --jsonl                  a document is the string field of each JSON line\n"
            "      --field NAME             that field (default text)\n"
            "      --skip-bad-lines         count and skip bad JSON lines instead of stopping at the first\n"
-           "      --piece-bytes N          cut longer documents into pieces of about N bytes (default 262144)\n"
-           "      --batch-bytes N          encode N bytes of text at a time (default 67108864)\n"
+           "      --piece-bytes N          the text of one job: longer documents are cut into pieces of about N\n"
+           "                               bytes, shorter ones grouped up to N (default 65536)\n"
+           "      --batch-bytes N          read at most N bytes of text ahead of the shards (default 67108864)\n"
            "  decoder -o FILE              write llm.c's tokenizer file for decoding samples\n"
            "  --vocab DIR                  encoder.json and vocab.bpe (default data/gpt2, then ../shared/data/gpt2)\n");
 }
@@ -174,35 +178,39 @@ struct ShardOptions {
     InputFormat format = WHOLE_FILE;
     std::string field = "text";           // JSON_LINES: the field that holds a document
     bool skip_bad_lines = false;
-    size_t piece_bytes = 256 << 10;       // a long document is cut into pieces of about this size
+    size_t piece_bytes = 64 << 10;        // a job's text: a long document is cut into pieces of about this
+                                          // size, short ones grouped up to it (EncodeJob says why 64 kB)
     size_t batch_bytes = 64 << 20;        // text read, then encoded by every thread at once
 };
 
 // One input file, read a block (or a line) at a time through zlib, which decompresses gzip
 // and passes any other file through. `pending` is the unemitted tail of the current document;
 // `pending_starts` says whether it begins the document. bytes_read counts the file's bytes
-// (compressed ones for .gz), for the progress bar.
+// (compressed ones for .gz), for the progress bar. A read that fails (a cut .gz) ends the file
+// with `error` saying why: the caller stops the run, leaving no partial shard behind.
 struct InputReader {
     const ShardOptions* opt;
     const char* path;
     gzFile f;
-    std::string pending;
+    std::string pending, error;
     bool pending_starts = true, done = false;
     size_t line = 0, bytes_read = 0;
     size_t line_start = 0;  // JSON lines: where the next line starts in `pending`
 
-    void check_read(int got) {
+    bool read_ok(int got) {
         int code = Z_OK;
         const char* message = gzerror(f, &code);
-        if (got >= 0 && code == Z_OK) { bytes_read = (size_t)gzoffset(f); return; }
+        if (got >= 0 && code == Z_OK) { bytes_read = (size_t)gzoffset(f); return true; }
         size_t n = strlen(path);  // zlib's message starts with the path: said once
         if (!strncmp(message, path, n) && !strncmp(message + n, ": ", 2)) message += n + 2;
-        fail("reading %s failed: %s", path, message);  // a cut .gz: "unexpected end of file"
+        error = std::string("reading ") + path + " failed: " + message;  // a cut .gz: "unexpected end of file"
+        done = true;
+        return false;
     }
-    size_t read_chunk() {  // up to 64 kB more of the file onto `pending`; 0 at its end
+    size_t read_chunk() {  // up to 64 kB more of the file onto `pending`; 0 at its end or on an error
         char block[1 << 16];
         int got = gzread(f, block, sizeof(block));
-        check_read(got);
+        if (!read_ok(got)) return 0;
         pending.append(block, got);
         return (size_t)got;
     }
@@ -275,75 +283,135 @@ struct Progress {
     double last_report = -1.0;
     bool tty = isatty(fileno(stderr));
     double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
-    void report(size_t bytes_done, size_t tokens_done) {
+    // at most every 0.1 s on a terminal and every 5 s otherwise, unless `last`
+    void report(size_t bytes_done, size_t tokens_done, bool last = false) {
         double s = seconds(), frac = total_bytes ? std::min(1.0, (double)bytes_done / total_bytes) : 1.0;
+        if (!last && s - last_report < (tty ? 0.1 : 5.0)) return;
+        last_report = s;
         double rate = tokens_done / (s > 0 ? s : 1), eta = frac > 0 ? s * (1 - frac) / frac : 0;
         if (tty) {
             int bar = (int)(30 * frac);
             fprintf(stderr, "\r[%.*s%*s] %5.1f%% %7.1f MB %9.0f tok/s ETA %6.1fs", bar, "##############################",
                     30 - bar, "", 100 * frac, bytes_done / 1e6, rate, eta);
-        } else if (s - last_report >= 5.0) {  // plain lines, not too many
+        } else {
             fprintf(stderr, "progress %.1f%%, %.1f MB, %zu tokens, %.0f tok/s, ETA %.1fs\n", 100 * frac, bytes_done / 1e6,
                     tokens_done, rate, eta);
-            last_report = s;
         }
     }
 };
 
-// Encodes `pieces` on `caches.size()` threads, taking them in order by an atomic counter.
-// Meanwhile the calling thread hands each finished piece's ids to `take`, in piece order, as
-// soon as it and every piece before it are done (so writing overlaps encoding and a piece's
-// ids are freed once written), and reports progress. file_bytes: the input bytes read before
-// the batch and at its end, for the progress bar.
-// take(ids, problem, piece) returns false to stop (a bad JSON line): the workers then finish
-// the pieces they hold and encode_pieces returns false.
-template <typename Take>
-static bool encode_pieces(const Tokenizer* t, const std::vector<Piece>& pieces, const std::string& json_field,
-                          std::vector<EncodeCache*>& caches, Progress* progress, std::pair<size_t, size_t> file_bytes,
-                          size_t tokens_before, Take take) {
-    size_t text_bytes = 0;
-    for (const Piece& p : pieces) text_bytes += p.text.size();
-    std::vector<std::vector<int>> encoded(pieces.size());
-    std::vector<std::string> problems(pieces.size());  // a JSON line's, if it is bad
-    std::vector<char> done(pieces.size(), 0);  // under `lock`
-    std::atomic<size_t> next(0), bytes_done(0), tokens_done(0);
+// The encoding pool: one worker thread per EncodeCache encodes jobs in the order they were
+// read, while the calling thread reads on and writes finished jobs' tokens to the shards in
+// that same order. Reading, encoding and writing overlap: no thread waits for a whole batch to
+// be read before encoding starts, or for a whole batch to be encoded before writing starts.
+// A job is about --piece-bytes of text: one piece of a long document, or as many short
+// documents (or JSON lines) as fill it, so that handing out a job, and waking the writer when
+// it is done, is paid once per 64 kB and not once per 200-byte document. 64 kB is about 1.5 ms
+// of encoding: small enough that the threads finish the input within that of each other
+// (1.2 MB of JSON lines on 2 threads: 1.49x with 256 kB jobs, 1.65x with 64 kB), large enough
+// that the microseconds a job costs to hand out do not show.
+// `jobs` holds the jobs read and not yet written, oldest first (a deque: adding at the back
+// and removing at the front leave the other jobs where they are, so a worker encodes its job
+// in place without the lock). Memory: the text in `jobs` stays under --batch-bytes, since the
+// reader writes the oldest job (waiting for it) before it reads beyond that.
+struct EncodeJob {
+    std::vector<Piece> pieces;
+    size_t text_bytes = 0;     // of the pieces
+    size_t file_bytes = 0;     // the input bytes read when the job was full, for the progress bar
+    std::vector<int> ids;      // the pieces' tokens in order, EOT before each document
+    size_t documents = 0, bad_lines = 0;
+    std::string problem;       // the first bad JSON line's: "path:line: what is wrong"
+    bool done = false;         // under the pool's lock
+};
+
+struct EncodePool {
+    const Tokenizer* t;
+    const std::string* json_field;
+    std::deque<EncodeJob> jobs;
+    size_t next_to_encode = 0;  // index in `jobs` of the first job no worker has taken
+    size_t text_bytes = 0;      // the text bytes in `jobs`
+    bool closing = false;       // no more jobs will come: workers leave once none is left
     std::mutex lock;
-    std::condition_variable piece_done;
-    auto worker = [&](EncodeCache* cache) {
-        for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
-            std::vector<int>& ids = encoded[k];
-            std::string document;
-            const std::string* text = &pieces[k].text;
-            if (pieces[k].json_line) text = &(document = json_document(pieces[k].text, json_field, &problems[k]));
-            ids.reserve(text->size() / 3 + 1);  // about 4 bytes a token in English: rarely grows
-            if (pieces[k].starts_document && problems[k].empty()) ids.push_back(t->eot);
-            tokenizer_encode(t, text->data(), text->size(), cache, &ids);
-            bytes_done += pieces[k].text.size();
-            tokens_done += ids.size();
-            std::lock_guard<std::mutex> guard(lock);
-            done[k] = 1;
-            piece_done.notify_one();
+    std::condition_variable job_added, job_done;
+    std::vector<std::thread> workers;
+};
+
+// a job's tokens: EOT before each document; a JSON line is parsed first (on the worker, so
+// parsing runs on every core too), and a bad one gives no tokens but a problem
+static void encode_job(const Tokenizer* t, const std::string& json_field, EncodeCache* cache, EncodeJob* job) {
+    job->ids.reserve(job->text_bytes / 3 + job->pieces.size());  // about 4 bytes a token in English: rarely grows
+    std::string document, problem;
+    for (const Piece& piece : job->pieces) {
+        const std::string* text = &piece.text;
+        if (piece.json_line) {
+            text = &(document = json_document(piece.text, json_field, &problem));
+            if (!problem.empty()) {
+                if (job->bad_lines++ == 0) job->problem = std::string(piece.path) + ":" + std::to_string(piece.json_line) + ": " + problem;
+                problem.clear();
+                continue;
+            }
         }
-    };
-    std::vector<std::thread> pool;
-    for (EncodeCache* cache : caches) pool.emplace_back(worker, cache);
-    for (size_t k = 0; k < pieces.size(); k++) {
-        std::unique_lock<std::mutex> guard(lock);
-        while (!piece_done.wait_for(guard, std::chrono::milliseconds(100), [&] { return done[k] != 0; })) {
-            double part = text_bytes ? (double)bytes_done / text_bytes : 1.0;
-            progress->report(file_bytes.first + (size_t)(part * (file_bytes.second - file_bytes.first)), tokens_before + tokens_done);
-        }
-        guard.unlock();
-        bool go_on = take(encoded[k], problems[k], pieces[k]);
-        std::vector<int>().swap(encoded[k]);
-        if (!go_on) {
-            next = pieces.size();
-            for (auto& th : pool) th.join();
-            return false;
-        }
+        if (piece.starts_document) { job->ids.push_back(t->eot); job->documents++; }
+        tokenizer_encode(t, text->data(), text->size(), cache, &job->ids);
     }
-    for (auto& th : pool) th.join();
-    return true;
+}
+
+static void encode_worker(EncodePool* pool, EncodeCache* cache) {
+    for (;;) {
+        EncodeJob* job;
+        {
+            std::unique_lock<std::mutex> guard(pool->lock);
+            pool->job_added.wait(guard, [&] { return pool->closing || pool->next_to_encode < pool->jobs.size(); });
+            if (pool->next_to_encode >= pool->jobs.size()) return;  // closing, nothing left
+            job = &pool->jobs[pool->next_to_encode++];
+        }
+        encode_job(pool->t, *pool->json_field, cache, job);
+        std::lock_guard<std::mutex> guard(pool->lock);
+        job->done = true;
+        pool->job_done.notify_one();  // only the reader waits for it
+    }
+}
+
+static void pool_start(EncodePool* pool, const Tokenizer* t, const std::string* json_field, std::vector<EncodeCache*>& caches) {
+    pool->t = t;
+    pool->json_field = json_field;
+    for (EncodeCache* cache : caches) pool->workers.emplace_back(encode_worker, pool, cache);
+}
+static void pool_add(EncodePool* pool, EncodeJob&& job) {
+    {
+        std::lock_guard<std::mutex> guard(pool->lock);
+        pool->text_bytes += job.text_bytes;
+        pool->jobs.push_back(std::move(job));
+    }
+    pool->job_added.notify_one();
+}
+// the oldest job once it is encoded, or NULL: none is left, or (wait false) it is not done yet.
+// While it waits, the progress bar moves every 100 ms.
+template <typename Report>
+static EncodeJob* pool_oldest(EncodePool* pool, bool wait, Report report) {
+    std::unique_lock<std::mutex> guard(pool->lock);
+    if (pool->jobs.empty()) return nullptr;
+    if (!wait) return pool->jobs.front().done ? &pool->jobs.front() : nullptr;
+    while (!pool->job_done.wait_for(guard, std::chrono::milliseconds(100), [&] { return pool->jobs.front().done; }))
+        report();
+    return &pool->jobs.front();
+}
+static void pool_remove_oldest(EncodePool* pool) {  // once its tokens are written
+    std::lock_guard<std::mutex> guard(pool->lock);
+    pool->text_bytes -= pool->jobs.front().text_bytes;
+    pool->jobs.pop_front();
+    pool->next_to_encode--;  // the oldest was taken: it is done
+}
+// the workers finish the jobs they hold and leave; with drop, the jobs no worker has taken
+// are dropped (a run that stops at a bad line)
+static void pool_stop(EncodePool* pool, bool drop) {
+    {
+        std::lock_guard<std::mutex> guard(pool->lock);
+        pool->closing = true;
+        if (drop) pool->jobs.resize(pool->next_to_encode);
+    }
+    pool->job_added.notify_all();
+    for (std::thread& worker : pool->workers) worker.join();
 }
 
 // `shards`'s command line: the writer's settings, the input format, the threads, the files
@@ -389,63 +457,82 @@ static ShardsCommand parse_shards_command(int argc, char** argv) {
     return c;
 }
 
-// read batch_bytes of text, encode it on every thread, its tokens going to the shards in order
-// as pieces finish; again until every file is read
+// Every file is read a block (or a JSON line) at a time; each piece read goes to the encoding
+// pool, and the pieces the pool has finished go to the shards, oldest first. The reader waits
+// for the oldest piece only when --batch-bytes of text are read ahead of the shards, and at the end.
 static void shards(const Tokenizer* t, ShardsCommand& c) {
     if (t->eot < 0) fail("the vocabulary has no <|endoftext|> token");
+    // Every job brings large buffers (its text, its ids) that go once it is written. glibc maps
+    // buffers over 128 kB fresh from the kernel and unmaps them when freed: new pages to fault in
+    // each time, and each unmap stops the other cores to flush their TLBs. Kept in the heap
+    // instead, the freed buffers serve the next jobs (measured on 5.6 MB in one file: the reader's
+    // time 8 -> 4.5 ms). The heap holds at most about --batch-bytes of them, as the jobs do.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     ShardWriter& writer = c.writer;
     const ShardOptions& opt = c.opt;
-    int threads = c.threads;
     Progress progress;
     for (const char* path : c.files) progress.total_bytes += file_size(path);
     WordCache* words = word_cache_new();  // merged words, shared by the threads
     std::vector<EncodeCache*> caches;
-    for (int k = 0; k < threads; k++) caches.push_back(encode_cache_new(t, words));
-    size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, batch_from = 0;
-    size_t batch_text = 0;  // the text bytes in `batch`, which may span files
-    std::vector<Piece> batch;
-    std::string bad_line;  // the first bad JSON line's message, unless --skip-bad-lines
-    auto take = [&](const std::vector<int>& ids, const std::string& problem, const Piece& piece) {
-        if (!problem.empty()) {
-            if (!opt.skip_bad_lines) {
-                bad_line = std::string(piece.path) + ":" + std::to_string(piece.json_line) + ": " + problem;
-                return false;
-            }
-            bad_lines++;
-            return true;
-        }
-        documents += piece.starts_document;
-        writer.add(ids.data(), ids.size());
+    for (int k = 0; k < c.threads; k++) caches.push_back(encode_cache_new(t, words));
+    EncodePool pool;
+    pool_start(&pool, t, &opt.field, caches);
+    size_t documents = 0, text_bytes = 0, bad_lines = 0, file_bytes_done = 0, file_bytes_written = 0;
+    auto report = [&] { progress.report(file_bytes_written, writer.total); };
+    auto stop = [&](const std::string& message) {  // no partial shard left behind
+        pool_stop(&pool, true);
+        writer.abandon();
+        fail("%s", message.c_str());
+    };
+    // the oldest job's tokens into the shards, if it is encoded (wait: once it is); false: none left
+    auto write_oldest = [&](bool wait) {
+        EncodeJob* job = pool_oldest(&pool, wait, report);
+        if (!job) return false;
+        if (job->bad_lines && !opt.skip_bad_lines) stop(job->problem + " (--skip-bad-lines skips such lines)");
+        bad_lines += job->bad_lines;
+        documents += job->documents;
+        writer.add(job->ids.data(), job->ids.size());
+        file_bytes_written = job->file_bytes;
+        pool_remove_oldest(&pool);
+        report();
         return true;
     };
-    auto encode_batch = [&](size_t file_bytes_now) {
-        text_bytes += batch_text;
-        if (!encode_pieces(t, batch, opt.field, caches, &progress, {batch_from, file_bytes_now}, writer.total, take)) {
-            writer.abandon();
-            fail("%s (--skip-bad-lines skips such lines)", bad_line.c_str());
-        }
-        batch.clear();
-        batch_text = 0;
-        batch_from = file_bytes_now;
+    EncodeJob filling;  // pieces gather here until they make a job
+    auto add_job = [&](size_t file_bytes) {
+        filling.file_bytes = file_bytes;
+        pool_add(&pool, std::move(filling));
+        filling = EncodeJob();
     };
+    std::vector<Piece> read;
     for (const char* path : c.files) {
         InputReader in{&opt, path, gzopen(path, "rb")};
-        if (!in.f) fail("cannot open %s", path);
+        if (!in.f) stop(std::string("cannot open ") + path);
         gzbuffer(in.f, 1 << 17);
         while (!in.done) {
-            size_t had = batch.size();
-            in.read_more(&batch);
-            for (size_t k = had; k < batch.size(); k++) batch_text += batch[k].text.size();
-            if (batch_text >= opt.batch_bytes) encode_batch(file_bytes_done + in.bytes_read);
+            in.read_more(&read);
+            if (!in.error.empty()) stop(in.error);
+            for (Piece& piece : read) {
+                text_bytes += piece.text.size();
+                filling.text_bytes += piece.text.size();
+                filling.pieces.push_back(std::move(piece));
+                if (filling.text_bytes >= opt.piece_bytes) add_job(file_bytes_done + in.bytes_read);
+            }
+            read.clear();
+            while (write_oldest(false)) {}  // what is finished, without waiting
+            while (pool.text_bytes >= opt.batch_bytes) write_oldest(true);  // read far enough ahead
         }
         gzclose(in.f);
         file_bytes_done += in.bytes_read;
     }
-    if (!batch.empty()) encode_batch(file_bytes_done);
+    if (!filling.pieces.empty()) add_job(file_bytes_done);
+    while (write_oldest(true)) {}
+    pool_stop(&pool, false);
     writer.finish();
     double secs = progress.seconds();  // the work: reading, encoding, every shard written
+    if (progress.tty) progress.report(file_bytes_done, writer.total, true);  // the bar at 100%
     fprintf(stderr, "%s%zu documents, %.1f MB -> %zu tokens in %.3f s (%.2f MB/s, %d threads)\n", progress.tty ? "\n" : "",
-            documents, text_bytes / 1e6, writer.total, secs, text_bytes / 1e6 / secs, threads);
+            documents, text_bytes / 1e6, writer.total, secs, text_bytes / 1e6 / secs, c.threads);
     if (bad_lines) fprintf(stderr, "skipped %zu bad lines\n", bad_lines);
     for (EncodeCache* cache : caches) encode_cache_free(cache);
     word_cache_free(words);
