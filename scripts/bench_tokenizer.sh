@@ -35,13 +35,15 @@ with open(f"{d}/shakespeare.jsonl", "w") as f:
         f.write(json.dumps({"text": block + "\n\n"}) + "\n")
 PY
 gzip -k $D/shakespeare.jsonl
-seconds() {  # one run of ./tokenize shards ARGS...: its own time
+seconds() {  # one run of ./tokenize shards ARGS...: its own time (the last run's shards removed first:
+              # replacing an existing file would add its deletion to the time)
+    rm -f $D/out*
     ./tokenize shards -o $D/out "$@" 2>&1 > /dev/null | grep -oE "tokens in [0-9.]+ s" | grep -oE "[0-9.]+"
 }
 # RUNS pairs of runs, 1 thread then 2, interleaved, so that both see the machine in the same mood
 # (its speed drifts by up to 2x within minutes); speedup: the median of the pairs' ratios
 RUNS=${RUNS:-9}
-printf "%-38s %7s %10s %10s %9s\n" input MB "1 thread" "2 threads" speedup
+printf "%-38s %6s %10s %10s %8s\n" input MB "1 thread" "2 threads" speedup
 for input in "documents:--split-on-blank-lines:shakespeare_x10.txt" "one file:-:shakespeare_x5.txt" \
              "one file:-:zipf_words.txt" "JSON lines:--jsonl:shakespeare.jsonl" "JSON lines, gzip:--jsonl:shakespeare.jsonl.gz"; do
     IFS=: read -r kind flag file <<< "$input"
@@ -54,6 +56,7 @@ import os, statistics, sys
 name, path, pairs = sys.argv[1], sys.argv[2], [tuple(map(float, l.split())) for l in open(sys.argv[3])]
 mb = os.path.getsize(path[:-3] if path.endswith(".gz") else path) / 1e6  # text MB, also for the .gz
 one, two = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-print(f"{name:<38} {mb:7.1f} {mb / one:5.1f} MB/s {mb / two:5.1f} MB/s {statistics.median(a / b for a, b in pairs):8.2f}x")
+speedup = statistics.median(a / b for a, b in pairs)
+print(f"{name:<38} {mb:6.1f} {mb / one:5.1f} MB/s {mb / two:5.1f} MB/s {speedup:7.2f}x")
 PY
 done

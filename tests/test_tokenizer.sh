@@ -61,16 +61,16 @@ print("ok: shards hold [EOT] + ids of each blank-line document,", len(want), "to
 PY
 $TOK shards -o $D/multi --shard-tokens 7 --threads 2 $D/doc.txt $D/doc.txt > /dev/null 2>&1
 [ -f $D/multi_train_000000.bin ] && [ -f $D/multi_train_000001.bin ]
-# memory stays bounded by --batch-bytes across many small files: 300 files of 200 kB (60 MB of
-# text) in 1 MB batches peak near 19 MB; a batch that grew over files held all 60 MB (77 MB)
+# memory stays bounded by --read-ahead-bytes across many small files: 300 files of 200 kB (60 MB of
+# text) read 1 MB ahead peak near 19 MB (a read-ahead that grew over files held all 60 MB: 77 MB)
 mkdir -p $D/many; for i in $(seq 300); do head -c 200000 $SHAKESPEARE > $D/many/f$i.txt; done
-/usr/bin/time -f "%M" -o $D/many_rss.txt $TOK shards -o $D/many_out --batch-bytes 1000000 $D/many/f*.txt > /dev/null 2>&1
+/usr/bin/time -f "%M" -o $D/many_rss.txt $TOK shards -o $D/many_out --read-ahead-bytes 1000000 $D/many/f*.txt > /dev/null 2>&1
 rss=$(cat $D/many_rss.txt); rm -rf $D/many
-[ "$rss" -lt 40000 ] || { echo "FAIL: 60 MB of small files in 1 MB batches peaked at $rss kB (bound: 40000)"; exit 1; }
-echo "ok: 300 small files in 1 MB batches: peak memory $rss kB"
+[ "$rss" -lt 40000 ] || { echo "FAIL: 60 MB of small files read 1 MB ahead peaked at $rss kB (bound: 40000)"; exit 1; }
+echo "ok: 300 small files read 1 MB ahead: peak memory $rss kB"
 # and within one large file: the reader stays 1 MB ahead of the shards, whatever the file's size
 for i in $(seq 60); do head -c 1000000 $SHAKESPEARE; done > $D/large60.txt
-/usr/bin/time -f "%M" -o $D/large_rss.txt $TOK shards -o $D/large60_out --batch-bytes 1000000 $D/large60.txt > /dev/null 2>&1
+/usr/bin/time -f "%M" -o $D/large_rss.txt $TOK shards -o $D/large60_out --read-ahead-bytes 1000000 $D/large60.txt > /dev/null 2>&1
 rss=$(cat $D/large_rss.txt); rm -f $D/large60*
 [ "$rss" -lt 40000 ] || { echo "FAIL: one 60 MB file, 1 MB ahead, peaked at $rss kB (bound: 40000)"; exit 1; }
 echo "ok: one 60 MB file read 1 MB ahead of the shards: peak memory $rss kB"
@@ -88,17 +88,17 @@ head -c 5000 /dev/urandom > $D/encoder.json; cp $VOCAB/vocab.bpe $D/
 expect "malformed JSON" ./tokenize --vocab $D ids $D/doc.txt
 
 # shards read as streams: tinyshakespeare as blank-line documents, read and encoded in small
-# batches (--batch-bytes) with long documents cut (--piece-bytes), gives `make data`'s shards
-$TOK shards -o $D/stream --val-tokens 32768 --split-on-blank-lines --batch-bytes 50000 --piece-bytes 300 \
+# jobs, 50 kB ahead (--read-ahead-bytes), with long documents cut (--piece-bytes), gives `make data`'s shards
+$TOK shards -o $D/stream --val-tokens 32768 --split-on-blank-lines --read-ahead-bytes 50000 --piece-bytes 300 \
     --threads 2 $SHAKESPEARE > /dev/null 2>&1
 cmp -s $D/stream_val.bin data/tinyshakespeare_val.bin && cmp -s $D/stream_train.bin data/tinyshakespeare_train.bin \
     || { echo "FAIL: streamed blank-line shards differ from make data's"; exit 1; }
-echo "ok: blank-line documents streamed in 50 kB batches give make data's shards"
+echo "ok: blank-line documents streamed 50 kB ahead in 300-byte jobs give make data's shards"
 
 # one large document cut at safe places and encoded on 1, 2 and 4 threads: the single-threaded ids
 $TOK ids $SHAKESPEARE > $D/whole_ids.txt
 for threads in 1 2 4; do
-    $TOK shards -o $D/large$threads --threads $threads --piece-bytes 4096 --batch-bytes 200000 $SHAKESPEARE > /dev/null 2> $D/large.txt
+    $TOK shards -o $D/large$threads --threads $threads --piece-bytes 4096 --read-ahead-bytes 200000 $SHAKESPEARE > /dev/null 2> $D/large.txt
     $PYTHON - $D/large${threads}_train.bin $D/whole_ids.txt <<'PY'
 import sys, numpy as np
 got = np.fromfile(sys.argv[1], dtype=np.uint16)[512:]
@@ -151,11 +151,11 @@ echo "ok: --skip-bad-lines skipped the 6 bad lines"
 gzip -c $D/bad.jsonl | head -c 40 > $D/cut.jsonl.gz
 expect "cut.jsonl.gz" $TOK shards -o $D/cutgz --jsonl --skip-bad-lines $D/cut.jsonl.gz
 if ls $D/cutgz* > /dev/null 2>&1; then echo "FAIL: a failed run left $(ls $D/cutgz*)"; exit 1; fi
-# a .gz cut in its middle, after shards have been written (small batches, small shards): the
+# a .gz cut in its middle, after shards have been written (a short read-ahead, small shards): the
 # error, the shards completed before it stay whole (count in the header = tokens in the file),
 # and no .tmp is left behind
 gzip -c $SHAKESPEARE > $D/whole.txt.gz; head -c 200000 $D/whole.txt.gz > $D/half.txt.gz
-expect "half.txt.gz" $TOK shards -o $D/halfgz --threads 2 --shard-tokens 20000 --batch-bytes 20000 --piece-bytes 5000 $D/half.txt.gz
+expect "half.txt.gz" $TOK shards -o $D/halfgz --threads 2 --shard-tokens 20000 --read-ahead-bytes 20000 --piece-bytes 5000 $D/half.txt.gz
 if ls $D/halfgz*.tmp > /dev/null 2>&1; then echo "FAIL: a run that failed after writing shards left $(ls $D/halfgz*.tmp)"; exit 1; fi
 $PYTHON - $D/halfgz_train_*.bin <<'PY'
 import os, sys

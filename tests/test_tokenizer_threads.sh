@@ -16,7 +16,7 @@ with open(f"{sys.argv[1]}/blocks.jsonl", "w") as f:
     for block in text.split("\n\n")[:3000]:
         f.write(json.dumps({"text": block}) + "\n")
 PY
-for input in "twice.txt:--piece-bytes 4096" "twice.txt:--piece-bytes 4096 --batch-bytes 20000" "blocks.jsonl:--jsonl"; do
+for input in "twice.txt:--piece-bytes 4096" "twice.txt:--piece-bytes 4096 --read-ahead-bytes 20000" "blocks.jsonl:--jsonl"; do
     file=${input%%:*} flags=${input#*:}
     TSAN_OPTIONS="halt_on_error=1 exitcode=66" $D/tokenize_tsan shards -o $D/tsan --threads 4 $flags $D/$file > /dev/null 2> $D/tsan.err || {
         echo "FAIL: $file under ThreadSanitizer"; head -n 40 $D/tsan.err; exit 1; }
