@@ -5,9 +5,10 @@
 #   one file   tinyshakespeare x5 (5.6 MB) as one document: cut at safe places, pieces in parallel
 #   one file   5 MB of made-up words drawn Zipf-like from 200,000 (seed 1): fewer cache hits, as
 #              in varied English
-#   JSON lines tinyshakespeare's blank-line blocks as {"text": ...} lines, also gzip-compressed
+#   JSON lines tinyshakespeare x5's blank-line blocks as {"text": ...} lines (6 MB), also gzip-compressed
 # The time is ./tokenize's own: reading, encoding and writing every shard, after the vocabulary is
-# loaded and before the per-thread word caches are freed.
+# loaded and before the word cache is freed. Each input's shards from 1 and 2 threads must be
+# byte for byte the same (the ids do not depend on the threads), or the benchmark fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x ./tokenize ] || make tokenize
@@ -30,33 +31,39 @@ while size < 5_000_000:
     size += len(lines[-1])
 open(f"{d}/zipf_words.txt", "w").write("".join(lines))
 text = open("data/tinyshakespeare.txt", encoding="utf-8").read()
-with open(f"{d}/shakespeare.jsonl", "w") as f:
-    for block in text.split("\n\n"):
+with open(f"{d}/shakespeare_x5.jsonl", "w") as f:
+    for block in text.split("\n\n") * 5:
         f.write(json.dumps({"text": block + "\n\n"}) + "\n")
 PY
-gzip -k $D/shakespeare.jsonl
+gzip -k $D/shakespeare_x5.jsonl
 seconds() {  # one run of ./tokenize shards ARGS...: its own time (the last run's shards removed first:
               # replacing an existing file would add its deletion to the time)
     rm -f $D/out*
     ./tokenize shards -o $D/out "$@" 2>&1 > /dev/null | grep -oE "tokens in [0-9.]+ s" | grep -oE "[0-9.]+"
 }
 # RUNS pairs of runs, 1 thread then 2, interleaved, so that both see the machine in the same mood
-# (its speed drifts by up to 2x within minutes); speedup: the median of the pairs' ratios
+# (its speed drifts by up to 2x within minutes); speedup: the median of the pairs' ratios, and
+# the range of the middle half of them (first to third quartile), which shows how much the
+# machine moved during the benchmark
 RUNS=${RUNS:-9}
-printf "%-38s %6s %10s %10s %8s\n" input MB "1 thread" "2 threads" speedup
+printf "%-42s %6s %10s %10s %8s   %s\n" input MB "1 thread" "2 threads" speedup "middle half of the pairs"
 for input in "documents:--split-on-blank-lines:shakespeare_x10.txt" "one file:-:shakespeare_x5.txt" \
-             "one file:-:zipf_words.txt" "JSON lines:--jsonl:shakespeare.jsonl" "JSON lines, gzip:--jsonl:shakespeare.jsonl.gz"; do
+             "one file:-:zipf_words.txt" "JSON lines:--jsonl:shakespeare_x5.jsonl" "JSON lines, gzip:--jsonl:shakespeare_x5.jsonl.gz"; do
     IFS=: read -r kind flag file <<< "$input"
     args=(); [ "$flag" != "-" ] && args=("$flag")
     for run in $(seq $RUNS); do
         echo "$(seconds --threads 1 "${args[@]}" $D/$file) $(seconds --threads 2 "${args[@]}" $D/$file)"
     done > $D/pairs.txt
+    ./tokenize shards -o $D/one --threads 1 "${args[@]}" $D/$file > /dev/null 2>&1
+    ./tokenize shards -o $D/two --threads 2 "${args[@]}" $D/$file > /dev/null 2>&1
+    cmp -s $D/one_train.bin $D/two_train.bin || { echo "FAIL: $file: 2 threads give other ids than 1"; exit 1; }
     python3 - "$kind: $file" $D/$file $D/pairs.txt <<'PY'
 import os, statistics, sys
 name, path, pairs = sys.argv[1], sys.argv[2], [tuple(map(float, l.split())) for l in open(sys.argv[3])]
 mb = os.path.getsize(path[:-3] if path.endswith(".gz") else path) / 1e6  # text MB, also for the .gz
 one, two = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-speedup = statistics.median(a / b for a, b in pairs)
-print(f"{name:<38} {mb:6.1f} {mb / one:5.1f} MB/s {mb / two:5.1f} MB/s {speedup:7.2f}x")
+ratios = [a / b for a, b in pairs]
+low, speedup, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+print(f"{name:<42} {mb:6.1f} {mb / one:5.1f} MB/s {mb / two:5.1f} MB/s {speedup:7.2f}x   {low:.2f}-{high:.2f}x")
 PY
 done

@@ -304,24 +304,12 @@ struct Progress {
     }
 };
 
-// The encoding pool: one worker thread per EncodeCache encodes jobs in the order they were
-// read, while the calling thread reads on and writes finished jobs' tokens to the shards in
-// that same order. Reading, encoding and writing overlap: no thread waits for a whole batch to
-// be read before encoding starts, or for a whole batch to be encoded before writing starts.
-// A job is about --piece-bytes of text: one piece of a long document, or as many short
-// documents (or JSON lines) as fill it, so that handing out a job, and waking the writer when
-// it is done, is paid once per 64 kB and not once per 200-byte document. 64 kB is about 1.5 ms
-// of encoding: small enough that the threads finish the input within that of each other
-// (1.2 MB of JSON lines on 2 threads: 1.49x with 256 kB jobs, 1.65x with 64 kB), large enough
-// that the microseconds a job costs to hand out do not show.
-// `jobs` holds the jobs read and not yet written, oldest first (a deque: adding at the back
-// and removing at the front leave the other jobs where they are, so a worker encodes its job
-// in place without the lock). Memory: the text in `jobs` stays under --read-ahead-bytes, since
-// the reader writes the oldest job (waiting for it) before it reads beyond that. Reading far
-// ahead gains nothing once every thread has work queued, and costs: new memory to fault in
-// for every job, where a short read-ahead reuses the memory, still in cache, of the jobs just
-// written (5.6 MB in one file, 2 threads: the reader's own time 13 -> 7 ms with 1 MB ahead
-// instead of all of it).
+// A job: about --piece-bytes of text, one piece of a long document or as many short documents
+// (or JSON lines) as fill it, so that handing out a job, and waking the writer when it is
+// done, is paid once per 64 kB and not once per 200-byte document. 64 kB is about 1.5 ms of
+// encoding: small enough that the threads finish the input within that of each other (1.2 MB
+// of JSON lines on 2 threads: 1.49x with 256 kB jobs, 1.65x with 64 kB), large enough that
+// the microseconds a job costs to hand out do not show.
 struct EncodeJob {
     std::vector<Piece> pieces;
     size_t text_bytes = 0;     // of the pieces
@@ -332,6 +320,18 @@ struct EncodeJob {
     bool done = false;         // under the pool's lock
 };
 
+// The encoding pool: one worker thread per EncodeCache encodes jobs in the order they were
+// read, while the calling thread reads on and writes finished jobs' tokens to the shards in
+// that same order. Reading, encoding and writing overlap: nobody waits for a whole batch to
+// be read before encoding starts, or for a whole batch to be encoded before writing starts.
+// `jobs` holds the jobs read and not yet written, oldest first (a deque: adding at the back
+// and removing at the front leave the other jobs where they are, so a worker encodes its job
+// in place without the lock). Memory: the text in `jobs` stays under --read-ahead-bytes, as
+// the reader writes the oldest job (waiting for it) before it reads beyond that. Reading far
+// ahead gains nothing once every thread has work queued, and costs new memory to fault in for
+// every job, where a short read-ahead reuses the memory, still in cache, of the jobs just
+// written (5.6 MB in one file, 2 threads: the reader's own time 13 -> 7 ms with 1 MB ahead
+// instead of all of it).
 struct EncodePool {
     const Tokenizer* t;
     const std::string* json_field;
