@@ -2,12 +2,14 @@
 tests/test_tokenizer.cpp: properties of the encoder that need no reference:
 decode(encode(x)) == x for random byte strings (invalid UTF-8 included) and random
 Unicode text; the vocabulary's size, EOT and single-byte tokens; the UTF-8 validator
-against a brute-force definition.
+against a brute-force definition; the word cache's table in memory before the threads start.
 Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh.
 Vocabulary directory: $GPT2_VOCAB (default data/gpt2, where `make data` puts it).
 */
 #include <catch2/catch.hpp>
 #include <string>
+#include <sys/mman.h>  // defines: mincore
+#include <unistd.h>    // defines: sysconf
 #include "../tokenizer/tokenizer.h"
 #include "../random.h"
 
@@ -119,4 +121,20 @@ TEST_CASE("a text cut at every safe place encodes to the ids of the whole") {
         INFO(text << " (" << cuts << " cuts)");
         CHECK(joined == whole);
     }
+}
+
+// The word cache's table is written on the thread that makes it, page by page, so that the
+// encoding threads never meet a page of it that is not theirs yet (tokenizer.h says what
+// happens then). mincore() tells which pages of it are in memory: all of them, right after
+// word_cache_new. A malloc + memset that the compiler turns into calloc leaves them out.
+TEST_CASE("the word cache's table is in memory before any thread reads it") {
+    WordCache* w = word_cache_new();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = (uintptr_t)w->slots / page * page, end = (uintptr_t)(w->slots + WordCache::SLOTS);
+    std::vector<unsigned char> resident((end - first + page - 1) / page);
+    REQUIRE(mincore((void*)first, end - first, resident.data()) == 0);
+    size_t in_memory = 0;
+    for (unsigned char r : resident) in_memory += r & 1;
+    CHECK(in_memory == resident.size());
+    word_cache_free(w);
 }

