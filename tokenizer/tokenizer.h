@@ -100,8 +100,8 @@ inline WordCache* word_cache_new() {
     // turned into calloc, which leaves fresh memory untouched; then a thread's first lookup
     // reads a slot and maps the kernel's shared zero page there, and the first word added to
     // that page of the table replaces the mapping, which makes the kernel stop every other
-    // thread's core to flush its TLB (an inter-processor interrupt: ~600 of them per 5 MB
-    // encoded on 2 threads, and 0 with the table written first).
+    // thread's core to flush its TLB (an inter-processor interrupt: 375 of them in
+    // /proc/interrupts per 5.6 MB encoded on 2 threads, and 4 with the table written first).
     w->slots = (std::atomic<uint64_t>*)malloc(WordCache::SLOTS * sizeof(std::atomic<uint64_t>));
     if (w->slots)
         for (size_t k = 0; k < WordCache::SLOTS; k++) w->slots[k].store(0, std::memory_order_relaxed);
