@@ -19,14 +19,15 @@ OUT_PREFIX_val.bin (the first --val-tokens) and then OUT_PREFIX_train.bin, or
 OUT_PREFIX_train_000000.bin, ... when they exceed --shard-tokens.
 
 Streaming: files are read a block or a line at a time (through zlib: a gzip FILE, .gz,
-is decompressed on the fly, any other is read as it is) into pieces, which a pool of threads
-encodes (EncodePool) while the reader goes on and writes each finished piece's tokens into its
-shard, in order. The reader stays at most --read-ahead-bytes of text ahead of the shards (16
-jobs per thread: enough to keep every thread busy), so memory is bounded whatever the input's size. Documents are encoded in parallel, and a
-document longer than --piece-bytes (64 kB) is cut into pieces at places where GPT-2's
-pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change), so one
-large file runs on every core too. A terminal gets a progress bar (MB, tokens/s,
-ETA), anything else plain progress lines.
+is decompressed on the fly, any other is read as it is) and gathered into jobs of about
+--piece-bytes (64 kB): a longer document is cut into pieces at places where GPT-2's
+pre-split always starts a new chunk (tokenizer_safe_cut: the ids cannot change), shorter
+ones are grouped. A pool of threads encodes the jobs (EncodePool) while the reader goes on
+and writes each finished job's tokens into its shard, in order, so one large file runs on
+every core too. The reader stays at most --read-ahead-bytes of text ahead of the shards (16
+jobs per thread: enough to keep every thread busy), so memory is bounded whatever the
+input's size. A terminal gets a progress bar (MB, tokens/s, ETA), anything else plain
+progress lines.
 */
 #include <stdio.h>      // defines: printf, fopen
 #include <malloc.h>     // defines: mallopt, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD (glibc)
