@@ -61,19 +61,20 @@ print("ok: shards hold [EOT] + ids of each blank-line document,", len(want), "to
 PY
 $TOK shards -o $D/multi --shard-tokens 7 --threads 2 $D/doc.txt $D/doc.txt > /dev/null 2>&1
 [ -f $D/multi_train_000000.bin ] && [ -f $D/multi_train_000001.bin ]
-# memory stays bounded by --read-ahead-bytes across many small files: 300 files of 200 kB (60 MB of
-# text) read 1 MB ahead peak near 19 MB (a read-ahead that grew over files held all 60 MB: 77 MB)
+# memory stays bounded by --read-ahead-bytes: 60 MB of text read 1 MB ahead peaks near 19 MB,
+# across 300 files of 200 kB (a read-ahead that grew over files held all 60 MB: 77 MB) and
+# within one 60 MB file
+peak_under_40mb() {  # WHAT FILES...: ./tokenize shards on FILES, 1 MB ahead, peaks under 40 MB
+    local what=$1; shift
+    /usr/bin/time -f "%M" -o $D/rss.txt $TOK shards -o $D/rss_out --read-ahead-bytes 1000000 "$@" > /dev/null 2>&1
+    local rss; rss=$(cat $D/rss.txt); rm -f $D/rss_out*
+    [ "$rss" -lt 40000 ] || { echo "FAIL: $what read 1 MB ahead peaked at $rss kB (bound: 40000)"; exit 1; }
+    echo "ok: $what read 1 MB ahead: peak memory $rss kB"
+}
 mkdir -p $D/many; for i in $(seq 300); do head -c 200000 $SHAKESPEARE > $D/many/f$i.txt; done
-/usr/bin/time -f "%M" -o $D/many_rss.txt $TOK shards -o $D/many_out --read-ahead-bytes 1000000 $D/many/f*.txt > /dev/null 2>&1
-rss=$(cat $D/many_rss.txt); rm -rf $D/many
-[ "$rss" -lt 40000 ] || { echo "FAIL: 60 MB of small files read 1 MB ahead peaked at $rss kB (bound: 40000)"; exit 1; }
-echo "ok: 300 small files read 1 MB ahead: peak memory $rss kB"
-# and within one large file: the reader stays 1 MB ahead of the shards, whatever the file's size
+peak_under_40mb "300 small files" $D/many/f*.txt; rm -rf $D/many
 for i in $(seq 60); do head -c 1000000 $SHAKESPEARE; done > $D/large60.txt
-/usr/bin/time -f "%M" -o $D/large_rss.txt $TOK shards -o $D/large60_out --read-ahead-bytes 1000000 $D/large60.txt > /dev/null 2>&1
-rss=$(cat $D/large_rss.txt); rm -f $D/large60*
-[ "$rss" -lt 40000 ] || { echo "FAIL: one 60 MB file, 1 MB ahead, peaked at $rss kB (bound: 40000)"; exit 1; }
-echo "ok: one 60 MB file read 1 MB ahead of the shards: peak memory $rss kB"
+peak_under_40mb "one 60 MB file" $D/large60.txt; rm -f $D/large60.txt
 
 # bad input: one line, exit 1
 expect() { local want=$1; shift; if "$@" > /dev/null 2> $D/err.txt; then echo "FAIL: $* succeeded"; exit 1; fi
@@ -86,6 +87,7 @@ expect "cannot open" ./tokenize --vocab $D/nowhere ids $D/doc.txt
 expect "unknown command" $TOK frobnicate
 head -c 5000 /dev/urandom > $D/encoder.json; cp $VOCAB/vocab.bpe $D/
 expect "malformed JSON" ./tokenize --vocab $D ids $D/doc.txt
+for bad in 0 -1; do expect "must be at least 1" $TOK shards -o $D/bad_ahead --read-ahead-bytes $bad $D/doc.txt; done
 
 # shards read as streams: tinyshakespeare as blank-line documents, read and encoded in small
 # jobs, 50 kB ahead (--read-ahead-bytes), with long documents cut (--piece-bytes), gives `make data`'s shards

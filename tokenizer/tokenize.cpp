@@ -35,7 +35,6 @@ progress lines.
 #include <string.h>     // defines: strcmp
 #include <unistd.h>     // defines: isatty
 #include <sys/stat.h>   // defines: stat
-#include <atomic>       // defines: std::atomic
 #include <chrono>       // defines: std::chrono
 #include <condition_variable>  // defines: std::condition_variable
 #include <deque>        // defines: std::deque
@@ -185,7 +184,8 @@ struct ShardOptions {
     bool skip_bad_lines = false;
     size_t piece_bytes = 64 << 10;        // a job's text: a long document is cut into pieces of about this
                                           // size, short ones grouped up to it (EncodeJob says why 64 kB)
-    size_t read_ahead_bytes = 0;          // text read and not yet written; 0: 16 jobs per thread
+    size_t read_ahead_bytes = 0;          // text read and not yet written (the parser sets it: 16 jobs per
+                                          // thread unless given)
 };
 
 // One input file, read a block (or a line) at a time through zlib, which decompresses gzip
@@ -433,7 +433,8 @@ struct ShardsCommand {
 static ShardsCommand parse_shards_command(int argc, char** argv) {
     ShardsCommand c;
     ShardOptions& opt = c.opt;
-    long val_tokens = 0, shard_tokens = 100000000, piece_bytes = (long)opt.piece_bytes, read_ahead_bytes = -1;
+    long val_tokens = 0, shard_tokens = 100000000, piece_bytes = (long)opt.piece_bytes, read_ahead_bytes = 0;
+    bool read_ahead_given = false;
     for (int a = 0; a < argc; a++) {
         auto value = [&]() { if (a + 1 >= argc) fail("%s needs a value", argv[a]); return argv[++a]; };
         if (!strcmp(argv[a], "-o")) c.writer.prefix = value();
@@ -445,20 +446,20 @@ static ShardsCommand parse_shards_command(int argc, char** argv) {
         else if (!strcmp(argv[a], "--field")) opt.field = value();
         else if (!strcmp(argv[a], "--skip-bad-lines")) opt.skip_bad_lines = true;
         else if (!strcmp(argv[a], "--piece-bytes")) piece_bytes = atol(value());
-        else if (!strcmp(argv[a], "--read-ahead-bytes")) read_ahead_bytes = atol(value());
+        else if (!strcmp(argv[a], "--read-ahead-bytes")) { read_ahead_bytes = atol(value()); read_ahead_given = true; }
         else if (argv[a][0] == '-') fail("unknown option %s for shards", argv[a]);
         else c.files.push_back(argv[a]);
     }
     if (c.writer.prefix.empty() || c.files.empty()) fail("shards needs -o OUT_PREFIX and at least one FILE");
     if (shard_tokens <= 0 || shard_tokens > INT32_MAX || val_tokens < 0 || val_tokens > INT32_MAX)
         fail("--shard-tokens must be in 1..2^31-1 and --val-tokens in 0..2^31-1");
-    if (piece_bytes < 1 || read_ahead_bytes == 0 || read_ahead_bytes < -1)
+    if (piece_bytes < 1 || (read_ahead_given && read_ahead_bytes < 1))
         fail("--piece-bytes and --read-ahead-bytes must be at least 1");
     if (c.threads < 1) c.threads = 1;
     c.writer.val_tokens = (size_t)val_tokens;
     c.writer.shard_tokens = (size_t)shard_tokens;
     opt.piece_bytes = (size_t)piece_bytes;
-    opt.read_ahead_bytes = read_ahead_bytes > 0 ? (size_t)read_ahead_bytes : 16 * opt.piece_bytes * (size_t)c.threads;
+    opt.read_ahead_bytes = read_ahead_given ? (size_t)read_ahead_bytes : 16 * opt.piece_bytes * (size_t)c.threads;
     for (const char* path : c.files) {  // every file opens before any work starts
         FILE* f = fopen(path, "rb");
         if (!f) fail("cannot open %s", path);
