@@ -126,6 +126,39 @@ dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS)
 	@mkdir -p dev/fp32
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp $< -lcublas -lcublasLt -lgomp -o $@
 
+# ---------------------------------------------------------------- the emulated CUDA build (tests/emu/)
+# The CUDA build's own sources compiled by g++ against an emulation of CUDA, cuBLAS(Lt) and NCCL
+# (tests/emu/cuda_emu.h), so that make test runs the GPU-only code on a machine without a GPU.
+# Each source is copied into $(EMU_DIR)/src with its kernel launches rewritten (tests/emu/
+# rewrite_launches.pl) and a #line naming the original file; nothing else changes.
+EMU_DIR = tests/build/emu
+EMU_SOURCES = $(wildcard *.h *.cu kernels/*.cuh tokenizer/*.h dev/*.cu dev/*.h tests/*.cpp)
+EMU_MIRROR = $(addprefix $(EMU_DIR)/src/,$(EMU_SOURCES))
+EMU_CFLAGS = -O2 -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas -D__CUDACC__ -Itests/emu -include tests/emu/cuda_runtime.h
+EMU_LIB = $(EMU_DIR)/cuda_emu.o $(EMU_DIR)/cublas_emu.o
+EMU_TRAINERS = train_gpt_emu train_gpt_emu_fp32 train_gpt_emu_fp16
+EMU_LABS = $(patsubst dev/%.cu,$(EMU_DIR)/dev/%,$(wildcard dev/*.cu))
+$(EMU_MIRROR): $(EMU_DIR)/src/%: % tests/emu/rewrite_launches.pl
+	@mkdir -p $(@D)
+	@{ echo '#line 1 "$<"'; perl -p tests/emu/rewrite_launches.pl $<; } > $@
+$(EMU_DIR)/%.o: tests/emu/%.cpp $(wildcard tests/emu/*.h)
+	@mkdir -p $(@D)
+	$(MPICXX) -O2 -std=c++17 -fopenmp -Wall $(filter -I%,$(CXXFLAGS)) -c $< -o $@
+$(EMU_DIR)/tsan/%.o: tests/emu/%.cpp $(wildcard tests/emu/*.h)
+	@mkdir -p $(@D)
+	$(MPICXX) -O1 -g -std=c++17 -fsanitize=thread -Wall $(filter -I%,$(CXXFLAGS)) -c $< -o $@
+train_gpt_emu: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
+	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/train_gpt.cu -x none $(EMU_LIB) $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
+train_gpt_emu_fp32: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
+	$(MPICXX) $(EMU_CFLAGS) -x c++ $(EMU_DIR)/src/train_gpt.cu -x none $(EMU_LIB) $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
+train_gpt_emu_fp16: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
+	$(MPICXX) $(EMU_CFLAGS) -DENABLE_FP16 -x c++ $(EMU_DIR)/src/train_gpt.cu -x none $(EMU_LIB) $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
+# the labs in bf16, the precision they time on a GPU
+$(EMU_DIR)/dev/%: $(EMU_MIRROR) $(EMU_LIB)
+	@mkdir -p $(@D)
+	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/dev/$*.cu -x none $(EMU_LIB) $(CPU_LIBS) -o $@
+emu: $(EMU_TRAINERS) $(EMU_LABS) $(EMU_DIR)/test_emu_kernels_fp32 $(EMU_DIR)/test_emu_kernels_bf16 $(EMU_DIR)/test_emu_kernels_fp16
+
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
 	@mkdir -p tests/build

@@ -70,7 +70,7 @@ static const uint64_t SEED = 1234;
 static void adamw_version(int version, int block, const Buffers& d, size_t n) {
     float bc1 = 1.0f - powf(CONFIG.beta1, (float)STEP), bc2 = 1.0f - powf(CONFIG.beta2, (float)STEP);
     if (version == 1)
-        adamw_kernel<<<ceil_div(n, block), block>>>(d.params, d.master, d.grads, d.m, d.v, n, CONFIG, bc1, bc2, GRAD_SCALE, SEED, 0);
+        adamw_kernel<floatX><<<ceil_div(n, block), block>>>(d.params, d.master, d.grads, d.m, d.v, n, CONFIG, bc1, bc2, GRAD_SCALE, SEED, 0);
     else
         adamw_kernel2<<<ceil_div(n, (size_t)block * Packed128<floatX>::size), block>>>(d.params, d.master, d.grads, d.m, d.v, n,
                                                                                     CONFIG, bc1, bc2, GRAD_SCALE, SEED, 0);

@@ -45,7 +45,7 @@ __global__ void norm_partials_kernel3(float* partials, const floatX* x, size_t n
 // the squared norm: the version's partials, added on the host in order in double
 static double global_norm_version(int version, int block, float* partials, const floatX* x, size_t n) {
     if (version == 1) norm_partials_kernel1<<<1, block>>>(partials, x, n);
-    else if (version == 2) norm_partials_kernel<<<NORM_PARTS, 256>>>(partials, x, n);
+    else if (version == 2) norm_partials_kernel<floatX><<<NORM_PARTS, 256>>>(partials, x, n);
     else norm_partials_kernel3<<<NORM_PARTS, block>>>(partials, x, n);
     launchCheck();
     std::vector<float> host = from_device(partials, NORM_PARTS);

@@ -71,12 +71,12 @@ __global__ void gradient_accumulate_kernel(Acc* acc, floatX* g, size_t n) {
 }
 template <typename T>
 inline void norm_partials(float* partials, const T* x, size_t n) {
-    norm_partials_kernel<<<NORM_PARTS, 256>>>(partials, x, n);
+    norm_partials_kernel<T><<<NORM_PARTS, 256>>>(partials, x, n);
     launchCheck();
 }
 template <typename Acc>
 inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) {
-    gradient_accumulate_kernel<<<ceil_div(n, 256), 256>>>(acc, g, n);
+    gradient_accumulate_kernel<Acc><<<ceil_div(n, 256), 256>>>(acc, g, n);
     launchCheck();
 }
 #else

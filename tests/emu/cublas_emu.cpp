@@ -1,0 +1,250 @@
+/*
+tests/emu/cublas_emu.cpp: cuBLAS and cuBLASLt for the emulated CUDA build, written from their
+documented column-major semantics, not from the project's use of them:
+
+    C(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C       column-major: element (i,j) of X is X[i + j*ldx]
+    A is m x k (lda >= max(1,m)) when op(A) = A, k x m (lda >= max(1,k)) when op(A) = A^T;
+    B is k x n (ldb >= max(1,k)) or n x k (ldb >= max(1,n)); C is m x n (ldc >= max(1,m));
+    strided batches: matrix i starts stride_i elements after matrix i-1; beta = 0 ignores C.
+
+The checks are the documented ones: a null handle is CUBLAS_STATUS_NOT_INITIALIZED; negative
+sizes or leading dimensions below those bounds are CUBLAS_STATUS_INVALID_VALUE; a type
+combination outside the table of cublasGemmEx (CUBLAS_COMPUTE_32F: 32F x 32F -> 32F,
+16F/16BF x same -> same or 32F) is CUBLAS_STATUS_NOT_SUPPORTED. Every byte a call reads or
+writes must lie in one device allocation (cuda_emu.cpp). The products are computed in fp32
+by OpenBLAS's column-major sgemm on fp32 copies; TF32 math (CUBLAS_TF32_TENSOR_OP_MATH or
+CUBLAS_COMPUTE_32F_FAST_TF32) first rounds fp32 inputs to TF32's 10-bit mantissa, as tensor
+cores do. The result, with cuBLASLt's epilogue (bias, GELU), is rounded once into C's type.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <string>
+#include <vector>
+#include <cblas.h>
+#include "cublasLt.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+struct cublasContext { cublasMath_t math = CUBLAS_DEFAULT_MATH; };
+
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_64F ? 8 : 2; }
+static float load(const void* p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float*)p)[i];
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    return __half2float(((const __half*)p)[i]);
+}
+static void store(void* p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_32F) ((float*)p)[i] = v;
+    else if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __float2bfloat16_rn(v);
+    else ((__half*)p)[i] = __float2half_rn(v);
+}
+static float tf32(float x) {  // round to nearest even at 10 mantissa bits
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t compute) {
+    bool fp32_compute = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+                        compute == CUBLAS_COMPUTE_32F_FAST_TF32 || compute == CUBLAS_COMPUTE_32F_FAST_16F ||
+                        compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+    if (!fp32_compute || a != b) return false;
+    if (a == CUDA_R_32F) return c == CUDA_R_32F;
+    if (a == CUDA_R_16F || a == CUDA_R_16BF) return c == a || c == CUDA_R_32F;
+    return false;
+}
+
+// an optional epilogue: out(i,j) = f(acc(i,j) + bias[i])
+struct Epilogue { const void* bias; cudaDataType bias_type; bool gelu; };
+
+// the operation above for one matrix of each, all checked; a, b, c are where the bytes are
+static void gemm_one(bool tf32_inputs, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* A,
+                     cudaDataType at, int lda, const void* B, cudaDataType bt, int ldb, float beta, const void* C,
+                     cudaDataType ct, int ldc, void* D, int ldd, const Epilogue& ep) {
+    int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k, b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    std::vector<float> a((size_t)a_rows * a_cols), b((size_t)b_rows * b_cols), acc((size_t)m * n, 0.0f);
+    for (int j = 0; j < a_cols; j++)
+        for (int i = 0; i < a_rows; i++) a[i + (size_t)j * a_rows] = load(A, at, i + (size_t)j * lda);
+    for (int j = 0; j < b_cols; j++)
+        for (int i = 0; i < b_rows; i++) b[i + (size_t)j * b_rows] = load(B, bt, i + (size_t)j * ldb);
+    if (tf32_inputs) { for (float& x : a) x = tf32(x); for (float& x : b) x = tf32(x); }
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                    a.data(), a_rows > 0 ? a_rows : 1, b.data(), b_rows > 0 ? b_rows : 1, 0.0f, acc.data(), m > 0 ? m : 1);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float v = acc[i + (size_t)j * m];
+            if (beta != 0.0f) v += beta * load(C, ct, i + (size_t)j * ldc);
+            if (ep.bias) v += load(ep.bias, ep.bias_type, i);
+            if (ep.gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            store(D, ct, i + (size_t)j * ldd, v);
+        }
+}
+
+// elements a column-major (rows x cols) matrix with leading dimension ld spans
+static size_t extent(int rows, int cols, long long ld) { return rows == 0 || cols == 0 ? 0 : (size_t)ld * (cols - 1) + rows; }
+
+static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperation_t transa, cublasOperation_t transb,
+                           int m, int n, int k, const void* alpha, const void* A, cudaDataType at, int lda, long long sa,
+                           const void* B, cudaDataType bt, int ldb, long long sb, const void* beta, void* C,
+                           cudaDataType ct, int ldc, long long sc, int batch, cublasComputeType_t compute) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (transa > CUBLAS_OP_C || transb > CUBLAS_OP_C || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;  // real types: conjugate transpose = transpose
+    if (lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 || ldc < m || ldc < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    float al = *(const float*)alpha, be = *(const float*)beta;  // host pointer mode: scalars in host memory
+    size_t ea = extent(ta ? k : m, ta ? m : k, lda), eb = extent(tb ? n : k, tb ? k : n, ldb), ec = extent(m, n, ldc);
+    std::string what = std::string(who) + " ";
+    const char* a = (const char*)cuda_emu::device_bytes(A, (ea + (size_t)sa * (batch - 1)) * type_bytes(at), (what + "A").c_str());
+    const char* b = (const char*)cuda_emu::device_bytes(B, (eb + (size_t)sb * (batch - 1)) * type_bytes(bt), (what + "B").c_str());
+    char* c = (char*)cuda_emu::device_bytes(C, (ec + (size_t)sc * (batch - 1)) * type_bytes(ct), (what + "C").c_str());
+    bool tf32_inputs = at == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                                            (handle->math == CUBLAS_TF32_TENSOR_OP_MATH && compute == CUBLAS_COMPUTE_32F));
+    for (int i = 0; i < batch; i++)
+        gemm_one(tf32_inputs, ta, tb, m, n, k, al, a + (size_t)i * sa * type_bytes(at), at, lda, b + (size_t)i * sb * type_bytes(bt),
+                 bt, ldb, be, c + (size_t)i * sc * type_bytes(ct), ct, ldc, c + (size_t)i * sc * type_bytes(ct), ldc,
+                 Epilogue{nullptr, CUDA_R_32F, false});
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) { *handle = new cublasContext(); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mode < CUBLAS_DEFAULT_MATH || mode > CUBLAS_TF32_TENSOR_OP_MATH) return CUBLAS_STATUS_INVALID_VALUE;
+    handle->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) { return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
+                            int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    return gemm(handle, "cublasGemmEx", transa, transb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, compute);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                          int n, int k, const void* alpha, const void* A, cudaDataType at, int lda,
+                                          long long sa, const void* B, cudaDataType bt, int ldb, long long sb,
+                                          const void* beta, void* C, cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+    return gemm(handle, "cublasGemmStridedBatchedEx", transa, transb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta,
+                C, ct, ldc, sc, batch, compute);
+}
+
+// ---------------------------------------------------------------- cuBLASLt
+struct cublasLtContext { int unused; };
+struct cublasLtMatmulDescOpaque {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+    int bias_type = -1;  // -1: D's type
+};
+struct cublasLtMatrixLayoutOpaque { cudaDataType type; uint64_t rows, cols; int64_t ld; };
+struct cublasLtMatmulPreferenceOpaque { size_t max_workspace = 0; };
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) { *handle = new cublasLtContext(); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) { delete handle; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
+    *desc = new cublasLtMatmulDescOpaque();
+    (*desc)->compute = compute;
+    (*desc)->scale = scale;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { delete desc; return CUBLAS_STATUS_SUCCESS; }
+template <typename T> static cublasStatus_t set(T* field, const void* buf, size_t size) {
+    if (size != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(field, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                              size_t size) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA: return set(&d->transa, buf, size);
+        case CUBLASLT_MATMUL_DESC_TRANSB: return set(&d->transb, buf, size);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(&d->epilogue, buf, size);
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&d->bias, buf, size);
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, buf, size);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows || ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) { delete layout; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    *pref = new cublasLtMatmulPreferenceOpaque();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { delete pref; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t size) {
+    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_INVALID_VALUE;
+    return set(&pref->max_workspace, buf, size);
+}
+
+// the shapes agree: op(A) (m,k), op(B) (k,n), C and D (m,n) of one type; the epilogue is known
+static cublasStatus_t lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                               cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D) {
+    if (!d || !A || !B || !C || !D) return CUBLAS_STATUS_INVALID_VALUE;
+    uint64_t m = D->rows, n = D->cols, k = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
+    bool a_ok = d->transa == CUBLAS_OP_N ? A->rows == m : A->cols == m;
+    bool b_ok = d->transb == CUBLAS_OP_N ? (B->rows == k && B->cols == n) : (B->cols == k && B->rows == n);
+    if (!a_ok || !b_ok || C->rows != m || C->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    if (C->type != D->type || !supported(A->type, B->type, D->type, d->compute) || d->scale != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    switch (d->epilogue) {
+        case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_GELU: return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_GELU_BIAS: return CUBLAS_STATUS_SUCCESS;
+        default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A,
+                                              cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                              cublasLtMatmulPreference_t, int requested, cublasLtMatmulHeuristicResult_t* results,
+                                              int* returned) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t s = lt_check(desc, A, B, C, D);
+    *returned = s == CUBLAS_STATUS_SUCCESS ? 1 : 0;
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    results[0] = cublasLtMatmulHeuristicResult_t{};
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
+                              const cublasLtMatmulAlgo_t*, void* workspace, size_t workspace_bytes, cudaStream_t) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cublasStatus_t s = lt_check(d, Ad, Bd, Cd, Dd);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (with_bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    int m = (int)Dd->rows, n = (int)Dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
+    if (workspace_bytes) cuda_emu::device_bytes(workspace, workspace_bytes, "cublasLtMatmul workspace");
+    float be = *(const float*)beta;
+    cudaDataType bias_type = d->bias_type < 0 ? Dd->type : (cudaDataType)d->bias_type;
+    Epilogue ep = {with_bias ? cuda_emu::device_bytes(d->bias, (size_t)m * type_bytes(bias_type), "cublasLtMatmul bias") : nullptr,
+                   bias_type, d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS};
+    const void* a = cuda_emu::device_bytes(A, extent((int)Ad->rows, (int)Ad->cols, Ad->ld) * type_bytes(Ad->type), "cublasLtMatmul A");
+    const void* b = cuda_emu::device_bytes(B, extent((int)Bd->rows, (int)Bd->cols, Bd->ld) * type_bytes(Bd->type), "cublasLtMatmul B");
+    const void* c = be != 0.0f ? cuda_emu::device_bytes(C, extent(m, n, Cd->ld) * type_bytes(Cd->type), "cublasLtMatmul C") : nullptr;
+    void* dd = cuda_emu::device_bytes(D, extent(m, n, Dd->ld) * type_bytes(Dd->type), "cublasLtMatmul D");
+    gemm_one(Ad->type == CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, d->transa != CUBLAS_OP_N,
+             d->transb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, a, Ad->type, (int)Ad->ld, b, Bd->type, (int)Bd->ld, be, c,
+             Dd->type, (int)Cd->ld, dd, (int)Dd->ld, ep);
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,706 @@
+/*
+tests/emu/cuda_emu.cpp: the emulated CUDA runtime: devices, memory, copies, launches, and
+the scheduler that runs every CUDA thread of a block on a fiber (cuda_emu.h says why).
+
+A block runs on one OS thread. Each CUDA thread gets a fiber (a stack of its own) when it
+starts; it runs until it reaches __syncthreads, a warp operation or its end, and the
+scheduler then runs the next one. A fiber whose thread ended serves the next thread, so a
+kernel without barriers uses one fiber per block. Switches are _setjmp/_longjmp (no system
+call), the first entry into a fiber setcontext. Under ThreadSanitizer (-fsanitize=thread)
+each fiber is a TSan fiber, switched without implied ordering, and the barriers and the
+block's start and end are the only happens-before edges: a missing __syncthreads between
+two threads' accesses to shared memory is a reported data race, as compute-sanitizer's
+racecheck would report it.
+
+Device memory: each allocation is a mapping of its own, placed so that its last byte is
+just before a PROT_NONE guard page, and a second, PROT_NONE reservation of the same size
+whose address is the pointer cudaMalloc returns. Host code that dereferences it faults;
+launches, copies and the libraries translate it to the real mapping. The SIGSEGV handler
+names the fault: device memory read on the host, or an access past an allocation's end
+(and the kernel that made it).
+*/
+#include <stdio.h>
+#include <stdarg.h>
+#include <algorithm>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+#include "cuda_emu.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define CUDA_EMU_TSAN 1
+#else
+#define CUDA_EMU_TSAN 0
+#endif
+
+namespace cuda_emu {
+
+[[noreturn]] static void die(const char* format, ...) __attribute__((format(printf, 1, 2)));
+static void die(const char* format, ...) {
+    char line[2048] = "error: CUDA emulation: ";
+    va_list args;
+    va_start(args, format);
+    vsnprintf(line + strlen(line), sizeof(line) - strlen(line) - 2, format, args);
+    va_end(args);
+    strcat(line, "\n");
+    fflush(stdout);
+    fputs(line, stderr);
+    fflush(stderr);
+    _exit(134);  // as a failed assertion would: the job's launcher sees it and ends the others
+}
+
+// ---------------------------------------------------------------- devices
+// CUDA_EMU_DEVICES (default 8) devices of CUDA_EMU_DEVICE_MEMORY bytes (default 80 GiB), PCI bus
+// ids 0x10, 0x11, ...; CUDA_VISIBLE_DEVICES picks and orders them as it does on a real machine
+struct Devices {
+    std::vector<int> visible;  // ordinal -> physical device
+    size_t memory;
+    int current = 0;
+    size_t allocated[64] = {};
+};
+static Devices& devices() {
+    static Devices d = [] {
+        Devices d;
+        int count = getenv("CUDA_EMU_DEVICES") ? atoi(getenv("CUDA_EMU_DEVICES")) : 8;
+        d.memory = getenv("CUDA_EMU_DEVICE_MEMORY") ? (size_t)strtoull(getenv("CUDA_EMU_DEVICE_MEMORY"), NULL, 10)
+                                                    : (size_t)80 << 30;
+        const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+        if (!visible) {
+            for (int i = 0; i < count && i < 64; i++) d.visible.push_back(i);
+        } else {
+            for (const char* p = visible; *p;) {  // "2,3": devices 2 and 3 become 0 and 1; stops at a bad entry
+                char* end;
+                long id = strtol(p, &end, 10);
+                if (end == p || id < 0 || id >= count) break;
+                d.visible.push_back((int)id);
+                p = *end == ',' ? end + 1 : end;
+                if (*end != ',' && *end != '\0') break;
+            }
+        }
+        return d;
+    }();
+    return d;
+}
+static int physical_device() { return devices().visible.empty() ? 0 : devices().visible[devices().current]; }
+int current_device_bus_id() { return 0x10 + physical_device(); }
+
+// ---------------------------------------------------------------- errors
+static thread_local cudaError_t last_error = cudaSuccess;
+static cudaError_t record(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+// ---------------------------------------------------------------- memory
+struct Allocation {
+    char* handle;    // what the program holds: PROT_NONE, never touched
+    char* bytes;     // where the data is: ends just before the guard page
+    size_t size;     // as requested
+    char* map;       // the data mapping (pages + guard), for munmap
+    size_t map_size;
+    int device;
+};
+static std::mutex memory_mutex;
+static std::map<uintptr_t, Allocation>& allocations() { static std::map<uintptr_t, Allocation> m; return m; }
+static std::map<uintptr_t, size_t>& pinned() { static std::map<uintptr_t, size_t> m; return m; }
+static const size_t PAGE = 4096;
+
+// the allocation whose handle range [handle, handle + size] holds p (one past the end included)
+static const Allocation* find_allocation(const void* p) {
+    auto& all = allocations();
+    auto it = all.upper_bound((uintptr_t)p);
+    if (it == all.begin()) return nullptr;
+    --it;
+    const Allocation& a = it->second;
+    return (uintptr_t)p <= (uintptr_t)a.handle + a.size ? &a : nullptr;
+}
+static bool is_pinned(const void* p) {
+    auto& all = pinned();
+    auto it = all.upper_bound((uintptr_t)p);
+    if (it == all.begin()) return false;
+    --it;
+    return (uintptr_t)p < it->first + it->second;
+}
+bool is_device_pointer(const void* p) {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    return p && find_allocation(p);
+}
+
+void* device_bytes(const void* device, size_t bytes, const char* what) {
+    if (!device) return nullptr;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    const Allocation* a = find_allocation(device);
+    if (!a) die("%s: %p is not device memory (a host pointer where the GPU needs device memory)", what, device);
+    size_t offset = (const char*)device - a->handle;
+    if (offset + bytes > a->size)
+        die("%s: %zu bytes at offset %zu run past the end of a %zu-byte allocation", what, bytes, offset, a->size);
+    return a->bytes + offset;
+}
+
+}  // namespace cuda_emu
+using namespace cuda_emu;
+
+
+// ---------------------------------------------------------------- faults
+// a SIGSEGV inside a device allocation's handle or guard page is a bug of the program under
+// test: say which, and where (the kernel running, if any), then end the run
+static thread_local const LaunchSite* running_kernel = nullptr;
+static void on_fault(int sig, siginfo_t* info, void*) {
+    uintptr_t at = (uintptr_t)info->si_addr;
+    char line[512];
+    const char* kernel = running_kernel ? running_kernel->kernel : nullptr;
+    int n = 0;
+    for (auto& [key, a] : allocations()) {
+        if (at >= (uintptr_t)a.handle && at < (uintptr_t)a.handle + a.size + PAGE) {
+            n = snprintf(line, sizeof(line), "error: CUDA emulation: host code dereferenced device memory (%zu bytes into a "
+                         "%zu-byte cudaMalloc allocation)%s%s\n", (size_t)(at - (uintptr_t)a.handle), a.size,
+                         kernel ? " in kernel " : "", kernel ? kernel : "");
+            break;
+        }
+        uintptr_t end = (uintptr_t)a.bytes + a.size, guard = (uintptr_t)a.map + a.map_size - PAGE;
+        if (at >= guard && at < guard + PAGE) {
+            n = snprintf(line, sizeof(line), "error: CUDA emulation: out-of-range device memory access, %zu bytes past the "
+                         "end of a %zu-byte allocation, %s%s%s%s:%d\n", (size_t)(at - end), a.size,
+                         kernel ? "in kernel " : "outside any kernel (a copy or a library call)", kernel ? kernel : "",
+                         kernel ? " launched at " : "", kernel ? running_kernel->file : "", kernel ? running_kernel->line : 0);
+            break;
+        }
+    }
+    if (n > 0) { if (write(2, line, n) < 0) {} _exit(134); }
+    signal(sig, SIG_DFL);  // not ours: the ordinary crash
+    raise(sig);
+}
+static void install_fault_handler() {
+    static bool installed = false;
+    if (installed) return;
+    installed = true;
+    struct sigaction sa = {};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr);
+}
+
+// ---------------------------------------------------------------- memory API
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+    install_fault_handler();
+    *ptr = nullptr;
+    Devices& d = devices();
+    int device = physical_device();
+    if (d.allocated[device] + bytes > d.memory) return record(cudaErrorMemoryAllocation);
+    if (bytes == 0) return cudaSuccess;
+    size_t rounded = (bytes + 15) / 16 * 16;                      // 16-byte aligned, as 128-bit accesses need
+    size_t data_pages = (rounded + PAGE - 1) / PAGE * PAGE;
+    Allocation a;
+    a.map_size = data_pages + PAGE;
+    a.map = (char*)mmap(nullptr, a.map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    a.handle = (char*)mmap(nullptr, rounded + PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a.map == MAP_FAILED || a.handle == MAP_FAILED) return record(cudaErrorMemoryAllocation);
+    mprotect(a.map + data_pages, PAGE, PROT_NONE);                // the guard page
+    a.bytes = a.map + data_pages - rounded;
+    memset(a.bytes, 0xA5, bytes);                                 // not zero: cudaMalloc does not clear
+    a.size = bytes;
+    a.device = device;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    allocations()[(uintptr_t)a.handle] = a;
+    d.allocated[device] += bytes;
+    *ptr = a.handle;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    auto it = allocations().find((uintptr_t)ptr);
+    if (it == allocations().end()) return record(cudaErrorInvalidValue);
+    Allocation a = it->second;
+    allocations().erase(it);
+    devices().allocated[a.device] -= a.size;
+    munmap(a.map, a.map_size);
+    munmap(a.handle, (a.size + 15) / 16 * 16 + PAGE);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+    *ptr = bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
+    if (bytes && !*ptr) return record(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    if (*ptr) pinned()[(uintptr_t)*ptr] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    if (!pinned().erase((uintptr_t)ptr)) return record(cudaErrorInvalidValue);
+    free(ptr);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    Devices& d = devices();
+    *total_bytes = d.memory;
+    *free_bytes = d.memory - d.allocated[physical_device()];
+    return cudaSuccess;
+}
+
+static const char* copy_kind_names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Default"};
+// the side a pointer is on must be the side the copy's kind says
+static void check_side(const void* p, bool device_side, cudaMemcpyKind kind, const char* which) {
+    bool on_device = is_device_pointer(p);
+    if (on_device != device_side)
+        die("cudaMemcpy%s: the %s pointer %p is %s memory but the kind says %s", copy_kind_names[kind], which, p,
+            on_device ? "device" : "host", device_side ? "device" : "host");
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return cudaSuccess;
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
+    bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) { dst_device = is_device_pointer(dst); src_device = is_device_pointer(src); }
+    check_side(dst, dst_device, kind, "destination");
+    check_side(src, src_device, kind, "source");
+    void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpy destination") : dst;
+    const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpy source") : src;
+    memmove(to, from, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+    if (bytes == 0) return cudaSuccess;
+    if (!is_device_pointer(ptr)) die("cudaMemset: %p is not device memory", ptr);
+    memset(device_bytes(ptr, bytes, "cudaMemset"), value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
+
+// ---------------------------------------------------------------- devices API
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = (int)devices().visible.size();
+    return *count > 0 ? cudaSuccess : record(cudaErrorNoDevice);
+}
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= (int)devices().visible.size()) return record(cudaErrorInvalidDevice);
+    devices().current = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) { *device = devices().current; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+    if (device < 0 || device >= (int)devices().visible.size()) return record(cudaErrorInvalidDevice);
+    *p = cudaDeviceProp{};
+    snprintf(p->name, sizeof(p->name), "CUDA emulation (device %d)", devices().visible[device]);
+    p->totalGlobalMem = devices().memory;
+    p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = 227 << 10;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->multiProcessorCount = 132;
+    p->major = 9; p->minor = 0;
+    p->pciBusID = 0x10 + devices().visible[device];
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return record(cudaErrorInvalidDevice);
+    snprintf(bus_id, length, "%08X:%02X:%02X.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- streams, events, errors
+// work runs when it is issued, in issue order: every stream is always idle
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { static char id; *stream = (cudaStream_t)&id; return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+struct CUevent_st { double ms; };
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st{0.0}; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { event->ms = now_ms(); return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError() { cudaError_t e = last_error; last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError() { return last_error; }
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInitializationError: return "initialization error";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidDevice: return "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
+        case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+const char* cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+
+static std::map<const void*, int>& dynamic_shared_limits() { static std::map<const void*, int> m; return m; }
+cudaError_t cuda_emu_set_function_attribute(const void* function, cudaFuncAttribute attribute, int value) {
+    if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > (227 << 10))
+        return record(cudaErrorInvalidValue);
+    dynamic_shared_limits()[function] = value;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- launches
+namespace cuda_emu {
+
+// the runtime's launch contract (CUDA programming guide, compute capability 9.0)
+bool launch_valid(const void* kernel, const LaunchSite& site, dim3 grid, dim3 block, size_t shared_bytes) {
+    const char* problem = nullptr;
+    char detail[160];
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) problem = "a grid dimension of 0 blocks";
+    else if (block.x == 0 || block.y == 0 || block.z == 0) problem = "a block dimension of 0 threads";
+    else if (threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64) problem = "more than 1024 threads per block";
+    else if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) problem = "a grid dimension over its limit";
+    if (problem) {
+        snprintf(detail, sizeof(detail), "grid (%u,%u,%u), block (%u,%u,%u)", grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        fprintf(stderr, "CUDA emulation: launch of %s at %s:%d refused: %s, %s\n", site.kernel, site.file, site.line,
+                problem, detail);
+        record(cudaErrorInvalidConfiguration);
+        return false;
+    }
+    auto opt_in = dynamic_shared_limits().find(kernel);
+    size_t limit = opt_in == dynamic_shared_limits().end() ? (48 << 10) : (size_t)opt_in->second;
+    if (shared_bytes > limit) {
+        fprintf(stderr, "CUDA emulation: launch of %s at %s:%d refused: %zu bytes of dynamic shared memory, over %zu%s\n",
+                site.kernel, site.file, site.line, shared_bytes, limit,
+                opt_in == dynamic_shared_limits().end() ? " (more needs cudaFuncSetAttribute's opt-in)" : "");
+        record(cudaErrorInvalidValue);
+        return false;
+    }
+    return true;
+}
+
+void* kernel_argument(const void* p, const LaunchSite& site, int index) {
+    if (!p) return nullptr;
+    {
+        std::lock_guard<std::mutex> lock(memory_mutex);
+        const Allocation* a = find_allocation(p);
+        if (a) return a->bytes + ((const char*)p - a->handle);
+        if (is_pinned(p)) return (void*)p;  // page-locked host memory is mapped for the device
+    }
+    die("kernel %s launched at %s:%d: argument %d is the host pointer %p; a kernel can only read device memory", site.kernel,
+        site.file, site.line, index + 1, p);
+}
+
+// ---------------------------------------------------------------- the scheduler
+enum ThreadState { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP_SYNC, EXITED };
+static const size_t STACK_BYTES = 256 << 10;
+
+struct Fiber {
+    jmp_buf context;   // where it stopped
+    ucontext_t start;  // its first entry
+    char* stack;
+    bool started;
+#if CUDA_EMU_TSAN
+    void* tsan;
+#endif
+};
+struct WarpSync {      // the lanes of one warp meeting at a shuffle or __syncwarp
+    unsigned mask, arrived;
+    int generation;
+    uint64_t values[2][32];  // by generation parity: a fast lane's next exchange cannot overwrite this one's
+};
+struct Worker {        // one per OS thread that runs blocks
+    jmp_buf scheduler;
+    std::vector<Fiber*> idle;
+    Fiber* starting = nullptr;
+    const LaunchSite* site;
+    void (*run_thread)(void*);
+    void* bound;
+    int threads, current, exited, at_barrier;
+    std::vector<uint8_t> state;
+    std::vector<Fiber*> fiber_of;
+    std::vector<WarpSync> warps;
+#if CUDA_EMU_TSAN
+    void* tsan_scheduler;
+    char block_start, block_end, barrier[2], warp_sync[32][2];  // their addresses: happens-before edges
+    int barrier_generation;
+#endif
+};
+static thread_local Worker* worker = nullptr;
+
+static uint3 thread_index(int t) {
+    return uint3{(unsigned)t % blockDim.x, (unsigned)t / blockDim.x % blockDim.y, (unsigned)t / (blockDim.x * blockDim.y)};
+}
+static void describe_thread(char* out, size_t size, int t) {
+    uint3 i = thread_index(t);
+    snprintf(out, size, "kernel %s (%s:%d), block (%u,%u,%u), thread (%u,%u,%u)", worker->site->kernel, worker->site->file,
+             worker->site->line, blockIdx.x, blockIdx.y, blockIdx.z, i.x, i.y, i.z);
+}
+
+// the running CUDA thread gives the OS thread back to the scheduler; returns when resumed
+static void park(Worker* w) {
+    Fiber* f = w->fiber_of[w->current];
+    if (!_setjmp(f->context)) {
+#if CUDA_EMU_TSAN
+        __tsan_switch_to_fiber(w->tsan_scheduler, __tsan_switch_to_fiber_no_sync);
+#endif
+        _longjmp(w->scheduler, 1);
+    }
+}
+
+static void thread_exited(Worker* w);
+static void fiber_main() {
+    Worker* w = worker;
+    Fiber* f = w->starting;
+    for (;;) {
+#if CUDA_EMU_TSAN
+        __tsan_acquire(&w->block_start);
+#endif
+        w->run_thread(w->bound);
+        thread_exited(w);
+        park(w);  // resumed when the scheduler gives this fiber the next thread
+        (void)f;
+    }
+}
+
+static Fiber* new_fiber() {
+    Fiber* f = new Fiber();
+    f->stack = (char*)mmap(nullptr, STACK_BYTES + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (f->stack == MAP_FAILED) die("cannot map a fiber stack");
+    mprotect(f->stack, PAGE, PROT_NONE);  // a stack overflow faults instead of writing over the next stack
+    getcontext(&f->start);
+    f->start.uc_stack.ss_sp = f->stack + PAGE;
+    f->start.uc_stack.ss_size = STACK_BYTES;
+    f->start.uc_link = nullptr;
+    makecontext(&f->start, fiber_main, 0);
+#if CUDA_EMU_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
+    return f;
+}
+
+// runs thread t until it parks or ends
+static void resume(Worker* w, int t) {
+    w->current = t;
+    threadIdx = thread_index(t);
+    Fiber* f = w->fiber_of[t];
+    if (!_setjmp(w->scheduler)) {
+#if CUDA_EMU_TSAN
+        __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+        if (!f->started) {
+            f->started = true;
+            w->starting = f;
+            setcontext(&f->start);
+        }
+        _longjmp(f->context, 1);
+    }
+}
+
+static void release_barrier(Worker* w) {
+    for (int t = 0; t < w->threads; t++)
+        if (w->state[t] == AT_BARRIER) w->state[t] = RUNNABLE;
+    w->at_barrier = 0;
+#if CUDA_EMU_TSAN
+    w->barrier_generation++;
+#endif
+}
+
+static void thread_exited(Worker* w) {
+    int t = w->current;
+    w->state[t] = EXITED;
+    w->exited++;
+    w->idle.push_back(w->fiber_of[t]);
+#if CUDA_EMU_TSAN
+    __tsan_release(&w->block_end);
+#endif
+    WarpSync& s = w->warps[t / 32];
+    if (s.arrived && (s.mask >> (t % 32) & 1u)) {
+        char who[256];
+        describe_thread(who, sizeof(who), t);
+        die("%s exited while lanes 0x%08x of its warp wait in a shuffle or __syncwarp whose mask 0x%08x names it", who,
+            s.arrived, s.mask);
+    }
+    if (w->at_barrier > 0 && w->at_barrier + w->exited == w->threads) release_barrier(w);
+}
+
+static void run_block(Worker* w) {
+    std::fill(w->state.begin(), w->state.end(), (uint8_t)NOT_STARTED);
+    for (WarpSync& s : w->warps) s = WarpSync{};
+    w->exited = w->at_barrier = 0;
+#if CUDA_EMU_TSAN
+    __tsan_release(&w->block_start);
+#endif
+    while (w->exited < w->threads) {
+        bool progress = false;
+        for (int t = 0; t < w->threads; t++) {
+            if (w->state[t] == NOT_STARTED) {
+                if (w->idle.empty()) w->idle.push_back(new_fiber());
+                w->fiber_of[t] = w->idle.back();
+                w->idle.pop_back();
+                w->state[t] = RUNNABLE;
+            }
+            if (w->state[t] != RUNNABLE) continue;
+            resume(w, t);
+            progress = true;
+        }
+        if (progress) continue;
+        int waiting_block = 0, waiting_warp = 0;
+        for (int t = 0; t < w->threads; t++) {
+            waiting_block += w->state[t] == AT_BARRIER;
+            waiting_warp += w->state[t] == AT_WARP_SYNC;
+        }
+        die("kernel %s (%s:%d), block (%u,%u,%u) cannot go on: %d threads wait at __syncthreads, %d at a warp operation "
+            "whose other lanes never come, %d have exited (a barrier or shuffle in divergent code)", w->site->kernel,
+            w->site->file, w->site->line, blockIdx.x, blockIdx.y, blockIdx.z, waiting_block, waiting_warp, w->exited);
+    }
+#if CUDA_EMU_TSAN
+    __tsan_acquire(&w->block_end);
+#endif
+}
+
+static Worker* this_worker(const LaunchSite& site, dim3 block, void (*run_thread)(void*), void* bound) {
+    if (!worker) {
+        worker = new Worker();
+#if CUDA_EMU_TSAN
+        worker->tsan_scheduler = __tsan_get_current_fiber();
+        worker->barrier_generation = 0;
+#endif
+    }
+    Worker* w = worker;
+    w->site = &site;
+    w->run_thread = run_thread;
+    w->bound = bound;
+    w->threads = (int)(block.x * block.y * block.z);
+    w->state.resize(w->threads);
+    w->fiber_of.resize(w->threads);
+    w->warps.resize((w->threads + 31) / 32);
+    return w;
+}
+
+void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound) {
+    long long blocks = (long long)grid.x * grid.y * grid.z;
+    auto run = [&](long long b) {
+        Worker* w = this_worker(site, block, run_thread, bound);
+        gridDim = grid;
+        blockDim = block;
+        blockIdx = uint3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / ((long long)grid.x * grid.y))};
+        running_kernel = &site;
+        run_block(w);
+        running_kernel = nullptr;
+    };
+#if defined(_OPENMP) && !CUDA_EMU_TSAN
+    if (blocks > 1 && omp_get_max_threads() > 1) {
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (long long b = 0; b < blocks; b++) run(b);
+        return;
+    }
+#endif
+    for (long long b = 0; b < blocks; b++) run(b);
+}
+
+// ---------------------------------------------------------------- barriers and shuffles
+
+static void check_in_kernel(const char* what) {
+    if (!worker || !running_kernel) die("%s called outside a kernel", what);
+}
+
+}  // namespace cuda_emu
+
+void __syncthreads() {
+    check_in_kernel("__syncthreads");
+    Worker* w = worker;
+#if CUDA_EMU_TSAN
+    char* sync = &w->barrier[w->barrier_generation & 1];
+    __tsan_release(sync);
+#endif
+    w->at_barrier++;
+    if (w->at_barrier + w->exited == w->threads) release_barrier(w);  // the last to arrive goes on
+    else { w->state[w->current] = AT_BARRIER; park(w); }
+#if CUDA_EMU_TSAN
+    __tsan_acquire(sync);
+#endif
+}
+
+// lane `lane` of its warp meets the lanes of `mask`, leaving `bits`; returns the bits lane `source` left
+static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* what) {
+    check_in_kernel(what);
+    Worker* w = worker;
+    int t = w->current, warp = t / 32, lane = t % 32, lanes = std::min(32, w->threads - warp * 32);
+    char who[256];
+    if (!(mask >> lane & 1u)) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s with mask 0x%08x, which does not name the calling lane %d", who, what, mask, lane);
+    }
+    if (lanes < 32 && (mask >> lanes) != 0) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s with mask 0x%08x names lanes beyond the %d this warp has (blockDim %u)", who, what, mask, lanes,
+            blockDim.x * blockDim.y * blockDim.z);
+    }
+    for (int l = 0; l < lanes; l++)
+        if ((mask >> l & 1u) && w->state[warp * 32 + l] == EXITED) {
+            describe_thread(who, sizeof(who), t);
+            die("%s: %s with mask 0x%08x names lane %d, which has exited", who, what, mask, l);
+        }
+    if (source >= 0 && !(mask >> source & 1u)) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s reads lane %d, which its mask 0x%08x leaves out", who, what, source, mask);
+    }
+    WarpSync& s = w->warps[warp];
+    if (s.arrived && s.mask != mask) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s with mask 0x%08x while lanes 0x%08x wait with mask 0x%08x", who, what, mask, s.arrived, s.mask);
+    }
+    s.mask = mask;
+    int parity = s.generation & 1;
+    s.values[parity][lane] = bits;
+    s.arrived |= 1u << lane;
+#if CUDA_EMU_TSAN
+    char* sync = &w->warp_sync[warp % 32][parity];
+    __tsan_release(sync);
+#endif
+    if (s.arrived == mask) {  // the last lane: release the others and go on
+        for (int l = 0; l < lanes; l++)
+            if (mask >> l & 1u) w->state[warp * 32 + l] = RUNNABLE;
+        s.arrived = 0;
+        s.generation++;
+    } else {
+        w->state[t] = AT_WARP_SYNC;
+        park(w);
+    }
+#if CUDA_EMU_TSAN
+    __tsan_acquire(sync);
+#endif
+    return source >= 0 ? s.values[parity][source] : bits;
+}
+
+void __syncwarp(unsigned mask) { warp_meet(mask, 0, -1, "__syncwarp"); }
+
+uint64_t cuda_emu_shuffle(unsigned mask, uint64_t bits, CudaEmuShuffle kind, int arg, int width) {
+    if (width <= 0 || width > 32 || (width & (width - 1))) die("a shuffle's width must be a power of 2 up to 32, got %d", width);
+    int lane = worker ? worker->current % 32 : 0, segment = lane & ~(width - 1), source = lane;
+    switch (kind) {  // CUDA's rules: a source outside the lane's segment reads the lane's own value
+        case SHUFFLE_IDX: source = segment + (arg & (width - 1)); break;
+        case SHUFFLE_UP: source = lane - arg >= segment ? lane - arg : lane; break;
+        case SHUFFLE_DOWN: source = lane + arg < segment + width ? lane + arg : lane; break;
+        case SHUFFLE_XOR: source = ((lane ^ arg) & ~(width - 1)) <= segment ? lane ^ arg : lane; break;
+    }
+    return warp_meet(mask, bits, source, "a shuffle");
+}

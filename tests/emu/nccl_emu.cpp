@@ -1,0 +1,369 @@
+/*
+tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's semantics
+(NCCL's user guide and API reference), not the project's:
+
+  - a communicator is made from an ncclUniqueId by nranks processes, each giving its rank;
+    the members find each other through MPI_COMM_WORLD (the id names its creator, who must
+    be one of them) and get an MPI communicator ordered by NCCL rank. Two members on one
+    GPU (the same PCI bus id on the same host) are refused, as NCCL refuses them;
+  - collectives take per-rank counts (ncclReduceScatter: recvcount, ncclAllGather:
+    sendcount), and are in place exactly when NCCL says (all-reduce and broadcast: same
+    buffer; reduce-scatter: recvbuff = sendbuff + rank * recvcount; all-gather: sendbuff =
+    recvbuff + rank * sendcount); a partial overlap is refused;
+  - every rank of a communicator must make the same collective calls in the same order
+    with the same count, type and operation: each call first compares its description
+    with every rank's, and a mismatch ends the run with a line naming both; a rank that
+    never makes the call leaves the others waiting, a hang the tests' timeouts turn into
+    a failure, as on a GPU;
+  - a send or receive outside ncclGroupStart/End waits for its peer (MPI_Ssend): two ranks
+    that both send first deadlock, as two GPUs would; inside a group the operations are
+    posted together at ncclGroupEnd; ncclGroupEnd without ncclGroupStart is ncclInvalidUsage;
+  - bf16 and fp16 sums add in fp32 and round at every step, as NCCL's reductions do; ncclAvg
+    multiplies each input by 1/nranks, then sums (floating types).
+Buffers are device memory (cuda_emu.cpp checks and translates them).
+CUDA_EMU_NCCL_FAIL_AFTER=N: after N collectives a communicator's link fails: later work
+never completes and ncclCommGetAsyncError reports ncclRemoteError (for the trainer's polling).
+*/
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <string>
+#include <vector>
+#include "nccl.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+struct ncclComm {
+    MPI_Comm mpi;
+    int rank, size, device_bus_id;
+    unsigned long long calls;         // collectives so far: the order every rank must agree on
+    long long fail_after;             // CUDA_EMU_NCCL_FAIL_AFTER, -1: never
+    ncclResult_t async_error;
+};
+
+[[noreturn]] static void die(const std::string& message) {
+    fflush(stdout);
+    fprintf(stderr, "error: NCCL emulation: %s\n", message.c_str());
+    fflush(stderr);
+    _exit(134);
+}
+
+const char* ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+        case ncclSuccess: return "no error";
+        case ncclUnhandledCudaError: return "unhandled cuda error";
+        case ncclSystemError: return "unhandled system error";
+        case ncclInternalError: return "internal error";
+        case ncclInvalidArgument: return "invalid argument";
+        case ncclInvalidUsage: return "invalid usage";
+        case ncclRemoteError: return "remote process exited or there was a network error";
+        case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+// ---------------------------------------------------------------- communicators
+struct IdContents { int magic, creator, serial; };
+static const int ID_MAGIC = 0x4e43434c, BOOTSTRAP_TAG = 29000;
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    static int serial = 0;
+    IdContents c = {ID_MAGIC, 0, serial++ % 1000};
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.creator);
+    memset(id, 0, sizeof(*id));
+    memcpy(id->internal, &c, sizeof(c));
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+    IdContents c;
+    memcpy(&c, id.internal, sizeof(c));
+    if (c.magic != ID_MAGIC || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    int world_rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    char host[64] = {};
+    gethostname(host, sizeof(host) - 1);
+    struct Member { int rank, world_rank, bus_id; char host[64]; } me = {rank, world_rank, cuda_emu::current_device_bus_id(), {}};
+    memcpy(me.host, host, sizeof(host));
+    std::vector<Member> members(nranks);
+    int tag = BOOTSTRAP_TAG + c.serial;
+    if (world_rank == c.creator) {  // the creator learns every member, then tells each
+        members[rank] = me;
+        for (int i = 1; i < nranks; i++) {
+            Member m;
+            MPI_Recv(&m, sizeof(m), MPI_BYTE, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (m.rank < 0 || m.rank >= nranks) die("ncclCommInitRank: a member gave rank " + std::to_string(m.rank));
+            members[m.rank] = m;
+        }
+        for (const Member& m : members)
+            if (m.world_rank != world_rank) MPI_Send(members.data(), nranks * sizeof(Member), MPI_BYTE, m.world_rank, tag, MPI_COMM_WORLD);
+    } else {
+        MPI_Send(&me, sizeof(me), MPI_BYTE, c.creator, tag, MPI_COMM_WORLD);
+        MPI_Recv(members.data(), nranks * sizeof(Member), MPI_BYTE, c.creator, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < i; j++)
+            if (members[i].bus_id == members[j].bus_id && strcmp(members[i].host, members[j].host) == 0) {
+                fprintf(stderr, "NCCL emulation: Duplicate GPU detected: rank %d and rank %d both on the GPU with PCI bus id "
+                        "%x of %s\n", i, j, members[i].bus_id, members[i].host);
+                return ncclInvalidUsage;
+            }
+    std::vector<int> world_ranks(nranks);
+    for (int i = 0; i < nranks; i++) world_ranks[i] = members[i].world_rank;
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, nranks, world_ranks.data(), &group);
+    ncclComm* comm = new ncclComm();
+    MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm->mpi);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    comm->rank = rank;
+    comm->size = nranks;
+    comm->device_bus_id = me.bus_id;
+    comm->fail_after = getenv("CUDA_EMU_NCCL_FAIL_AFTER") ? atoll(getenv("CUDA_EMU_NCCL_FAIL_AFTER")) : -1;
+    comm->async_error = ncclSuccess;
+    *out = comm;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    MPI_Comm_free(&comm->mpi);
+    delete comm;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
+    if (!comm) return ncclInvalidArgument;
+    *e = comm->async_error;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->size; return ncclSuccess; }
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->rank; return ncclSuccess; }
+
+// ---------------------------------------------------------------- types and reductions
+static size_t type_bytes(ncclDataType_t t) {
+    switch (t) {
+        case ncclInt8: case ncclUint8: return 1;
+        case ncclFloat16: case ncclBfloat16: return 2;
+        case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+        default: return 8;
+    }
+}
+static double get(const void* p, ncclDataType_t t, size_t i) {
+    switch (t) {
+        case ncclFloat32: return ((const float*)p)[i];
+        case ncclFloat64: return ((const double*)p)[i];
+        case ncclBfloat16: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+        case ncclFloat16: return __half2float(((const __half*)p)[i]);
+        case ncclInt32: return ((const int32_t*)p)[i];
+        case ncclUint32: return ((const uint32_t*)p)[i];
+        case ncclInt8: return ((const int8_t*)p)[i];
+        case ncclUint8: return ((const uint8_t*)p)[i];
+        case ncclInt64: return (double)((const int64_t*)p)[i];
+        case ncclUint64: return (double)((const uint64_t*)p)[i];
+    }
+    return 0;
+}
+static void put(void* p, ncclDataType_t t, size_t i, double v) {  // floats round once from the fp32 (fp64) result
+    switch (t) {
+        case ncclFloat32: ((float*)p)[i] = (float)v; break;
+        case ncclFloat64: ((double*)p)[i] = v; break;
+        case ncclBfloat16: ((__nv_bfloat16*)p)[i] = __float2bfloat16_rn((float)v); break;
+        case ncclFloat16: ((__half*)p)[i] = __float2half_rn((float)v); break;
+        case ncclInt32: ((int32_t*)p)[i] = (int32_t)v; break;
+        case ncclUint32: ((uint32_t*)p)[i] = (uint32_t)v; break;
+        case ncclInt8: ((int8_t*)p)[i] = (int8_t)v; break;
+        case ncclUint8: ((uint8_t*)p)[i] = (uint8_t)v; break;
+        case ncclInt64: ((int64_t*)p)[i] = (int64_t)v; break;
+        case ncclUint64: ((uint64_t*)p)[i] = (uint64_t)v; break;
+    }
+}
+// the operation a reduction step applies: inout = a (op) inout, elementwise, in the buffer's type
+static thread_local ncclDataType_t reducing_type;
+static thread_local ncclRedOp_t reducing_op;
+static void reduce_step(void* in, void* inout, int* len, MPI_Datatype*) {
+    size_t n = (size_t)*len;
+    for (size_t i = 0; i < n; i++) {
+        double a = get(in, reducing_type, i), b = get(inout, reducing_type, i);
+        if (reducing_type == ncclFloat32 || reducing_type == ncclBfloat16 || reducing_type == ncclFloat16) {
+            float x = (float)a, y = (float)b;  // fp32 arithmetic for the float types
+            put(inout, reducing_type, i, reducing_op == ncclMax ? (x > y ? x : y) : reducing_op == ncclMin ? (x < y ? x : y)
+                                         : reducing_op == ncclProd ? x * y : x + y);
+        } else {
+            put(inout, reducing_type, i, reducing_op == ncclMax ? (a > b ? a : b) : reducing_op == ncclMin ? (a < b ? a : b)
+                                         : reducing_op == ncclProd ? a * b : a + b);
+        }
+    }
+}
+static MPI_Op reduction(ncclDataType_t t, ncclRedOp_t op) {
+    static MPI_Op mpi_op = MPI_OP_NULL;
+    if (mpi_op == MPI_OP_NULL) MPI_Op_create(reduce_step, 1, &mpi_op);
+    reducing_type = t;
+    reducing_op = op == ncclAvg ? ncclSum : op;
+    return mpi_op;
+}
+// one element of type t as an MPI type, so MPI never cuts a value in two
+static MPI_Datatype element(ncclDataType_t t) {
+    static MPI_Datatype types[9] = {};
+    size_t bytes = type_bytes(t);
+    if (!types[bytes]) { MPI_Type_contiguous((int)bytes, MPI_BYTE, &types[bytes]); MPI_Type_commit(&types[bytes]); }
+    return types[bytes];
+}
+// ncclAvg on floating types: each input times 1/nranks, then the sum
+static void premultiply(void* buf, size_t count, ncclDataType_t t, int nranks) {
+    for (size_t i = 0; i < count; i++) put(buf, t, i, (float)get(buf, t, i) * (1.0f / nranks));
+}
+
+// ---------------------------------------------------------------- the agreement check
+enum Kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST };
+static const char* kind_names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast"};
+struct Call { int kind, type, op, root; unsigned long long count, serial; };
+static std::string describe(const Call& c) {
+    return std::string(kind_names[c.kind]) + "(count " + std::to_string(c.count) + ", type " + std::to_string(c.type) +
+           ", op " + std::to_string(c.op) + ", root " + std::to_string(c.root) + ")";
+}
+static void agree(ncclComm* comm, Call mine) {
+    std::vector<Call> all(comm->size);
+    MPI_Allgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE, comm->mpi);
+    for (int r = 0; r < comm->size; r++)
+        if (memcmp(&all[r], &mine, sizeof(Call)) != 0)
+            die("collective #" + std::to_string(mine.serial) + " of a communicator of " + std::to_string(comm->size) +
+                ": rank " + std::to_string(comm->rank) + " calls " + describe(mine) + " but rank " + std::to_string(r) +
+                " calls " + describe(all[r]));
+}
+
+// ---------------------------------------------------------------- groups and deferred work
+struct Pending { bool send; char* bytes; size_t size; int peer; ncclComm* comm; };
+static int group_depth = 0;
+static std::vector<Pending> pending;
+
+static bool link_failed(ncclComm* comm) {  // CUDA_EMU_NCCL_FAIL_AFTER: the work never completes
+    if (comm->fail_after >= 0 && (long long)comm->calls >= comm->fail_after) { comm->async_error = ncclRemoteError; return true; }
+    return false;
+}
+
+static void run_point_to_point(const std::vector<Pending>& ops) {
+    std::vector<MPI_Request> requests(ops.size());
+    for (size_t i = 0; i < ops.size(); i++) {
+        const Pending& p = ops[i];
+        if (p.send) MPI_Issend(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests[i]);
+        else MPI_Irecv(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests[i]);
+    }
+    std::vector<MPI_Status> statuses(ops.size());
+    MPI_Waitall((int)ops.size(), requests.data(), statuses.data());
+    for (size_t i = 0; i < ops.size(); i++) {
+        if (ops[i].send) continue;
+        int got;
+        MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+        if ((size_t)got != ops[i].size)
+            die("ncclRecv from rank " + std::to_string(ops[i].peer) + " expected " + std::to_string(ops[i].size) +
+                " bytes; the peer's ncclSend had " + std::to_string(got));
+    }
+}
+
+ncclResult_t ncclGroupStart() { group_depth++; return ncclSuccess; }
+ncclResult_t ncclGroupEnd() {
+    if (group_depth == 0) return ncclInvalidUsage;
+    if (--group_depth > 0) return ncclSuccess;
+    std::vector<Pending> ops;
+    ops.swap(pending);
+    run_point_to_point(ops);
+    return ncclSuccess;
+}
+
+static ncclResult_t point_to_point(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm* comm) {
+    if (!comm) return ncclInvalidArgument;
+    if (peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    if (count * type_bytes(t) > (size_t)INT32_MAX) die("a send of over 2 GiB (the emulation passes it to MPI in one message)");
+    Pending p = {send, (char*)cuda_emu::device_bytes(buf, count * type_bytes(t), send ? "ncclSend buffer" : "ncclRecv buffer"),
+                 count * type_bytes(t), peer, comm};
+    if (link_failed(comm)) return ncclSuccess;
+    if (group_depth > 0) { pending.push_back(p); return ncclSuccess; }
+    run_point_to_point({p});
+    return ncclSuccess;
+}
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return point_to_point(true, buf, count, t, peer, comm);
+}
+ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return point_to_point(false, buf, count, t, peer, comm);
+}
+
+// ---------------------------------------------------------------- collectives
+static bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return a < b + bn && b < a + an; }
+
+// common checks; false: nothing to do (a failed link); fills the host views of the two buffers
+static ncclResult_t start_collective(ncclComm* comm, Call call, const void* send, size_t send_bytes, void* recv,
+                                     size_t recv_bytes, char** s, char** r, bool* skip) {
+    *skip = false;
+    if (!comm) return ncclInvalidArgument;
+    if (group_depth > 0) die(std::string(kind_names[call.kind]) + " inside ncclGroupStart/End: this emulation runs only "
+                             "sends and receives in groups");
+    call.serial = comm->calls;
+    *s = (char*)cuda_emu::device_bytes(send, send_bytes, (std::string(kind_names[call.kind]) + " sendbuff").c_str());
+    *r = (char*)cuda_emu::device_bytes(recv, recv_bytes, (std::string(kind_names[call.kind]) + " recvbuff").c_str());
+    if (link_failed(comm)) { *skip = true; return ncclSuccess; }
+    comm->calls++;
+    agree(comm, call);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t) {
+    size_t bytes = count * type_bytes(t);
+    char *s, *r;
+    bool skip;
+    ncclResult_t res = start_collective(comm, Call{ALL_REDUCE, t, op, 0, count, 0}, send, bytes, recv, bytes, &s, &r, &skip);
+    if (res != ncclSuccess || skip || count == 0) return res;
+    if (s != r && overlaps(s, bytes, r, bytes)) die("ncclAllReduce: sendbuff and recvbuff overlap without being the same");
+    if (s != r) memcpy(r, s, bytes);
+    if (op == ncclAvg) premultiply(r, count, t, comm->size);
+    MPI_Allreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(t, op), comm->mpi);
+    return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t) {
+    size_t block = recvcount * type_bytes(t);
+    char *s, *r;
+    bool skip;
+    ncclResult_t res = start_collective(comm, Call{REDUCE_SCATTER, t, op, 0, recvcount, 0}, send, block * (comm ? comm->size : 0),
+                                        recv, block, &s, &r, &skip);
+    if (res != ncclSuccess || skip || recvcount == 0) return res;
+    bool in_place = r == s + comm->rank * block;
+    if (!in_place && overlaps(s, block * comm->size, r, block))
+        die("ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank * recvcount (NCCL's in-place form)");
+    std::vector<char> input(s, s + block * comm->size);  // MPI's reduce-scatter needs distinct buffers
+    if (op == ncclAvg) premultiply(input.data(), recvcount * comm->size, t, comm->size);
+    std::vector<int> counts(comm->size, (int)recvcount);
+    MPI_Reduce_scatter(input.data(), r, counts.data(), element(t), reduction(t, op), comm->mpi);
+    return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+    size_t block = sendcount * type_bytes(t);
+    char *s, *r;
+    bool skip;
+    ncclResult_t res = start_collective(comm, Call{ALL_GATHER, t, 0, 0, sendcount, 0}, send, block, recv,
+                                        block * (comm ? comm->size : 0), &s, &r, &skip);
+    if (res != ncclSuccess || skip || sendcount == 0) return res;
+    bool in_place = s == r + comm->rank * block;
+    if (!in_place && overlaps(s, block, r, block * comm->size))
+        die("ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank * sendcount (NCCL's in-place form)");
+    std::vector<char> mine(s, s + block);
+    MPI_Allgather(mine.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm->mpi);
+    return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t) {
+    size_t bytes = count * type_bytes(t);
+    if (comm && (root < 0 || root >= comm->size)) return ncclInvalidArgument;
+    char *s, *r;
+    bool skip;
+    bool is_root = comm && comm->rank == root;
+    ncclResult_t res = start_collective(comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes,
+                                        &s, &r, &skip);
+    if (res != ncclSuccess || skip || count == 0) return res;
+    if (is_root && s != r) memmove(r, s, bytes);
+    MPI_Bcast(r, (int)bytes, MPI_BYTE, root, comm->mpi);
+    return ncclSuccess;
+}
