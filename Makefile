@@ -157,6 +157,12 @@ train_gpt_emu_fp16: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
 $(EMU_DIR)/dev/%: $(EMU_MIRROR) $(EMU_LIB)
 	@mkdir -p $(@D)
 	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/dev/$*.cu -x none $(EMU_LIB) $(CPU_LIBS) -o $@
+$(EMU_DIR)/test_emu_kernels_fp32: $(EMU_MIRROR) $(EMU_LIB)
+	$(MPICXX) $(EMU_CFLAGS) -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none $(EMU_LIB) $(CPU_LIBS) -o $@
+$(EMU_DIR)/test_emu_kernels_bf16: $(EMU_MIRROR) $(EMU_LIB)
+	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none $(EMU_LIB) $(CPU_LIBS) -o $@
+$(EMU_DIR)/test_emu_kernels_fp16: $(EMU_MIRROR) $(EMU_LIB)
+	$(MPICXX) $(EMU_CFLAGS) -DENABLE_FP16 -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none $(EMU_LIB) $(CPU_LIBS) -o $@
 emu: $(EMU_TRAINERS) $(EMU_LABS) $(EMU_DIR)/test_emu_kernels_fp32 $(EMU_DIR)/test_emu_kernels_bf16 $(EMU_DIR)/test_emu_kernels_fp16
 
 # ---------------------------------------------------------------- tests

@@ -64,6 +64,7 @@ inline void adamw_update(floatX* params, float* master, const Grad* grads, float
     float bc1 = 1.0f - powf(c.beta1, (float)t);
     float bc2 = 1.0f - powf(c.beta2, (float)t);
 #ifdef __CUDACC__
+    if (n == 0) return;  // a grid of 0 blocks is a launch error
     adamw_kernel<Grad><<<ceil_div(n, 256), 256>>>(params, master, grads, m, v, n, c, bc1, bc2, grad_scale, seed, index_offset);
     launchCheck();
 #else

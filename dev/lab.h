@@ -15,7 +15,7 @@ fp32 1e-5 (24-bit rounding in another order); bf16 1e-2 against the host twin an
 float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error, ~1e-2, plus ours).
 */
 #pragma once
-// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
+// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, lab_skip_in_emulation, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
 //          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, as_floatx
 #include <stdio.h>     // defines: printf
 #include <stdlib.h>    // defines: atoi, getenv
@@ -159,6 +159,19 @@ template <typename T> struct alignas(16) Packed128 {
 template <typename T> __device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
 template <typename T> __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
 
+// The emulated CUDA build (tests/emu/, run by make test) checks every version at the sizes that
+// take it seconds, not minutes, and times nothing: its times would be the host's
+inline bool lab_skip_in_emulation(double elements) {
+#ifdef CUDA_EMULATION
+    if (elements > (1 << 18)) {
+        printf("  a size of %.0f elements: skipped in the emulated build\n", elements);
+        return true;
+    }
+#endif
+    (void)elements;
+    return false;
+}
+
 // ---------------------------------------------------------------- timing
 // median milliseconds of one launch(), after one warm-up call
 template <typename Launch> inline float time_ms(Launch launch) {
@@ -184,6 +197,10 @@ template <typename Launch> inline float time_ms(Launch launch) {
 // times run(version, block) for every wanted version and block size; prints milliseconds and
 // the bandwidth the op's compulsory bytes imply, and TFLOP/s where flops > 0
 template <typename Run> inline void time_versions(const Lab& lab, int versions, double bytes, Run run, double flops = 0.0) {
+#ifdef CUDA_EMULATION
+    printf("  timing skipped: emulated CUDA\n");
+    return;
+#endif
     for (int v = 1; v <= versions; v++) {
         if (!lab_wants(lab, v)) continue;
         for (int block : LAB_BLOCK_SIZES) {

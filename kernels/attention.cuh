@@ -186,6 +186,7 @@ __global__ void causal_softmax_backward_kernel(floatX* datt, const floatX* att, 
 inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
+    if (n == 0) return;  // a grid of 0 blocks is a launch error
     floatX *q = scratch, *k = q + n, *v = k + n, *y = v + n, *preatt = scratch + 7 * n;
     int grid = ceil_div(n, 256);
     rows_to_heads_kernel<<<grid, 256>>>(q, qkv, 3 * C, B, T, NH, hs);
@@ -208,6 +209,7 @@ inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* q
                                int B, int T, int C, int NH) {
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
+    if (n == 0) return;
     floatX *q = scratch, *k = q + n, *v = k + n, *dy = v + n, *dq = dy + n, *dk = dq + n, *dv = dk + n, *datt = scratch + 7 * n;
     int grid = ceil_div(n, 256);
     rows_to_heads_kernel<<<grid, 256>>>(q, qkv, 3 * C, B, T, NH, hs);

@@ -67,6 +67,7 @@ __global__ void column_partials_finish_kernel(floatX* out, const float* partials
     out[c] = from_float(to_float(out[c]) + sum);
 }
 inline void column_partials_finish(floatX* out, const float* partials, int cols) {  // out(cols) += the parts' sum
+    if (cols == 0) return;  // a grid of 0 blocks is a launch error
     column_partials_finish_kernel<<<ceil_div(cols, 256), 256>>>(out, partials, cols);
     launchCheck();
 }

@@ -141,19 +141,23 @@ __global__ void crossentropy_finish_kernel(floatX* logits, float* losses, const 
         z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i] - vocab_begin, valid, maxes[i], sums[i], dloss);
 }
 inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
+    if (N == 0) return;  // a grid of 0 blocks is a launch error (so in the three below)
     crossentropy_row_max_kernel<<<N, 512>>>(maxes, logits, cols, valid);
     launchCheck();
 }
 inline void crossentropy_row_sumexp(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
+    if (N == 0) return;
     crossentropy_row_sumexp_kernel<<<N, 512>>>(sums, logits, maxes, cols, valid);
     launchCheck();
 }
 inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols, int vocab_begin) {
+    if (N == 0) return;
     crossentropy_target_logit_kernel<<<ceil_div(N, 256), 256>>>(target_logits, logits, targets, N, cols, vocab_begin);
     launchCheck();
 }
 inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes, const float* sums,
                                 const float* target_logits, int N, int cols, int vocab_begin, int valid, float dloss) {
+    if (N == 0) return;
     crossentropy_finish_kernel<<<N, 512>>>(logits, losses, targets, maxes, sums, target_logits, cols, vocab_begin, valid, dloss);
     launchCheck();
 }

@@ -122,6 +122,7 @@ __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, in
 inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T, int C,
                             VocabRange vocab) {
     const int block = 256;
+    if ((size_t)B * T * C == 0) return;  // a grid of 0 blocks is a launch error
     encoder_forward_kernel<<<ceil_div((size_t)B * T * C, block), block>>>(out, tokens, wte, wpe, B, T, C, vocab);
     launchCheck();
 }
@@ -141,6 +142,7 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
         encoder_backward_wte_kernel<<<dim3(buckets, ceil_div(C, 256)), 256>>>(dwte, dout, positions, starts, rows, C);
         launchCheck();
     }
+    if ((size_t)T * C == 0) return;
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
     launchCheck();
 }

@@ -51,14 +51,17 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floa
     if (i < n) out[i] = from_float(to_float(a[i]) + to_float(b[i]));
 }
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
+    if (n == 0) return;  // a grid of 0 blocks is a launch error (so in every launcher below)
     gelu_forward_kernel<<<ceil_div(n, 256), 256>>>(out, inp, n);
     launchCheck();
 }
 inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    if (n == 0) return;
     gelu_backward_kernel<<<ceil_div(n, 256), 256>>>(dinp, inp, dout, n);
     launchCheck();
 }
 inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+    if (n == 0) return;
     residual_forward_kernel<<<ceil_div(n, 256), 256>>>(out, a, b, n);
     launchCheck();
 }

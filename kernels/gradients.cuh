@@ -59,7 +59,7 @@ __global__ void norm_partials_kernel(float* partials, const T* x, size_t n) {
     shared[threadIdx.x] = sum;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s /= 2) {
-        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        if ((int)threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
         __syncthreads();
     }
     if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
@@ -76,6 +76,7 @@ inline void norm_partials(float* partials, const T* x, size_t n) {
 }
 template <typename Acc>
 inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) {
+    if (n == 0) return;  // a grid of 0 blocks is a launch error: a unit empty on this stage (pp x ZeRO-2/3)
     gradient_accumulate_kernel<Acc><<<ceil_div(n, 256), 256>>>(acc, g, n);
     launchCheck();
 }

@@ -165,6 +165,7 @@ __global__ void layernorm_backward_partials_kernel(float* partials, const floatX
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C) {
     const int block = 256, rows_per_block = block / 32;
+    if (N == 0) return;  // a grid of 0 blocks is a launch error
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
     launchCheck();
 }
@@ -172,6 +173,7 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
     const int block = 256, rows_per_block = block / 32;
+    if (N == 0 || C == 0) return;
     layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
     layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(partials, dout, inp, mean, rstd,

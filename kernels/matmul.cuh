@@ -126,11 +126,13 @@ __global__ void bias_backward_partials_kernel(float* partials, const floatX* dou
     if (threadIdx.y == 0 && o < OC) partials[(size_t)blockIdx.y * OC + o] = sum;
 }
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
+    if ((size_t)N * OC == 0) return;  // a grid of 0 blocks is a launch error
     bias_forward_kernel<<<ceil_div((size_t)N * OC, 256), 256>>>(out, bias, N, OC);
     launchCheck();
 }
 // partials: column_partials_elements(OC) floats of device scratch
 inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
+    if (OC == 0) return;
     bias_backward_partials_kernel<<<column_partials_grid(OC), column_partials_block()>>>(partials, dout, N, OC);
     launchCheck();
     column_partials_finish(dbias, partials, OC);

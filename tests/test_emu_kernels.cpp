@@ -1,0 +1,288 @@
+/*
+tests/test_emu_kernels.cpp: every kernel launcher of the CUDA build (kernels/, adamw.h) against
+its host twin, run in the emulated CUDA build (tests/emu/) in fp32, bf16 and fp16, at odd sizes
+(rows that are not multiples of a block, heads of 8, 7 or 5 channels, a vocabulary split
+across ranks), and with zero sizes, which must launch nothing. Where the twin is the CPU
+build's sgemm (the linear layer's backward), the reference is a float64 loop.
+Tolerance, relative L2 over a tensor: fp32 1e-5 (other summation orders); bf16 1e-2 (a value
+stored in 16 bits, then used again, differs by a rounding or two of 2^-9 relative each; measured
+<= 2.5e-3); fp16 2e-3 (its roundings are 8x finer, 2^-12; measured <= 3.3e-4).
+    ./test_emu_kernels     prints one line per check, exit 1 if any failed
+*/
+#include <stdio.h>
+#include <math.h>
+#include <vector>
+#include <string>
+#include "../kernels/encoder.cuh"
+#include "../kernels/layernorm.cuh"
+#include "../kernels/matmul.cuh"
+#include "../kernels/attention.cuh"
+#include "../kernels/gelu.cuh"
+#include "../kernels/crossentropy.cuh"
+#include "../kernels/gradients.cuh"
+#include "../adamw.h"
+#include "../random.h"
+
+using std::vector;
+static const double TOL = PRECISION == PRECISION_FP32 ? 1e-5 : PRECISION == PRECISION_BF16 ? 1e-2 : 2e-3;
+static int failures = 0;
+
+static double value(float x) { return x; }
+#if !FLOATX_IS_FP32
+static double value(floatX x) { return to_float(x); }
+#endif
+template <typename T> static void check(const char* what, const vector<T>& ours, const vector<T>& twin, double tol = TOL) {
+    double diff = 0, norm = 1e-30;
+    bool finite = true;
+    for (size_t i = 0; i < twin.size(); i++) {
+        double a = value(ours[i]), b = value(twin[i]);
+        finite = finite && std::isfinite(a) == std::isfinite(b);
+        diff += (a - b) * (a - b);
+        norm += b * b;
+    }
+    double err = sqrt(diff / norm);
+    bool ok = finite && err <= tol;
+    printf("%s %-52s rel L2 %.2e (tolerance %.0e)\n", ok ? "ok  " : "FAIL", what, err, tol);
+    failures += !ok;
+}
+template <typename T> static T* upload(const vector<T>& h) {
+    T* d = (T*)device_malloc(h.size() * sizeof(T));
+    host_to_device(d, h.data(), h.size() * sizeof(T));
+    return d;
+}
+template <typename T> static vector<T> download(const T* d, size_t n) {
+    vector<T> h(n);
+    device_to_host(h.data(), d, n * sizeof(T));
+    return h;
+}
+static vector<floatX> randx(size_t n, uint64_t seed, float scale = 1.0f) {
+    Rng r = {seed};
+    vector<floatX> v(n);
+    for (floatX& x : v) x = from_float((float)(scale * rng_normal(&r)));
+    return v;
+}
+static vector<int> tokens(size_t n, int V, uint64_t seed) {
+    Rng r = {seed};
+    vector<int> t(n);
+    for (int& x : t) x = (int)(rng_next(&r) % V);
+    return t;
+}
+
+static void encoder(int B, int T, int C, int V, VocabRange vocab, bool positions) {
+    vector<int> tok = tokens((size_t)B * T, V, 1);
+    vector<floatX> wte = randx((size_t)vocab.rows * C, 2), wpe = randx((size_t)T * C, 3), out((size_t)B * T * C);
+    vector<floatX> dout = randx(out.size(), 4), dwte = randx(wte.size(), 5), dwpe = randx(wpe.size(), 6);
+    floatX *d_wte = upload(wte), *d_wpe = upload(wpe), *d_out = upload(out), *d_dout = upload(dout);
+    floatX *d_dwte = upload(dwte), *d_dwpe = upload(dwpe);
+    int* d_tok = upload(tok);
+    int* scratch = (int*)device_malloc(encoder_bucket_ints(B, T) * sizeof(int));
+    encoder_forward(d_out, d_tok, d_wte, positions ? d_wpe : NULL, B, T, C, vocab);
+    encoder_forward_host(out.data(), tok.data(), wte.data(), positions ? wpe.data() : NULL, B, T, C, vocab);
+    check("encoder_forward", download(d_out, out.size()), out);
+    encoder_backward(d_dwte, d_dwpe, d_dout, tok.data(), scratch, B, T, C, vocab);
+    encoder_backward_host(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, vocab);
+    check("encoder_backward dwte", download(d_dwte, dwte.size()), dwte, 0.0);  // the same sums in the same order
+    check("encoder_backward dwpe", download(d_dwpe, dwpe.size()), dwpe, 0.0);
+    for (void* p : {(void*)d_wte, (void*)d_wpe, (void*)d_out, (void*)d_dout, (void*)d_dwte, (void*)d_dwpe, (void*)d_tok, (void*)scratch})
+        device_free(p);
+}
+
+static void layernorm(int N, int C) {
+    vector<floatX> inp = randx((size_t)N * C, 7, 2.0f), w = randx(C, 8), b = randx(C, 9), out(inp.size());
+    vector<float> mean(N), rstd(N);
+    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_out = upload(out);
+    float *d_mean = upload(mean), *d_rstd = upload(rstd);
+    layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    layernorm_forward_host(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    check("layernorm_forward out", download(d_out, out.size()), out);
+    check("layernorm_forward mean", download(d_mean, N), mean, 1e-5);
+    check("layernorm_forward rstd", download(d_rstd, N), rstd, 1e-5);
+    vector<floatX> dout = randx(inp.size(), 10), dinp = randx(inp.size(), 11), dw = randx(C, 12), db = randx(C, 13);
+    floatX *d_dout = upload(dout), *d_dinp = upload(dinp), *d_dw = upload(dw), *d_db = upload(db);
+    float* partials = (float*)device_malloc(column_partials_elements(2 * C) * sizeof(float));
+    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, partials);
+    layernorm_backward_host(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward dinp", download(d_dinp, dinp.size()), dinp);
+    check("layernorm_backward dweight", download(d_dw, C), dw);
+    check("layernorm_backward dbias", download(d_db, C), db);
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_mean, (void*)d_rstd, (void*)d_dout, (void*)d_dinp,
+                    (void*)d_dw, (void*)d_db, (void*)partials})
+        device_free(p);
+}
+
+static void matmul(int N, int C, int OC) {
+    vector<floatX> inp = randx((size_t)N * C, 14), w = randx((size_t)OC * C, 15, 0.2f), b = randx(OC, 16), out((size_t)N * OC);
+    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_out = upload(out);
+    for (bool bias : {true, false}) {
+        matmul_forward(d_out, d_inp, d_w, bias ? d_b : NULL, N, C, OC);
+        matmul_forward_host(out.data(), inp.data(), w.data(), bias ? b.data() : NULL, N, C, OC);
+        check(bias ? "matmul_forward with bias" : "matmul_forward without bias", download(d_out, out.size()), out);
+    }
+    // backward against float64: dinp = dout W, dW += dout^T inp, db += column sums of dout
+    vector<floatX> dout = randx(out.size(), 17), dw0 = randx(w.size(), 18), db0 = randx(OC, 19);
+    floatX *d_dout = upload(dout), *d_dinp = upload(inp), *d_dw = upload(dw0), *d_db = upload(db0);
+    float* partials = (float*)device_malloc(column_partials_elements(OC) * sizeof(float));
+    matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, partials);
+    vector<float> dinp((size_t)N * C), dw(w.size()), db(OC);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += value(dout[(size_t)i * OC + o]) * value(w[(size_t)o * C + c]);
+            dinp[(size_t)i * C + c] = (float)s;
+        }
+    for (int o = 0; o < OC; o++) {
+        double sb = value(db0[o]);
+        for (int i = 0; i < N; i++) sb += value(dout[(size_t)i * OC + o]);
+        db[o] = (float)sb;
+        for (int c = 0; c < C; c++) {
+            double s = value(dw0[(size_t)o * C + c]);
+            for (int i = 0; i < N; i++) s += value(dout[(size_t)i * OC + o]) * value(inp[(size_t)i * C + c]);
+            dw[(size_t)o * C + c] = (float)s;
+        }
+    }
+    auto widen = [](const vector<floatX>& v) { vector<float> f(v.size()); for (size_t i = 0; i < v.size(); i++) f[i] = (float)value(v[i]); return f; };
+    check("matmul_backward dinp (float64)", widen(download(d_dinp, dinp.size())), dinp);
+    check("matmul_backward dweight (float64)", widen(download(d_dw, dw.size())), dw);
+    check("matmul_backward dbias (float64)", widen(download(d_db, OC)), db);
+    vector<floatX> db_twin = db0;
+    bias_backward_host(db_twin.data(), dout.data(), N, OC);
+    check("bias_backward against its host twin", download(d_db, OC), db_twin);
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_dout, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)partials})
+        device_free(p);
+}
+
+static void attention(int B, int T, int C, int NH) {
+    size_t n = (size_t)B * T * C;
+    vector<floatX> qkv = randx(3 * n, 20), out(n), att((size_t)B * NH * T * T);
+    floatX *d_qkv = upload(qkv), *d_out = upload(out), *d_att = upload(att);
+    floatX* scratch = (floatX*)device_malloc(attention_scratch_elements(B, T, C, NH) * sizeof(floatX));
+    attention_forward(d_out, d_att, d_qkv, scratch, B, T, C, NH);
+    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    check("attention_forward out", download(d_out, n), out);
+    check("attention_forward att", download(d_att, att.size()), att);
+    vector<floatX> dout = randx(n, 21), dqkv(3 * n);
+    floatX *d_dout = upload(dout), *d_dqkv = upload(dqkv);
+    attention_backward(d_dqkv, d_dout, d_qkv, d_att, scratch, B, T, C, NH);
+    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    check("attention_backward dqkv", download(d_dqkv, dqkv.size()), dqkv);
+    for (void* p : {(void*)d_qkv, (void*)d_out, (void*)d_att, (void*)scratch, (void*)d_dout, (void*)d_dqkv}) device_free(p);
+}
+
+static void elementwise(size_t n) {
+    vector<floatX> a = randx(n, 22), b = randx(n, 23), out(n), dinp(n);
+    floatX *d_a = upload(a), *d_b = upload(b), *d_out = upload(out);
+    gelu_forward(d_out, d_a, n);
+    gelu_forward_host(out.data(), a.data(), n);
+    check("gelu_forward", download(d_out, n), out);
+    gelu_backward(d_out, d_a, d_b, n);
+    gelu_backward_host(dinp.data(), a.data(), b.data(), n);
+    check("gelu_backward", download(d_out, n), dinp);
+    residual_forward(d_out, d_a, d_b, n);
+    residual_forward_host(out.data(), a.data(), b.data(), n);
+    check("residual_forward", download(d_out, n), out);
+    for (void* p : {(void*)d_a, (void*)d_b, (void*)d_out}) device_free(p);
+}
+
+static void crossentropy(int N, int cols, int valid, int vocab_begin) {
+    vector<floatX> logits = randx((size_t)N * cols, 24, 3.0f), twin = logits;
+    vector<int> targets = tokens(N, valid + vocab_begin, 25);
+    vector<float> maxes(N), sums(N), target_logits(N), losses(N);
+    floatX* d_logits = upload(logits);
+    int* d_targets = upload(targets);
+    float *d_maxes = upload(maxes), *d_sums = upload(sums), *d_target = upload(target_logits), *d_losses = upload(losses);
+    crossentropy_row_max(d_maxes, d_logits, N, cols, valid);
+    crossentropy_row_max_host(maxes.data(), twin.data(), N, cols, valid);
+    check("crossentropy_row_max", download(d_maxes, N), maxes, 0.0);
+    crossentropy_row_sumexp(d_sums, d_logits, d_maxes, N, cols, valid);
+    crossentropy_row_sumexp_host(sums.data(), twin.data(), maxes.data(), N, cols, valid);
+    check("crossentropy_row_sumexp", download(d_sums, N), sums, 1e-5);
+    crossentropy_target_logit(d_target, d_logits, d_targets, N, cols, vocab_begin);
+    crossentropy_target_logit_host(target_logits.data(), twin.data(), targets.data(), N, cols, vocab_begin);
+    check("crossentropy_target_logit", download(d_target, N), target_logits, 0.0);
+    crossentropy_finish(d_logits, d_losses, d_targets, d_maxes, d_sums, d_target, N, cols, vocab_begin, valid, 1.0f / N);
+    crossentropy_finish_host(twin.data(), losses.data(), targets.data(), maxes.data(), sums.data(), target_logits.data(), N,
+                             cols, vocab_begin, valid, 1.0f / N);
+    check("crossentropy_finish losses", download(d_losses, N), losses, 1e-5);
+    check("crossentropy_finish dlogits", download(d_logits, logits.size()), twin);
+    for (void* p : {(void*)d_logits, (void*)d_targets, (void*)d_maxes, (void*)d_sums, (void*)d_target, (void*)d_losses}) device_free(p);
+}
+
+static void gradients_and_adamw(size_t n) {
+    vector<floatX> g = randx(n, 26), p = randx(n, 27);
+    vector<float> acc32(n, 0.5f), m(n, 0.01f), v(n, 0.02f), master(n);
+    for (size_t i = 0; i < n; i++) master[i] = to_float(p[i]);
+    vector<floatX> accx = randx(n, 28);
+    floatX *d_g = upload(g), *d_p = upload(p), *d_accx = upload(accx);
+    float *d_acc32 = upload(acc32), *d_m = upload(m), *d_v = upload(v), *d_master = upload(master);
+    float* scratch = (float*)device_malloc(NORM_PARTS * sizeof(float));
+    double ours = global_norm_squared(d_g, n, scratch), twin = 0;
+    vector<float> partials(NORM_PARTS);
+    norm_partials_host(partials.data(), g.data(), n);
+    for (float x : partials) twin += x;
+    check("global_norm_squared", vector<double>{ours}, vector<double>{twin}, 1e-5);
+    gradient_accumulate(d_accx, d_g, n);
+    gradient_accumulate_host(accx.data(), g.data(), n);
+    check("gradient_accumulate floatX", download(d_accx, n), accx, 0.0);
+    check("gradient_accumulate clears g", download(d_g, n), g, 0.0);
+    host_to_device(d_g, randx(n, 26).data(), n * sizeof(floatX));
+    g = randx(n, 26);
+    gradient_accumulate(d_acc32, d_g, n);
+    gradient_accumulate_host(acc32.data(), g.data(), n);
+    check("gradient_accumulate fp32", download(d_acc32, n), acc32, 0.0);
+    AdamWConfig c;
+    c.lr = 1e-3f;
+    c.weight_decay = 0.1f;
+    host_to_device(d_g, randx(n, 29).data(), n * sizeof(floatX));
+    g = randx(n, 29);
+    float* master_or_null = FLOATX_IS_FP32 ? NULL : d_master;
+    adamw_update(d_p, master_or_null, d_g, d_m, d_v, n, c, 3, 0.5f, 1234, 77);
+    float bc1 = 1.0f - powf(c.beta1, 3.0f), bc2 = 1.0f - powf(c.beta2, 3.0f);
+    for (size_t i = 0; i < n; i++)
+        adamw_apply(i, p.data(), FLOATX_IS_FP32 ? NULL : master.data(), g.data(), m.data(), v.data(), c, bc1, bc2, 0.5f, 1234, 77);
+    check("adamw_update params", download(d_p, n), p, 0.0);  // the same element function: the same bits
+    check("adamw_update m", download(d_m, n), m, 0.0);
+    check("adamw_update v", download(d_v, n), v, 0.0);
+    for (void* q : {(void*)d_g, (void*)d_p, (void*)d_accx, (void*)d_acc32, (void*)d_m, (void*)d_v, (void*)d_master, (void*)scratch})
+        device_free(q);
+}
+
+// zero sizes: a pipeline stage's empty unit under ZeRO-2/3, an empty slice; nothing is launched
+static void zero_sizes() {
+    floatX* x = (floatX*)device_malloc(64 * sizeof(floatX));
+    float* f = (float*)device_malloc(64 * sizeof(float));
+    gradient_accumulate(f, x, 0);
+    gradient_accumulate(x, x, 0);
+    gelu_forward(x, x, 0);
+    gelu_backward(x, x, x, 0);
+    residual_forward(x, x, x, 0);
+    bias_forward(x, x, 0, 5);
+    AdamWConfig c;
+    c.lr = 1e-3f;
+    c.weight_decay = 0.0f;
+    adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
+    column_partials_finish(x, f, 0);
+    bool ok = cudaGetLastError() == cudaSuccess;
+    printf("%s %-52s\n", ok ? "ok  " : "FAIL", "zero sizes launch nothing");
+    failures += !ok;
+    device_free(x);
+    device_free(f);
+}
+
+int main() {
+    device_init(0, 1);
+    printf("every kernel launcher against its host twin, floatX %s, emulated CUDA\n", PRECISION_NAME);
+    encoder(3, 7, 40, 61, VocabRange{0, 61}, true);
+    encoder(2, 5, 24, 61, VocabRange{30, 31}, false);  // a TP rank's rows; positions on another rank
+    layernorm(21, 40);
+    layernorm(9, 768);
+    matmul(21, 40, 37);
+    attention(2, 7, 40, 5);
+    attention(1, 33, 21, 3);
+    elementwise(1000);
+    crossentropy(13, 53, 50, 0);
+    crossentropy(13, 27, 23, 27);  // the second TP rank of a padded vocabulary
+    gradients_and_adamw(2049);
+    zero_sizes();
+    printf("%s\n", failures ? "FAILED" : "every check passed");
+    return failures ? 1 : 0;
+}
