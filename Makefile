@@ -132,7 +132,7 @@ dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS)
 # Each source is copied into $(EMU_DIR)/src with its kernel launches rewritten (tests/emu/
 # rewrite_launches.pl) and a #line naming the original file; nothing else changes.
 EMU_DIR = tests/build/emu
-EMU_SOURCES = $(wildcard *.h *.cu kernels/*.cuh tokenizer/*.h dev/*.cu dev/*.h tests/*.cpp)
+EMU_SOURCES = $(wildcard *.h *.cu kernels/*.cuh tokenizer/*.h dev/*.cu dev/*.h tests/*.cpp tests/*.cu)
 EMU_MIRROR = $(addprefix $(EMU_DIR)/src/,$(EMU_SOURCES))
 EMU_CFLAGS = -O2 -std=c++17 -fopenmp -Wall -Wno-unknown-pragmas -D__CUDACC__ -Itests/emu -include tests/emu/cuda_runtime.h
 EMU_LIB = $(EMU_DIR)/cuda_emu.o $(EMU_DIR)/cublas_emu.o
@@ -144,9 +144,10 @@ $(EMU_MIRROR): $(EMU_DIR)/src/%: % tests/emu/rewrite_launches.pl
 $(EMU_DIR)/%.o: tests/emu/%.cpp $(wildcard tests/emu/*.h)
 	@mkdir -p $(@D)
 	$(MPICXX) -O2 -std=c++17 -fopenmp -Wall $(filter -I%,$(CXXFLAGS)) -c $< -o $@
-$(EMU_DIR)/tsan/%.o: tests/emu/%.cpp $(wildcard tests/emu/*.h)
+# the emulator for a program built with -fsanitize=thread: itself not instrumented (tests/emu/cuda_emu.cpp)
+$(EMU_DIR)/tsan/cuda_emu.o: tests/emu/cuda_emu.cpp $(wildcard tests/emu/*.h)
 	@mkdir -p $(@D)
-	$(MPICXX) -O1 -g -std=c++17 -fsanitize=thread -Wall $(filter -I%,$(CXXFLAGS)) -c $< -o $@
+	$(MPICXX) -O2 -std=c++17 -DCUDA_EMU_TSAN=1 -Wall -c $< -o $@
 train_gpt_emu: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
 	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/train_gpt.cu -x none $(EMU_LIB) $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
 train_gpt_emu_fp32: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
@@ -163,7 +164,17 @@ $(EMU_DIR)/test_emu_kernels_bf16: $(EMU_MIRROR) $(EMU_LIB)
 	$(MPICXX) $(EMU_CFLAGS) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none $(EMU_LIB) $(CPU_LIBS) -o $@
 $(EMU_DIR)/test_emu_kernels_fp16: $(EMU_MIRROR) $(EMU_LIB)
 	$(MPICXX) $(EMU_CFLAGS) -DENABLE_FP16 -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none $(EMU_LIB) $(CPU_LIBS) -o $@
-emu: $(EMU_TRAINERS) $(EMU_LABS) $(EMU_DIR)/test_emu_kernels_fp32 $(EMU_DIR)/test_emu_kernels_bf16 $(EMU_DIR)/test_emu_kernels_fp16
+$(EMU_DIR)/test_emu_contract: $(EMU_MIRROR) $(EMU_LIB) $(EMU_DIR)/nccl_emu.o
+	$(MPICXX) $(EMU_CFLAGS) -x c++ $(EMU_DIR)/src/tests/test_emu_contract.cu -x none $(EMU_LIB) $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
+# the same under ThreadSanitizer: a missing __syncthreads is a data race (compute-sanitizer's racecheck)
+$(EMU_DIR)/tsan/test_emu_contract: $(EMU_MIRROR) $(EMU_DIR)/tsan/cuda_emu.o $(EMU_DIR)/cublas_emu.o $(EMU_DIR)/nccl_emu.o
+	$(MPICXX) $(subst -O2 ,-O1 -g ,$(subst -fopenmp,-fsanitize=thread,$(EMU_CFLAGS))) -x c++ $(EMU_DIR)/src/tests/test_emu_contract.cu -x none \
+	    $(EMU_DIR)/tsan/cuda_emu.o $(EMU_DIR)/cublas_emu.o $(EMU_DIR)/nccl_emu.o $(CPU_LIBS) -o $@
+$(EMU_DIR)/tsan/test_emu_kernels_bf16: $(EMU_MIRROR) $(EMU_DIR)/tsan/cuda_emu.o $(EMU_DIR)/cublas_emu.o
+	$(MPICXX) $(subst -O2 ,-O1 -g ,$(subst -fopenmp,-fsanitize=thread,$(EMU_CFLAGS))) -DENABLE_BF16 -x c++ $(EMU_DIR)/src/tests/test_emu_kernels.cpp -x none \
+	    $(EMU_DIR)/tsan/cuda_emu.o $(EMU_DIR)/cublas_emu.o $(CPU_LIBS) -o $@
+emu: $(EMU_TRAINERS) $(EMU_LABS) $(EMU_DIR)/test_emu_kernels_fp32 $(EMU_DIR)/test_emu_kernels_bf16 $(EMU_DIR)/test_emu_kernels_fp16 \
+     $(EMU_DIR)/test_emu_contract $(EMU_DIR)/tsan/test_emu_contract $(EMU_DIR)/tsan/test_emu_kernels_bf16
 
 # ---------------------------------------------------------------- tests
 $(CATCH_MAIN): tests/catch_main.cpp
@@ -210,7 +221,7 @@ tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h token
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
 TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
-test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES)
+test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 # needs data/ (make data, here or where ../shared is, then carried): nothing here rebuilds it

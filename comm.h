@@ -185,7 +185,7 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.pp_rank, &ppc);   // same (dp, tp)
     bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                              // first and last stage
     MPI_Comm_split(MPI_COMM_WORLD, ends ? g.dp_rank * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
-    comm_group_init(&c->world, MPI_COMM_WORLD, use_nccl, "world");
+    comm_group_init(&c->world, MPI_COMM_WORLD, false, "world");  // host data only (files, logs, scalars): MPI
     comm_group_init(&c->dp, dp, use_nccl, "dp");
     comm_group_init(&c->tp, tpc, use_nccl, "tp");
     comm_group_init(&c->pp, ppc, use_nccl, "pp");

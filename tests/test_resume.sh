@@ -20,20 +20,7 @@ TRAINER_FP16=${TRAINER_FP16:-./train_gpt_cpu_fp16} TRAINER_FLAGS=${TRAINER_FLAGS
 D=tests/build/resume; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4 $TRAINER_FLAGS"
-resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
-    local name=$1 launch=$2 trainer=$3 extra=$4
-    $launch $trainer $FLAGS $extra -o $D/$name-whole -log $D/$name-whole.jsonl > /dev/null
-    $launch $trainer $FLAGS $extra -o $D/$name-cut -log $D/$name-cut.jsonl > /dev/null
-    rm $D/$name-cut/*_00000008*                      # as if the run had stopped after step 4's checkpoint
-    head -n 4 $D/$name-cut.jsonl > $D/$name-cut.tmp && mv $D/$name-cut.tmp $D/$name-cut.jsonl
-    $launch $trainer $FLAGS $extra -o $D/$name-cut -y 1 -log $D/$name-cut.jsonl > $D/$name-resume.txt
-    grep -q "resuming from step 4" $D/$name-resume.txt
-    # identical rows but for timing (ms, tok_per_s, the bubble) and the first step's measured block
-    strip() { sed -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*//' -e 's/, "bubble": [0-9.]*, "bubble_last_stage": [0-9.-]*//' -e 's/, "measured": .*}$/}/' "$1"; }
-    diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) > /dev/null || { echo "FAIL $name: logs differ"; diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) | head; exit 1; }
-    cmp $D/$name-whole/model_00000008.bin $D/$name-cut/model_00000008.bin || { echo "FAIL $name: final models differ"; exit 1; }
-    echo "ok $name: steps 5-8 after resuming equal the unbroken run, final model identical"
-}
+source tests/resume_case.sh  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS, over $D and $FLAGS
 resume_case fp32 "" $TRAINER_FP32 ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-b 1 -z 2"
 resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" $TRAINER_BF16 "-b 1 -tp 2 -z 3"

@@ -6,8 +6,9 @@ A block runs on one OS thread. Each CUDA thread gets a fiber (a stack of its own
 starts; it runs until it reaches __syncthreads, a warp operation or its end, and the
 scheduler then runs the next one. A fiber whose thread ended serves the next thread, so a
 kernel without barriers uses one fiber per block. Switches are _setjmp/_longjmp (no system
-call), the first entry into a fiber setcontext. Under ThreadSanitizer (-fsanitize=thread)
-each fiber is a TSan fiber, switched without implied ordering, and the barriers and the
+call), the first entry into a fiber setcontext. Under ThreadSanitizer (a program built with
+-fsanitize=thread, this file with CUDA_EMU_TSAN=1) each thread of a block has a TSan fiber of its
+own, switched without implied ordering, and the barriers and the
 block's start and end are the only happens-before edges: a missing __syncthreads between
 two threads' accesses to shared memory is a reported data race, as compute-sanitizer's
 racecheck would report it.
@@ -38,11 +39,13 @@ names the fault: device memory read on the host, or an access past an allocation
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-#define CUDA_EMU_TSAN 1
-#else
+// CUDA_EMU_TSAN=1: the program is built with -fsanitize=thread. This file is not: ThreadSanitizer
+// sees the kernels' memory accesses and the edges declared here, never the scheduler's own state
+#ifndef CUDA_EMU_TSAN
 #define CUDA_EMU_TSAN 0
+#endif
+#if CUDA_EMU_TSAN
+#include <sanitizer/tsan_interface.h>
 #endif
 
 namespace cuda_emu {
@@ -428,7 +431,10 @@ struct WarpSync {      // the lanes of one warp meeting at a shuffle or __syncwa
 };
 struct Worker {        // one per OS thread that runs blocks
     jmp_buf scheduler;
-    std::vector<Fiber*> idle;
+    std::vector<Fiber*> idle;  // fibers whose thread has ended, for the next thread
+#if CUDA_EMU_TSAN
+    std::vector<Fiber*> pool;  // under ThreadSanitizer: fiber t runs thread t of every block
+#endif
     Fiber* starting = nullptr;
     const LaunchSite* site;
     void (*run_thread)(void*);
@@ -527,9 +533,10 @@ static void thread_exited(Worker* w) {
     int t = w->current;
     w->state[t] = EXITED;
     w->exited++;
-    w->idle.push_back(w->fiber_of[t]);
 #if CUDA_EMU_TSAN
     __tsan_release(&w->block_end);
+#else
+    w->idle.push_back(w->fiber_of[t]);
 #endif
     WarpSync& s = w->warps[t / 32];
     if (s.arrived && (s.mask >> (t % 32) & 1u)) {
@@ -552,9 +559,15 @@ static void run_block(Worker* w) {
         bool progress = false;
         for (int t = 0; t < w->threads; t++) {
             if (w->state[t] == NOT_STARTED) {
+#if CUDA_EMU_TSAN
+                // a fiber per thread of the block: two threads on one fiber would be ordered, hiding their races
+                while ((int)w->pool.size() <= t) w->pool.push_back(new_fiber());
+                w->fiber_of[t] = w->pool[t];
+#else
                 if (w->idle.empty()) w->idle.push_back(new_fiber());
                 w->fiber_of[t] = w->idle.back();
                 w->idle.pop_back();
+#endif
                 w->state[t] = RUNNABLE;
             }
             if (w->state[t] != RUNNABLE) continue;
@@ -659,10 +672,6 @@ static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* 
             describe_thread(who, sizeof(who), t);
             die("%s: %s with mask 0x%08x names lane %d, which has exited", who, what, mask, l);
         }
-    if (source >= 0 && !(mask >> source & 1u)) {
-        describe_thread(who, sizeof(who), t);
-        die("%s: %s reads lane %d, which its mask 0x%08x leaves out", who, what, source, mask);
-    }
     WarpSync& s = w->warps[warp];
     if (s.arrived && s.mask != mask) {
         describe_thread(who, sizeof(who), t);
@@ -688,7 +697,9 @@ static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* 
 #if CUDA_EMU_TSAN
     __tsan_acquire(sync);
 #endif
-    return source >= 0 ? s.values[parity][source] : bits;
+    if (source < 0) return bits;
+    // a lane its mask leaves out has no value for it: undefined in CUDA, all ones here (NaN, -1)
+    return mask >> source & 1u ? s.values[parity][source] : ~(uint64_t)0;
 }
 
 void __syncwarp(unsigned mask) { warp_meet(mask, 0, -1, "__syncwarp"); }

@@ -21,6 +21,8 @@ tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's s
   - bf16 and fp16 sums add in fp32 and round at every step, as NCCL's reductions do; ncclAvg
     multiplies each input by 1/nranks, then sums (floating types).
 Buffers are device memory (cuda_emu.cpp checks and translates them).
+CUDA_EMU_NCCL_REPORT=1: each communicator says, when destroyed, what it carried (a communicator
+that carried nothing should not have been made).
 CUDA_EMU_NCCL_FAIL_AFTER=N: after N collectives a communicator's link fails: later work
 never completes and ncclCommGetAsyncError reports ncclRemoteError (for the trainer's polling).
 */
@@ -39,6 +41,7 @@ struct ncclComm {
     MPI_Comm mpi;
     int rank, size, device_bus_id;
     unsigned long long calls;         // collectives so far: the order every rank must agree on
+    unsigned long long transfers;     // sends and receives so far
     long long fail_after;             // CUDA_EMU_NCCL_FAIL_AFTER, -1: never
     ncclResult_t async_error;
 };
@@ -63,6 +66,9 @@ const char* ncclGetErrorString(ncclResult_t r) {
     }
     return "unknown result code";
 }
+
+static void free_mpi_objects();
+static int live_communicators_count(int change);
 
 // ---------------------------------------------------------------- communicators
 struct IdContents { int magic, creator, serial; };
@@ -124,13 +130,18 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     comm->device_bus_id = me.bus_id;
     comm->fail_after = getenv("CUDA_EMU_NCCL_FAIL_AFTER") ? atoll(getenv("CUDA_EMU_NCCL_FAIL_AFTER")) : -1;
     comm->async_error = ncclSuccess;
+    live_communicators_count(+1);
     *out = comm;
     return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
+    if (getenv("CUDA_EMU_NCCL_REPORT"))
+        fprintf(stderr, "NCCL emulation: communicator of %d ranks, rank %d: %llu collectives, %llu sends and receives\n",
+                comm->size, comm->rank, comm->calls, comm->transfers);
     MPI_Comm_free(&comm->mpi);
     delete comm;
+    if (live_communicators_count(-1) == 0) free_mpi_objects();
     return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
@@ -197,8 +208,9 @@ static void reduce_step(void* in, void* inout, int* len, MPI_Datatype*) {
         }
     }
 }
+static MPI_Op mpi_op = MPI_OP_NULL;
+static MPI_Datatype element_types[9] = {};
 static MPI_Op reduction(ncclDataType_t t, ncclRedOp_t op) {
-    static MPI_Op mpi_op = MPI_OP_NULL;
     if (mpi_op == MPI_OP_NULL) MPI_Op_create(reduce_step, 1, &mpi_op);
     reducing_type = t;
     reducing_op = op == ncclAvg ? ncclSum : op;
@@ -206,10 +218,16 @@ static MPI_Op reduction(ncclDataType_t t, ncclRedOp_t op) {
 }
 // one element of type t as an MPI type, so MPI never cuts a value in two
 static MPI_Datatype element(ncclDataType_t t) {
-    static MPI_Datatype types[9] = {};
-    size_t bytes = type_bytes(t);
-    if (!types[bytes]) { MPI_Type_contiguous((int)bytes, MPI_BYTE, &types[bytes]); MPI_Type_commit(&types[bytes]); }
-    return types[bytes];
+    MPI_Datatype& type = element_types[type_bytes(t)];
+    if (!type) { MPI_Type_contiguous((int)type_bytes(t), MPI_BYTE, &type); MPI_Type_commit(&type); }
+    return type;
+}
+// the last communicator gone: MPI's objects too (before MPI_Finalize, which reports leaks)
+static int live_communicators_count(int change) { static int live = 0; return live += change; }
+static void free_mpi_objects() {
+    if (mpi_op != MPI_OP_NULL) MPI_Op_free(&mpi_op);
+    for (MPI_Datatype& type : element_types)
+        if (type) { MPI_Type_free(&type); type = 0; }
 }
 // ncclAvg on floating types: each input times 1/nranks, then the sum
 static void premultiply(void* buf, size_t count, ncclDataType_t t, int nranks) {
@@ -280,6 +298,7 @@ static ncclResult_t point_to_point(bool send, const void* buf, size_t count, ncc
     Pending p = {send, (char*)cuda_emu::device_bytes(buf, count * type_bytes(t), send ? "ncclSend buffer" : "ncclRecv buffer"),
                  count * type_bytes(t), peer, comm};
     if (link_failed(comm)) return ncclSuccess;
+    comm->transfers++;
     if (group_depth > 0) { pending.push_back(p); return ncclSuccess; }
     run_point_to_point({p});
     return ncclSuccess;

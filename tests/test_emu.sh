@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The CUDA build's own code, run in the emulated CUDA build (tests/emu/; make emu) on a machine
+# without a GPU. Usage: test_emu.sh REFERENCE_DIR (tests/reference.py's 2-layer model) PYTORCH_OPS_DIR
+#  - every kernel launcher against its host twin in fp32, bf16 and fp16 (tests/test_emu_kernels.cpp);
+#  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
+#  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
+#    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 and
+#    ZeRO-3 (1F1B), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
+#    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-2, 1e-2);
+#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL).
+set -euo pipefail
+REF=$1 OPS=$2; PYTHON=${PYTHON:-/usr/bin/python3}
+E=tests/build/emu
+D=$E/runs; rm -rf $D; mkdir -p $D
+export OMP_NUM_THREADS=1
+MPIRUN="timeout 300 mpirun"
+
+for p in fp32 bf16 fp16; do
+    $E/test_emu_kernels_$p > $D/kernels_$p.txt || { cat $D/kernels_$p.txt; exit 1; }
+    echo "kernels, $p: $(grep -c '^ok' $D/kernels_$p.txt) checks against the host twins passed"
+done
+
+for lab in $E/dev/*; do
+    DEV_REF_DIR=$OPS $lab > $D/lab.txt || { cat $D/lab.txt; exit 1; }
+    echo "lab $(basename $lab): $(grep -c 'checks against the host twin' $D/lab.txt) versions x sizes and $(grep -c ': ok$' $D/lab.txt) PyTorch comparisons passed"
+done
+
+trajectory() {  # trajectory NAME TRAINER TOLERANCE NP FLAGS...
+    local name=$1 trainer=$2 tol=$3 np=$4; shift 4
+    log=$D/$(echo "$name" | tr -c 'a-zA-Z0-9\n' _).txt  # left set for the caller
+    $PYTHON tests/check_trajectory.py --trainer $trainer --ref $REF --accum 2 --tol $tol --launcher "$MPIRUN -np $np" \
+        --extra "$*" > $log 2>&1 || { tail -n 20 $log; exit 1; }
+    echo "$name: $(tail -n 1 $log)"
+}
+trajectory "fp32, one rank" ./train_gpt_emu_fp32 1e-4 1
+trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
+trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi
+trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
+trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
+trajectory "fp32, pp 2 ZeRO-3 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 3
+CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, dp 2 x tp 2 x pp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 8 -b 2 -tp 2 -pp 2 -z 3
+# every NCCL communicator made carries something (the world group's traffic is host data, through MPI)
+communicators=$(grep -c "^NCCL emulation: communicator" $log)
+unused=$(grep -c "^NCCL emulation: communicator.*: 0 collectives, 0 sends" $log || true)
+[ "$communicators" -gt 0 ] && [ "$unused" -eq 0 ] || { echo "FAIL: $unused of $communicators NCCL communicators carried nothing"; exit 1; }
+echo "np 8: $communicators NCCL communicators (over the ranks), each carried collectives or sends"
+trajectory "bf16, one rank" ./train_gpt_emu 3e-2 1
+trajectory "fp16, one rank" ./train_gpt_emu_fp16 1e-2 1
+
+FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4"
+source tests/resume_case.sh
+resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"

@@ -1,0 +1,263 @@
+/*
+tests/test_emu_contract.cu: the emulated CUDA build (tests/emu/) refuses what CUDA, cuBLAS and
+NCCL refuse, and catches the bugs it claims to catch, so that a test that passes on it means
+something. Built only for the emulation (make emu); run by tests/test_emu_contract.sh.
+
+    ./test_emu_contract            the checks that return: launch errors, barriers and shuffles
+                                   that work, cuBLAS's column-major results and its refusals
+    ./test_emu_contract CASE       one bug that must end the run with a line naming it
+                                   (host-deref, out-of-range, host-argument, copy-kind,
+                                   shuffle-exited, shuffle-absent, divergent-barrier, race)
+    mpirun -np 2 ./test_emu_contract nccl            NCCL's in-place forms and per-rank counts
+    mpirun -np 2 ./test_emu_contract nccl-mismatch   ranks disagreeing on a collective
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <vector>
+#include <mpi.h>
+#include <cublas_v2.h>
+#include <nccl.h>
+#include <cuda_bf16.h>
+
+static int failures = 0;
+static void expect(bool ok, const char* what) {
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    failures += !ok;
+}
+
+__global__ void write_index(int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = i;
+}
+__global__ void block_sum(float* out, const float* in) {  // shuffles within warps, then warp 0 sums the warps
+    __shared__ float warp_sums[32];
+    float v = in[threadIdx.x];
+    unsigned lanes = blockDim.x % 32 && threadIdx.x / 32 == blockDim.x / 32 ? (1u << (blockDim.x % 32)) - 1 : 0xffffffffu;
+    for (int o = 16; o > 0; o /= 2) {
+        float other = __shfl_down_sync(lanes, v, o);
+        if ((int)(threadIdx.x % 32) + o < 32 && (lanes >> (threadIdx.x % 32 + o) & 1u)) v += other;
+    }
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0;
+        for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) s += warp_sums[w];
+        *out = s;
+    }
+}
+__global__ void early_exit_then_barrier(int* out) {  // exited threads leave the barrier (sm_70+)
+    __shared__ int seen[64];
+    if (threadIdx.x >= 40) return;
+    seen[threadIdx.x] = (int)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = seen[39 - threadIdx.x];
+}
+__global__ void uses_dynamic_shared(int* out) { out[0] = 1; }
+
+// the bugs: each ends the run
+__global__ void write_past_end(float* p, int n) { if (threadIdx.x == 0) p[n] = 1.0f; }
+__global__ void shuffle_after_exit(float* out) {
+    if (threadIdx.x == 0) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+__global__ void shuffle_full_mask(float* out) { out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1); }
+__global__ void barrier_in_divergent_code(float* out) {
+    if (threadIdx.x < 16) __syncthreads();
+    else __syncwarp();
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void missing_barrier(float* out) {  // reads a neighbour's shared value without __syncthreads
+    __shared__ float values[64];
+    values[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = values[threadIdx.x ^ 1];
+}
+__global__ void with_barrier(float* out) {
+    __shared__ float values[64];
+    values[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = values[threadIdx.x ^ 1];
+}
+
+static void launches() {
+    int* d;
+    cudaMalloc(&d, 4096 * sizeof(int));
+    write_index<<<0, 256>>>(d, 0);
+    expect(cudaGetLastError() == cudaErrorInvalidConfiguration, "a grid of 0 blocks is an invalid configuration");
+    expect(cudaGetLastError() == cudaSuccess, "cudaGetLastError resets the error");
+    write_index<<<1, 1025>>>(d, 10);
+    expect(cudaGetLastError() == cudaErrorInvalidConfiguration, "1025 threads per block is an invalid configuration");
+    write_index<<<dim3(1, 65536), 32>>>(d, 10);
+    expect(cudaGetLastError() == cudaErrorInvalidConfiguration, "grid y of 65536 is an invalid configuration");
+    write_index<<<dim3(1, 1, 65535), dim3(1, 1, 64)>>>(d, 0);
+    expect(cudaGetLastError() == cudaSuccess, "grid z 65535 and block z 64 are allowed");
+    uses_dynamic_shared<<<1, 32, 49 * 1024>>>(d);
+    expect(cudaGetLastError() != cudaSuccess, "49 KB of dynamic shared memory needs the opt-in");
+    cudaFuncSetAttribute(uses_dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    uses_dynamic_shared<<<1, 32, 49 * 1024>>>(d);
+    expect(cudaGetLastError() == cudaSuccess, "... and is allowed after cudaFuncSetAttribute");
+    write_index<<<7, 100>>>(d, 650);
+    std::vector<int> h(650);
+    cudaMemcpy(h.data(), d, 650 * sizeof(int), cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int i = 0; i < 650; i++) ok = ok && h[i] == i;
+    expect(ok, "7 blocks of 100 threads write 650 indices");
+
+    float* f;
+    cudaMalloc(&f, 2048 * sizeof(float));
+    for (int threads : {32, 96, 100, 1024}) {
+        std::vector<float> in(threads);
+        double want = 0;
+        for (int i = 0; i < threads; i++) want += in[i] = (float)(i % 7) - 2.5f;
+        cudaMemcpy(f + 1024, in.data(), threads * sizeof(float), cudaMemcpyHostToDevice);
+        block_sum<<<1, threads>>>(f, f + 1024);
+        float got;
+        cudaMemcpy(&got, f, sizeof(float), cudaMemcpyDeviceToHost);
+        char what[96];
+        snprintf(what, sizeof(what), "shuffles and a barrier sum %d threads (partial warps masked)", threads);
+        expect(got == (float)want, what);
+    }
+    early_exit_then_barrier<<<1, 64>>>(d);
+    cudaMemcpy(h.data(), d, 40 * sizeof(int), cudaMemcpyDeviceToHost);
+    ok = true;
+    for (int i = 0; i < 40; i++) ok = ok && h[i] == 39 - i;
+    expect(ok, "threads that exited before __syncthreads leave the barrier");
+    cudaFree(d);
+    cudaFree(f);
+}
+
+static void cublas() {
+    cublasHandle_t handle;
+    cublasCreate(&handle);
+    // column-major A (2x3) = [1 2 3; 4 5 6] is {1,4, 2,5, 3,6}; B (3x2) = [1 0; 0 1; 1 1] is {1,0,1, 0,1,1}
+    float A[6] = {1, 4, 2, 5, 3, 6}, B[6] = {1, 0, 1, 0, 1, 1}, C[4] = {NAN, NAN, NAN, NAN};
+    float *dA, *dB, *dC;
+    cudaMalloc(&dA, sizeof(A)); cudaMalloc(&dB, sizeof(B)); cudaMalloc(&dC, sizeof(C));
+    cudaMemcpy(dA, A, sizeof(A), cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof(B), cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof(C), cudaMemcpyHostToDevice);
+    float one = 1, zero = 0;
+    cublasStatus_t s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero,
+                                    dC, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(C, dC, sizeof(C), cudaMemcpyDeviceToHost);
+    // A B = [1+3 2+3; 4+6 5+6] = [4 5; 10 11], column-major {4, 10, 5, 11}; beta 0 ignores C's NaNs
+    expect(s == CUBLAS_STATUS_SUCCESS && C[0] == 4 && C[1] == 10 && C[2] == 5 && C[3] == 11, "C = A B, column-major, beta 0 ignores C");
+    // A^T (3x2) B^T (2x3): op T on both, A read as 2x3 with lda 2, B as 3x2 with ldb 3: a 3x3 result
+    float* dC3;
+    cudaMalloc(&dC3, 9 * sizeof(float));
+    s = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_T, 3, 3, 2, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero, dC3,
+                     CUDA_R_32F, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    float C3[9];
+    cudaMemcpy(C3, dC3, sizeof(C3), cudaMemcpyDeviceToHost);
+    // (B A)^T: B A = [1 2 3; 4 5 6; 5 7 9], so C3 column-major = B A row-major = {1,2,3, 4,5,6, 5,7,9}
+    float want[9] = {1, 2, 3, 4, 5, 6, 5, 7, 9};
+    expect(s == CUBLAS_STATUS_SUCCESS && memcmp(C3, want, sizeof(want)) == 0, "C = A^T B^T, column-major");
+    s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 1, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
+                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    expect(s == CUBLAS_STATUS_INVALID_VALUE, "lda below m is CUBLAS_STATUS_INVALID_VALUE");
+    s = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
+                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    expect(s == CUBLAS_STATUS_INVALID_VALUE, "op T on A needs lda >= k");
+    s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_16BF, 2, dB, CUDA_R_16BF, 3, &zero, dC, CUDA_R_16F,
+                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    expect(s == CUBLAS_STATUS_NOT_SUPPORTED, "bf16 inputs into an fp16 output are CUBLAS_STATUS_NOT_SUPPORTED");
+    s = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
+                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    expect(s == CUBLAS_STATUS_NOT_INITIALIZED, "a null handle is CUBLAS_STATUS_NOT_INITIALIZED");
+    // TF32: 1 + 2^-12 has no TF32 representation (10 mantissa bits): it rounds to 1 under TF32 math only
+    float x = 1.0f + 1.0f / 4096, y = 1.0f, r;
+    float *dx, *dy, *dr;
+    cudaMalloc(&dx, 4); cudaMalloc(&dy, 4); cudaMalloc(&dr, 4);
+    cudaMemcpy(dx, &x, 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dy, &y, 4, cudaMemcpyHostToDevice);
+    cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dx, CUDA_R_32F, 1, dy, CUDA_R_32F, 1, &zero, dr, CUDA_R_32F, 1,
+                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(&r, dr, 4, cudaMemcpyDeviceToHost);
+    expect(r == x, "CUBLAS_DEFAULT_MATH multiplies fp32 in fp32");
+    cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);
+    cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dx, CUDA_R_32F, 1, dy, CUDA_R_32F, 1, &zero, dr, CUDA_R_32F, 1,
+                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(&r, dr, 4, cudaMemcpyDeviceToHost);
+    expect(r == 1.0f, "CUBLAS_TF32_TENSOR_OP_MATH rounds fp32 inputs to TF32");
+    cublasDestroy(handle);
+}
+
+// NCCL under mpirun -np 2, one emulated GPU each
+static ncclComm_t nccl_world(int* rank) {
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    cudaSetDevice(*rank);
+    ncclUniqueId id;
+    if (*rank == 0) ncclGetUniqueId(&id);
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 2, id, *rank) != ncclSuccess) { fprintf(stderr, "ncclCommInitRank failed\n"); exit(1); }
+    return comm;
+}
+static void nccl() {
+    int rank;
+    ncclComm_t comm = nccl_world(&rank);
+    float* d;
+    cudaMalloc(&d, 8 * sizeof(float));
+    float h[8];
+    for (int i = 0; i < 8; i++) h[i] = (float)(10 * rank + i);
+    cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+    ncclReduceScatter(d, d + rank * 4, 4, ncclFloat, ncclSum, comm, 0);  // in place: recvbuff = sendbuff + rank * recvcount
+    cudaMemcpy(h, d + rank * 4, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int i = 0; i < 4; i++) ok = ok && h[i] == (float)(10 + 2 * (rank * 4 + i));  // (0 + i) + (10 + i)
+    expect(ok, "in-place ncclReduceScatter: this rank's block of the sum");
+    ncclAllGather(d + rank * 4, d, 4, ncclFloat, comm, 0);  // in place: sendbuff = recvbuff + rank * sendcount
+    cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+    ok = true;
+    for (int i = 0; i < 8; i++) ok = ok && h[i] == (float)(10 + 2 * i);
+    expect(ok, "in-place ncclAllGather: every rank's block in rank order");
+    __nv_bfloat16 b[3] = {__float2bfloat16_rn(1.0f), __float2bfloat16_rn(256.0f), __float2bfloat16_rn(0.5f)};
+    __nv_bfloat16* db;
+    cudaMalloc(&db, sizeof(b));
+    cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice);
+    ncclAllReduce(db, db, 3, ncclBfloat16, ncclAvg, comm, 0);
+    cudaMemcpy(b, db, sizeof(b), cudaMemcpyDeviceToHost);
+    expect(__bfloat162float(b[0]) == 1.0f && __bfloat162float(b[1]) == 256.0f && __bfloat162float(b[2]) == 0.5f,
+           "ncclAvg in bf16: the mean of equal values is the value");
+    int peer = 1 - rank;
+    ncclGroupStart();  // both ranks send first: fine inside a group
+    ncclSend(d, 8, ncclFloat, peer, comm, 0);
+    ncclRecv(d, 8, ncclFloat, peer, comm, 0);
+    expect(ncclGroupEnd() == ncclSuccess, "a send and a receive to each other inside a group");
+    expect(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart is ncclInvalidUsage");
+    ncclCommDestroy(comm);
+}
+static void nccl_mismatch() {
+    int rank;
+    ncclComm_t comm = nccl_world(&rank);
+    float* d;
+    cudaMalloc(&d, 8 * sizeof(float));
+    ncclAllReduce(d, d, rank == 0 ? 4 : 8, ncclFloat, ncclSum, comm, 0);  // the ranks disagree on the count
+    ncclCommDestroy(comm);
+}
+
+int main(int argc, char** argv) {
+    const char* c = argc > 1 ? argv[1] : "";
+    if (strncmp(c, "nccl", 4) == 0) {
+        MPI_Init(&argc, &argv);
+        if (strcmp(c, "nccl") == 0) nccl(); else nccl_mismatch();
+        MPI_Finalize();
+        return failures ? 1 : 0;
+    }
+    float* d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    if (!*c) { launches(); cublas(); }
+    else if (!strcmp(c, "host-deref")) printf("%f\n", d[0]);
+    else if (!strcmp(c, "out-of-range")) write_past_end<<<1, 32>>>(d, 64);
+    else if (!strcmp(c, "host-argument")) { std::vector<float> h(64); write_past_end<<<1, 32>>>(h.data(), 0); }
+    else if (!strcmp(c, "copy-kind")) { float h[4], g[4] = {}; cudaMemcpy(h, g, sizeof(h), cudaMemcpyDeviceToHost); }
+    else if (!strcmp(c, "shuffle-exited")) shuffle_after_exit<<<1, 32>>>(d);
+    else if (!strcmp(c, "shuffle-absent")) shuffle_full_mask<<<1, 48>>>(d);
+    else if (!strcmp(c, "divergent-barrier")) barrier_in_divergent_code<<<1, 32>>>(d);
+    else if (!strcmp(c, "race")) missing_barrier<<<2, 64>>>(d);
+    else if (!strcmp(c, "no-race")) with_barrier<<<2, 64>>>(d);
+    else { fprintf(stderr, "unknown case %s\n", c); return 2; }
+    printf(failures ? "%d checks FAILED\n" : "every check passed\n", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The emulated CUDA build's own contract (tests/test_emu_contract.cu): it refuses what CUDA, cuBLAS
+# and NCCL refuse and ends the run, with a line naming the bug, where a GPU would fault, hang or
+# give wrong answers. A passing emulated test means something only if these fail as they should.
+# Also: the kernel launchers' test under ThreadSanitizer (no data race in any kernel), and a
+# kernel without its __syncthreads reported as a data race.
+set -uo pipefail
+E=tests/build/emu
+D=$E/contract; rm -rf $D; mkdir -p $D
+export OMP_NUM_THREADS=1
+fails=0
+
+$E/test_emu_contract > $D/checks.txt 2>&1 || fails=1
+cat $D/checks.txt
+timeout 120 mpirun -np 2 $E/test_emu_contract nccl > $D/nccl.txt 2>&1 || fails=1
+sort -u $D/nccl.txt
+
+must_end() {  # must_end CASE EXPECTED [LAUNCHER...]: the run ends non-zero and says EXPECTED
+    local name=$1 want=$2; shift 2
+    local code=0
+    timeout 120 "$@" > $D/$name.txt 2>&1 || code=$?
+    if [ $code -ne 0 ] && [ $code -ne 124 ] && grep -q -- "$want" $D/$name.txt; then
+        echo "ok   $name: $(grep -m1 -- "$want" $D/$name.txt | cut -c1-160)"
+    else
+        echo "FAIL $name: exit $code, expected '$want'"; tail -n 5 $D/$name.txt; fails=1
+    fi
+}
+must_end host-deref "host code dereferenced device memory" $E/test_emu_contract host-deref
+must_end out-of-range "out-of-range device memory access, 0 bytes past the end of a 256-byte allocation, in kernel write_past_end" \
+    $E/test_emu_contract out-of-range
+must_end host-argument "argument 1 is the host pointer" $E/test_emu_contract host-argument
+must_end copy-kind "the source pointer .* is host memory but the kind says device" $E/test_emu_contract copy-kind
+must_end shuffle-exited "names lane 0, which has exited" $E/test_emu_contract shuffle-exited
+must_end shuffle-absent "names lanes beyond the 16 this warp has" $E/test_emu_contract shuffle-absent
+must_end divergent-barrier "cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation" \
+    $E/test_emu_contract divergent-barrier
+must_end nccl-mismatch "rank 0 calls ncclAllReduce(count 4, .*) but rank 1 calls ncclAllReduce(count 8" \
+    mpirun -np 2 $E/test_emu_contract nccl-mismatch
+must_end nccl-one-gpu "Duplicate GPU detected" env CUDA_EMU_DEVICES=1 mpirun -np 2 $E/test_emu_contract nccl
+must_end race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract race
+if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract no-race > $D/no-race.txt 2>&1; then
+    echo "ok   no-race: the same kernel with its __syncthreads runs clean under ThreadSanitizer"
+else echo "FAIL no-race"; tail -n 20 $D/no-race.txt; fails=1; fi
+if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_kernels_bf16 > $D/kernels-tsan.txt 2>&1; then
+    echo "ok   every kernel launcher (bf16) under ThreadSanitizer: no data race, $(grep -c '^ok' $D/kernels-tsan.txt) checks passed"
+else echo "FAIL kernels under ThreadSanitizer"; grep -m3 -A12 "WARNING" $D/kernels-tsan.txt; fails=1; fi
+exit $fails
