@@ -13,12 +13,13 @@ identical on every rank, so ranks still read disjoint slices of one global batch
 The position is (epoch, shard_index, sample_index): three integers to checkpoint.
 */
 #pragma once
-// defines: DataLoader, dataloader_init, dataloader_next_batch, dataloader_reset, dataloader_free,
+// defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset, dataloader_free,
 //          shard_read_header, SHARD_MAGIC
 #include <glob.h>     // defines: glob
 #include <stdio.h>    // defines: FILE, fopen, fread, fseeko
 #include <stdint.h>   // defines: uint16_t
 #include <stdlib.h>   // defines: malloc
+#include <algorithm>  // defines: std::min
 #include <sys/stat.h> // defines: stat
 #include "base.h"  // defines: fail
 #include "random.h"   // defines: Rng
@@ -104,6 +105,17 @@ inline void dataloader_seek(DataLoader* d, int epoch, int shard_index, size_t sa
     d->sample_index = sample_index;
 }
 inline void dataloader_reset(DataLoader* d) { dataloader_seek(d, 0, 0, 0); }
+
+// the fewest tokens a shard matching `pattern` holds (0 when none matches): what a validation
+// loader can count on, before it is made
+inline size_t dataloader_smallest_shard(const char* pattern) {
+    glob_t files;
+    if (glob(pattern, 0, NULL, &files) != 0 || files.gl_pathc == 0) return 0;
+    size_t smallest = SIZE_MAX;
+    for (size_t s = 0; s < files.gl_pathc; s++) smallest = std::min(smallest, shard_read_header(files.gl_pathv[s]));
+    globfree(&files);
+    return smallest;
+}
 
 inline void dataloader_init(DataLoader* d, const char* pattern, int B, int T, int rank, int ranks, int vocab_size,
                             bool shuffle, uint64_t seed) {

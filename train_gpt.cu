@@ -1479,7 +1479,18 @@ inline void open_data(Run* run) {
         printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
     dataloader_init(&run->train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, V, tc.shuffle != 0, (uint64_t)tc.seed);
     run->validate = tc.val_every > 0 && tc.val_batches > 0;
-    if (run->validate) dataloader_init(&run->val_loader, tc.val_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
+    if (run->validate) {  // a validation shard smaller than a global micro-batch: validate on fewer sequences
+        size_t tokens = dataloader_smallest_shard(tc.val_pattern);
+        int val_B = (int)std::min((size_t)tc.B, tokens > 0 ? (tokens - 1) / ((size_t)grid.dp * tc.T) : 0);
+        if (val_B < tc.B && val_B > 0 && grid.rank == 0)
+            printf("note: validating on B=%d sequences per rank: %s holds %zu tokens, fewer than dp %d x B %d x T %d + 1\n",
+                   val_B, tc.val_pattern, tokens, grid.dp, tc.B, tc.T);
+        if (val_B == 0 && grid.rank == 0)
+            printf("note: validation is off: %s holds %zu tokens, fewer than one sequence per rank (dp %d x T %d + 1)\n",
+                   tc.val_pattern, tokens, grid.dp, tc.T);
+        run->validate = val_B > 0;
+        if (run->validate) dataloader_init(&run->val_loader, tc.val_pattern, val_B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
+    }
     run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
     if (run->max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
 }
