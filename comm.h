@@ -29,7 +29,7 @@ The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED
 so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
 #pragma once
-// defines: ProcessGrid, Comm, Collectives, comm_start, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
+// defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
 //          comm_all_reduce_average, comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
 //          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
 //          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
@@ -170,6 +170,19 @@ inline int comm_ranks_on_node() {
     MPI_Comm_size(node, &size);
     MPI_Comm_free(&node);
     return size;
+}
+
+// how many ranks of this rank's node give the same `key` (this one included): the ranks on one GPU
+inline int comm_ranks_on_node_with(int key) {
+    MPI_Comm node;
+    int size = 1, same = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &size);
+    std::vector<int> keys(size);
+    MPI_Allgather(&key, 1, MPI_INT, keys.data(), 1, MPI_INT, node);
+    MPI_Comm_free(&node);
+    for (int k : keys) same += k == key;
+    return same;
 }
 
 // the grid's groups; every rank must call it with the same tp, pp and backend

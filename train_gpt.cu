@@ -1428,7 +1428,7 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
 // free memory; on the CPU build the node's available memory shared by its ranks, plus the
 // model's fp32 values that loading holds for a moment)? If not, one line on every rank, exit 1,
 // rather than an out-of-memory kill
-inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_on_node) {
+inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) {
     size_t planned = 0, startup = 0;
     for (size_t bytes : model->memory) planned += bytes;
 #ifndef __CUDACC__
@@ -1436,19 +1436,19 @@ inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_on_node) 
     parameter_shapes(whole, model->config, whole_model_layout(model->config));
     startup = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
 #endif
-    size_t need = planned + startup, have = device_memory_available(ranks_on_node);
+    size_t need = planned + startup, have = device_memory_available(ranks_sharing);
     bool short_anywhere = comm_max_over_world(need > have ? 1.0 : 0.0) > 0.0;
     if (!short_anywhere) return;
     const double GiB = 1073741824.0;
     size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
     comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
-                  "loading %.2f) and can use %.2f GiB (%d ranks share this node's %s); try a smaller -b (now %d), -r 3, "
+                  "loading %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
                   "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
-                  (planned - state) / GiB, startup / GiB, have / GiB, ranks_on_node,
+                  (planned - state) / GiB, startup / GiB, have / GiB, ranks_sharing,
 #ifdef __CUDACC__
-                  "GPUs' free memory",
+                  "GPU's free memory",
 #else
-                  "available memory",
+                  "node's available memory",
 #endif
                   tc.B, tc.zero_stage);
 }
@@ -1545,9 +1545,10 @@ int main(int argc, char** argv) {
     bool use_nccl = comm_use_nccl(tc.comm_backend);
     int ranks_on_node = comm_ranks_on_node();
     device_init(local_rank, ranks_on_node);  // before the NCCL communicators, which bind to the current device
-    if (use_nccl && ranks_on_node > device_count())
-        comm_fail_all("%d ranks share %d GPU(s) on this node: NCCL needs a GPU per rank; give several ranks one GPU with -comm mpi",
-                      ranks_on_node, device_count());
+    // the ranks of this node on this rank's GPU, told apart by PCI id (CPU build: all, sharing the node's memory)
+    int sharing = comm_ranks_on_node_with(device_pci_id()), most = (int)comm_max_over_world(sharing);
+    if (use_nccl && most > 1)
+        comm_fail_all("%d ranks share one GPU: NCCL needs a GPU per rank; give several ranks one GPU with -comm mpi", most);
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
     Run run = {};
@@ -1566,7 +1567,7 @@ int main(int argc, char** argv) {
         comm_finalize(&comm);
         return 0;
     }
-    check_memory(&model, tc, ranks_on_node);
+    check_memory(&model, tc, sharing);
     gpt2_free(&model);
     build_model(&model, tc, &comm, run.grad_accum, true);
     open_data(&run);

@@ -8,7 +8,7 @@ error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
-// defines: device_init, device_count, device_name, device_memory_available, launchCheck, cublasCheck,
+// defines: device_init, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's)
 #include <stdint.h>   // defines: SIZE_MAX
@@ -93,12 +93,21 @@ inline void device_init(int local_rank, int ranks_on_node) {
 }
 inline const char* device_name() { static cudaDeviceProp p; int d; cudaGetDevice(&d); cudaGetDeviceProperties(&p, d); return p.name; }
 
+// the physical GPU this rank uses, as a number unique on its node: its PCI domain, bus and device.
+// Device ordinals do not tell GPUs apart: a launcher that binds each rank to one GPU
+// (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1) shows every rank its own GPU as device 0
+inline int device_pci_id() {
+    int d;
+    cudaDeviceProp p;
+    cudaCheck(cudaGetDevice(&d));
+    cudaCheck(cudaGetDeviceProperties(&p, d));
+    return (p.pciDomainID << 16) | (p.pciBusID << 8) | p.pciDeviceID;
+}
 // the bytes this rank may allocate: its GPU's free memory, shared by the ranks that use that GPU
-inline size_t device_memory_available(int ranks_on_node) {
+inline size_t device_memory_available(int ranks_sharing) {
     size_t free_bytes = 0, total = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total));
-    int count = device_count(), sharing = (ranks_on_node + count - 1) / count;
-    return free_bytes / (sharing > 0 ? sharing : 1);
+    return free_bytes / (ranks_sharing > 0 ? ranks_sharing : 1);
 }
 
 #else  // CPU build: host memory, OpenMP threads
@@ -119,6 +128,7 @@ extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own threads, which
 extern "C" int openblas_get_parallel(void);      // 0 single-threaded, 1 pthreads, 2 OpenMP
 
 inline int device_count() { return 0; }
+inline int device_pci_id() { return 0; }  // every rank of a node shares its memory
 // each rank's threads: the cores this process may run on, shared by the ranks on the node,
 // unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
 inline void device_init(int local_rank, int ranks_on_node) {
@@ -139,7 +149,7 @@ inline const char* device_name() {
 }
 // the node's available memory (/proc/meminfo MemAvailable), shared by the ranks on it;
 // SIZE_MAX where it cannot be read
-inline size_t device_memory_available(int ranks_on_node) {
+inline size_t device_memory_available(int ranks_sharing) {
     FILE* f = fopen("/proc/meminfo", "r");
     if (!f) return SIZE_MAX;
     char line[256];
@@ -147,6 +157,6 @@ inline size_t device_memory_available(int ranks_on_node) {
     while (fgets(line, sizeof(line), f))
         if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
     fclose(f);
-    return kb ? (size_t)(kb * 1024 / (ranks_on_node > 0 ? ranks_on_node : 1)) : SIZE_MAX;
+    return kb ? (size_t)(kb * 1024 / (ranks_sharing > 0 ? ranks_sharing : 1)) : SIZE_MAX;
 }
 #endif

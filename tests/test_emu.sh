@@ -7,7 +7,10 @@
 #    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 and
 #    ZeRO-3 (1F1B), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-2, 1e-2);
-#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL).
+#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL);
+#  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
+#    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
+#    rank, and train through -comm mpi.
 set -euo pipefail
 REF=$1 OPS=$2; PYTHON=${PYTHON:-/usr/bin/python3}
 E=tests/build/emu
@@ -50,3 +53,15 @@ trajectory "fp16, one rank" ./train_gpt_emu_fp16 1e-2 1
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4"
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
+
+# GPU binding (8 emulated GPUs, PCI bus ids 0x10..0x17; CUDA_VISIBLE_DEVICES as a launcher sets it)
+ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"
+$MPIRUN -np 2 bash -c "CUDA_VISIBLE_DEVICES=\${PMI_RANK:-\$OMPI_COMM_WORLD_RANK} exec ./train_gpt_emu_fp32 $ONE" > $D/bound.txt 2>&1 \
+    || { tail -n 3 $D/bound.txt; echo "FAIL: ranks bound to a GPU each by CUDA_VISIBLE_DEVICES"; exit 1; }
+grep -q "NCCL collectives" $D/bound.txt && echo "ok: 2 ranks bound to one GPU each (CUDA_VISIBLE_DEVICES) train over NCCL"
+code=0; CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE > $D/shared.txt 2>&1 || code=$?
+[ $code -ne 0 ] && [ $code -ne 124 ] && [ "$(grep -c '^error: 2 ranks share one GPU: NCCL needs a GPU per rank' $D/shared.txt)" -eq 2 ] \
+    || { echo "FAIL: 2 ranks on one GPU under NCCL, exit $code"; cat $D/shared.txt; exit 1; }
+echo "ok: 2 ranks on one GPU under NCCL: $(grep -m1 error $D/shared.txt)"
+CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE -comm mpi > $D/shared_mpi.txt 2>&1 || { tail -n 3 $D/shared_mpi.txt; exit 1; }
+echo "ok: 2 ranks on one GPU train through -comm mpi"
