@@ -13,7 +13,7 @@ the same trainer source runs unchanged.
 */
 #pragma once
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
-//          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free,
+//          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
 #include <stdio.h>   // defines: fprintf, vsnprintf
@@ -64,16 +64,45 @@ inline void cuda_check(cudaError_t err, const char* file, int line) {
 }
 #define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
 
-inline void* device_malloc(size_t bytes) { void* p = nullptr; if (bytes) cudaCheck(cudaMalloc(&p, bytes)); return p; }
-inline void device_free(void* p) { if (p) cudaCheck(cudaFree(p)); }
-inline void host_to_device(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
-inline void device_to_host(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
-inline void device_to_device(void* dst, const void* src, size_t bytes) { cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice)); }
-inline void device_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
-inline void device_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
+// Work on a GPU is queued, and a failed NCCL link leaves it queued forever: a blocking wait would
+// hang the job. So waits poll the stream and, between polls, ask comm.h (which registers itself
+// here, a process-wide setting like fail_hook) whether a communicator reported an asynchronous
+// error; if one did, the run ends with that line. NULL: no collectives to ask about.
+typedef const char* (*AsyncErrorCheck)(void* context);  // a message, or NULL while all is well
+struct AsyncErrorWatch { AsyncErrorCheck check; void* context; };
+inline AsyncErrorWatch& async_error_watch() { static AsyncErrorWatch watch = {nullptr, nullptr}; return watch; }
+
+// Errors name the caller's file and line (__builtin_FILE/__builtin_LINE as default arguments),
+// not this file's: "CUDA out of memory at zero.h:112"
+#define CALLER const char* file = __builtin_FILE(), int line = __builtin_LINE()
+inline void device_synchronize(CALLER) {
+    for (;;) {
+        cudaError_t status = cudaStreamQuery(0);  // the legacy default stream: all work issued so far
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) cuda_check(status, file, line);
+        AsyncErrorWatch& w = async_error_watch();
+        if (const char* failed = w.check ? w.check(w.context) : nullptr) fail("%s (waiting at %s:%d)", failed, file, line);
+    }
+}
+inline void* device_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMalloc(&p, bytes), file, line); return p; }
+inline void device_free(void* p, CALLER) { if (p) cuda_check(cudaFree(p), file, line); }
+// copies between host and device wait for the work before them: through device_synchronize
+inline void host_to_device(void* dst, const void* src, size_t bytes, CALLER) {
+    device_synchronize(file, line);
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), file, line);
+}
+inline void device_to_host(void* dst, const void* src, size_t bytes, CALLER) {
+    device_synchronize(file, line);
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), file, line);
+}
+inline void device_to_device(void* dst, const void* src, size_t bytes, CALLER) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), file, line);
+}
+inline void device_zero(void* p, size_t bytes, CALLER) { cuda_check(cudaMemset(p, 0, bytes), file, line); }
 // page-locked host memory: device copies to and from it run at full speed (MPI staging)
-inline void* pinned_host_malloc(size_t bytes) { void* p = nullptr; if (bytes) cudaCheck(cudaMallocHost(&p, bytes)); return p; }
-inline void pinned_host_free(void* p) { if (p) cudaCheck(cudaFreeHost(p)); }
+inline void* pinned_host_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMallocHost(&p, bytes), file, line); return p; }
+inline void pinned_host_free(void* p, CALLER) { if (p) cuda_check(cudaFreeHost(p), file, line); }
+#undef CALLER
 
 #else  // CPU build: device memory is host memory
 

@@ -185,6 +185,24 @@ inline int comm_ranks_on_node_with(int key) {
     return same;
 }
 
+#ifdef __CUDACC__
+// base.h's async_error_watch: the first NCCL communicator of `context` (a Collectives) that reports
+// an asynchronous error (a peer gone, a link down), as a line; NULL while all is well
+inline const char* comm_nccl_async_error(void* context) {
+    Collectives* c = (Collectives*)context;
+    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
+    static char message[256];
+    for (Comm* g : groups) {
+        ncclResult_t state = ncclSuccess;
+        if (!g->use_nccl || ncclCommGetAsyncError(g->nccl, &state) != ncclSuccess) continue;
+        if (state == ncclSuccess || state == ncclInProgress) continue;
+        snprintf(message, sizeof(message), "NCCL failed in the %s group: %s", g->name, ncclGetErrorString(state));
+        return message;
+    }
+    return nullptr;
+}
+#endif
+
 // the grid's groups; every rank must call it with the same tp, pp and backend
 inline void comm_init(Collectives* c, int world, int rank, int local_rank, int tp, int pp, bool use_nccl) {
     if (tp < 1 || pp < 1 || world % (tp * pp) != 0)
@@ -204,6 +222,9 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     comm_group_init(&c->pp, ppc, use_nccl, "pp");
     comm_group_init(&c->embedding, emb, use_nccl, "embedding");
     MPI_Op_create(floatX_sum_op, 1, &c->sum_floatX);
+#ifdef __CUDACC__
+    async_error_watch() = AsyncErrorWatch{comm_nccl_async_error, c};  // waits on the GPU poll NCCL's errors
+#endif
 }
 
 // -trace: every group's collectives record spans into `trace` (NULL: none)
@@ -218,6 +239,7 @@ inline void comm_shutdown() { MPI_Finalize(); }
 
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
+    async_error_watch() = AsyncErrorWatch{nullptr, nullptr};
     Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
     for (Comm* g : groups) {
         if (g->use_nccl) ncclCommDestroy(g->nccl);

@@ -10,7 +10,9 @@
 #  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL);
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
-#    rank, and train through -comm mpi.
+#    rank, and train through -comm mpi;
+#  - a failed NCCL link (CUDA_EMU_NCCL_FAIL_AFTER: its work never completes, as on a GPU) ends
+#    the job with a line naming the group, not a hang.
 set -euo pipefail
 REF=$1 OPS=$2; PYTHON=${PYTHON:-/usr/bin/python3}
 E=tests/build/emu
@@ -65,3 +67,8 @@ code=0; CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE > $D/shared.t
 echo "ok: 2 ranks on one GPU under NCCL: $(grep -m1 error $D/shared.txt)"
 CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE -comm mpi > $D/shared_mpi.txt 2>&1 || { tail -n 3 $D/shared_mpi.txt; exit 1; }
 echo "ok: 2 ranks on one GPU train through -comm mpi"
+
+code=0; CUDA_EMU_NCCL_FAIL_AFTER=30 timeout 120 mpirun -np 2 ./train_gpt_emu_fp32 $ONE -x 4 -z 3 > $D/link.txt 2>&1 || code=$?
+[ $code -ne 0 ] && [ $code -ne 124 ] && grep -q "^error: NCCL failed in the dp group: remote process exited" $D/link.txt \
+    || { echo "FAIL: a failed NCCL link, exit $code (124: a hang)"; tail -n 3 $D/link.txt; exit 1; }
+echo "ok: a failed NCCL link ends the job: $(grep -m1 '^error' $D/link.txt)"

@@ -99,6 +99,12 @@ static Devices& devices() {
 static int physical_device() { return devices().visible.empty() ? 0 : devices().visible[devices().current]; }
 int current_device_bus_id() { return 0x10 + physical_device(); }
 
+// ---------------------------------------------------------------- the stream
+static bool stalled = false;
+void stall_default_stream() { stalled = true; }
+bool stream_stalled() { return stalled; }
+[[noreturn]] static void wait_forever() { for (;;) pause(); }
+
 // ---------------------------------------------------------------- errors
 static thread_local cudaError_t last_error = cudaSuccess;
 static cudaError_t record(cudaError_t e) {
@@ -264,6 +270,7 @@ static void check_side(const void* p, bool device_side, cudaMemcpyKind kind, con
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return cudaSuccess;
+    if (stalled && kind != cudaMemcpyDeviceToDevice) wait_forever();  // it waits for the work before it
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
     bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
@@ -322,11 +329,11 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
 
 // ---------------------------------------------------------------- streams, events, errors
 // work runs when it is issued, in issue order: every stream is always idle
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { static char id; *stream = (cudaStream_t)&id; return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return stalled ? cudaErrorNotReady : cudaSuccess; }
 struct CUevent_st { double ms; };
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -334,7 +341,7 @@ static double now_ms() {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st{0.0}; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { event->ms = now_ms(); return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { if (stalled) wait_forever(); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
@@ -609,6 +616,7 @@ static Worker* this_worker(const LaunchSite& site, dim3 block, void (*run_thread
 }
 
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound) {
+    if (stalled) return;  // queued behind work that never completes
     long long blocks = (long long)grid.x * grid.y * grid.z;
     auto run = [&](long long b) {
         Worker* w = this_worker(site, block, run_thread, bound);

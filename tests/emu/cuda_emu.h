@@ -166,6 +166,10 @@ namespace cuda_emu {
 void* device_bytes(const void* device, size_t bytes, const char* what);
 bool is_device_pointer(const void* p);
 int current_device_bus_id();  // the PCI bus id of the calling thread's current device
+// a failed NCCL link: its work, and everything queued after it, never completes (cudaStreamQuery
+// says not ready, synchronising waits forever, as on a GPU)
+void stall_default_stream();
+bool stream_stalled();
 }
 
 // ---------------------------------------------------------------- launches

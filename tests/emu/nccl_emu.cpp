@@ -258,7 +258,11 @@ static int group_depth = 0;
 static std::vector<Pending> pending;
 
 static bool link_failed(ncclComm* comm) {  // CUDA_EMU_NCCL_FAIL_AFTER: the work never completes
-    if (comm->fail_after >= 0 && (long long)comm->calls >= comm->fail_after) { comm->async_error = ncclRemoteError; return true; }
+    if (comm->fail_after >= 0 && (long long)comm->calls >= comm->fail_after) {
+        comm->async_error = ncclRemoteError;
+        cuda_emu::stall_default_stream();
+        return true;
+    }
     return false;
 }
 
