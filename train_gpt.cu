@@ -789,6 +789,10 @@ inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, 
     auto start = std::chrono::steady_clock::now();
     *timing = ScheduleTiming{0.0, 0.0};
     for (const PipelineAction& a : actions) {
+        bool compute = a.op == FORWARD || a.op == BACKWARD;
+        // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
+        // as the next forward's or backward's busy time and the bubble would look smaller than it is
+        if (compute) device_synchronize();
         auto began = std::chrono::steady_clock::now();
         TraceSpan span(pp->trace, [&] { return action_name(a); }, a.op == FORWARD || a.op == BACKWARD ? "compute" : "pipeline",
                        pp->world_rank);
@@ -805,7 +809,7 @@ inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, 
             case SEND_ACTIVATION_RECV_GRADIENT: comm_send_recv(pp, out(a.micro), s + 1, grad, s + 1, n); break;
             case SEND_GRADIENT_RECV_ACTIVATION: comm_send_recv(pp, grad, s - 1, set(a.micro2).input, s - 1, n); break;
         }
-        if (a.op == FORWARD || a.op == BACKWARD) { device_synchronize(); timing->busy_ms += ms_since(began); }
+        if (compute) { device_synchronize(); timing->busy_ms += ms_since(began); }
     }
     device_synchronize();
     timing->total_ms = ms_since(start);
@@ -1429,22 +1433,30 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
 // model's fp32 values that loading holds for a moment)? If not, one line on every rank, exit 1,
 // rather than an out-of-memory kill
 inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) {
-    size_t planned = 0, startup = 0;
+    size_t planned = 0, outside = 0;  // outside the plan: what loading holds (CPU), NCCL's buffers (GPU)
     for (size_t bytes : model->memory) planned += bytes;
-#ifndef __CUDACC__
+#ifdef __CUDACC__
+    // NCCL allocates its own buffers at a communicator's first collective: NCCL_BUFFSIZE (4 MiB) for
+    // each direction of up to 32 channels, 256 MiB, and as much again for the rest. A margin per
+    // communicator, stated here, rather than a measure after the collectives have run
+    const char* outside_name = "NCCL buffers";
+    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding};
+    for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
+#else
+    const char* outside_name = "loading";
     TensorShape whole[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, model->config, whole_model_layout(model->config));
-    startup = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
+    outside = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
 #endif
-    size_t need = planned + startup, have = device_memory_available(ranks_sharing);
+    size_t need = planned + outside, have = device_memory_available(ranks_sharing);
     bool short_anywhere = comm_max_over_world(need > have ? 1.0 : 0.0) > 0.0;
     if (!short_anywhere) return;
     const double GiB = 1073741824.0;
     size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
     comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
-                  "loading %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
+                  "%s %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
                   "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
-                  (planned - state) / GiB, startup / GiB, have / GiB, ranks_sharing,
+                  (planned - state) / GiB, outside_name, outside / GiB, have / GiB, ranks_sharing,
 #ifdef __CUDACC__
                   "GPU's free memory",
 #else

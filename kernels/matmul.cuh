@@ -11,8 +11,11 @@ The bias sum is a column reduction: the host twin adds each column's rows in ord
 GPU adds them in two stages, a fixed order too (common.cuh), so both repeat bit for bit.
 
 Storage is floatX, accumulation fp32 on both builds: cuBLAS reads bf16/fp16 and
-computes in fp32; the CPU build widens to fp32, calls sgemm, and rounds the result
-back once, as the GPU's epilogue does.
+computes in fp32; the CPU build widens to fp32 and calls sgemm. Both round twice in the
+forward: the GEMM's fp32 sums once into floatX, then the bias is added and rounded again
+(bias_forward). Fusing the bias into cuBLASLt's epilogue rounds once (dev/matmul_forward.cu's
+version 4, as llm.c does; version 3 is this file's way): in bf16 the two differ by about one
+rounding, 2e-3 relative, which the tolerances of the tests cover.
 
 cuBLAS is column-major. A row-major matrix seen column-major is its transpose, so
 C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N,

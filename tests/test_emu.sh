@@ -72,3 +72,10 @@ code=0; CUDA_EMU_NCCL_FAIL_AFTER=30 timeout 120 mpirun -np 2 ./train_gpt_emu_fp3
 [ $code -ne 0 ] && [ $code -ne 124 ] && grep -q "^error: NCCL failed in the dp group: remote process exited" $D/link.txt \
     || { echo "FAIL: a failed NCCL link, exit $code (124: a hang)"; tail -n 3 $D/link.txt; exit 1; }
 echo "ok: a failed NCCL link ends the job: $(grep -m1 '^error' $D/link.txt)"
+
+# the memory preflight on a GPU of an H200's size: GPT-2 124M at B=64, T=1024 (~70 GiB) fits it,
+# B=1024 does not (test_bad_input.sh's case once assumed an 80 GB card)
+code=0; CUDA_EMU_DEVICE_MEMORY=$((141 * 1000 * 1000 * 1000)) ./train_gpt_emu_fp32 -e d12 -b 1024 -t 1024 -x 1 -v 0 -s 0 \
+    -i $REF/train.bin > $D/fit.txt 2>&1 || code=$?
+[ $code -eq 1 ] && grep -q "does not fit in memory" $D/fit.txt || { echo "FAIL: the preflight on 141 GB, exit $code"; cat $D/fit.txt; exit 1; }
+echo "ok: on 141 GB: $(grep -m1 -o 'does not fit.*GiB (1 ranks' $D/fit.txt)"
