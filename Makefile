@@ -18,9 +18,17 @@ PYTHON ?= /usr/bin/python3
 # usually the python3 on PATH, here Debian's /usr/bin/python3)
 GPU_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' > /dev/null 2>&1 && echo $$p && break; done)
 
-# MPI for nvcc: flags from the environment (the device bundle sets them) or from pkg-config
-MPI_CFLAGS ?= $(shell pkg-config --cflags mpich 2>/dev/null || pkg-config --cflags ompi 2>/dev/null)
-MPI_LDFLAGS ?= $(shell pkg-config --libs-only-L --libs-only-l mpich 2>/dev/null || pkg-config --libs-only-L --libs-only-l ompi 2>/dev/null)
+# MPI for nvcc: flags from the environment (the device bundle sets them), from pkg-config, or else
+# from the MPI compiler wrapper itself (MPICH's mpicxx -show, Open MPI's --showme)
+MPI_PKG := $(firstword $(foreach p,mpich ompi,$(shell pkg-config --exists $(p) 2>/dev/null && echo $(p))))
+ifneq ($(MPI_PKG),)
+  MPI_CFLAGS ?= $(shell pkg-config --cflags $(MPI_PKG))
+  MPI_LDFLAGS ?= $(shell pkg-config --libs-only-L --libs-only-l $(MPI_PKG))
+else
+  MPI_SHOW := $(shell $(MPICXX) -show 2>/dev/null || $(MPICXX) --showme 2>/dev/null)
+  MPI_CFLAGS ?= $(filter -I% -D%,$(MPI_SHOW))
+  MPI_LDFLAGS ?= $(filter -L% -l% -Wl%,$(MPI_SHOW))
+endif
 NCCL_CFLAGS ?=
 NCCL_LDFLAGS ?= -lnccl
 
@@ -67,12 +75,18 @@ CATCH_CFLAGS = $(if $(wildcard .device/include/catch2/catch.hpp),-I.device/inclu
 CPU_TRAINERS = train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16
 # `make` also prepares the default data (tinyshakespeare and the decode table) when it is missing
 DEFAULT_DATA = data/tinyshakespeare_train.bin
-ifneq ($(NVCC),)
-all: $(CPU_TRAINERS) train_gpt tokenize convert_hf $(DEFAULT_DATA)
-else
-all: $(CPU_TRAINERS) tokenize convert_hf $(DEFAULT_DATA)
-	@echo "nvcc not found: built the CPU trainers only"
-endif
+# `make` builds what this machine has the libraries for, the GPU trainer first: a GPU machine
+# without OpenBLAS or PCRE2 still gets train_gpt, and one line says what was skipped and why
+HAVE_MPICXX := $(shell command -v $(MPICXX) > /dev/null 2>&1 && echo yes)
+HAVE_OPENBLAS := $(shell printf '\043include <cblas.h>\n' | $(CXX) $(filter -I%,$(CXXFLAGS)) -E -x c++ - > /dev/null 2>&1 && echo yes)
+HAVE_PCRE2 := $(shell printf '\043define PCRE2_CODE_UNIT_WIDTH 8\n\043include <pcre2.h>\n' | $(CXX) -E -x c++ - > /dev/null 2>&1 && echo yes)
+BUILDABLE = $(if $(NVCC),$(if $(HAVE_MPICXX),train_gpt)) $(if $(HAVE_MPICXX),$(if $(HAVE_OPENBLAS),$(CPU_TRAINERS))) \
+            $(if $(HAVE_PCRE2),tokenize $(DEFAULT_DATA)) convert_hf
+all: $(BUILDABLE)
+	@$(if $(NVCC),,echo "make: skipped train_gpt: no nvcc here (the CUDA toolkit); built the CPU trainers";) true
+	@$(if $(HAVE_MPICXX),,echo "make: skipped the trainers: no $(MPICXX) here (MPI: scripts/install_deps.sh installs MPICH)";) true
+	@$(if $(HAVE_OPENBLAS),,echo "make: skipped the CPU trainers: no cblas.h here (OpenBLAS: libopenblas-openmp-dev)";) true
+	@$(if $(HAVE_PCRE2),,echo "make: skipped tokenize and data/: no pcre2.h here (PCRE2: libpcre2-dev)";) true
 $(DEFAULT_DATA): | tokenize
 	$(MAKE) data
 
@@ -231,6 +245,9 @@ test-gpu: train_gpt train_gpt_fp32 train_gpt_fp16 tests/build/test_gpt2_gpu dev 
 
 print-nvcc:
 	@echo $(NVCC)
+# the MPI flags the CUDA build compiles and links with (pkg-config, or the mpicxx wrapper's)
+print-mpi:
+	@echo "MPI_CFLAGS=$(MPI_CFLAGS) MPI_LDFLAGS=$(MPI_LDFLAGS)"
 
 # the OpenBLAS directory the CPU builds link (empty: the system default), for scripts/bench_cpu.sh
 print-openblas-dir:
@@ -251,12 +268,15 @@ help:
 	@echo "  make dev             the dev/ kernel labs with nvcc (dev/README.md); dev-fp32: the same in fp32, into dev/fp32/"
 	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"
 	@echo "  make print-nvcc      the nvcc the CUDA targets use (empty: none here)"
+	@echo "  make print-mpi       the MPI flags of the CUDA build (pkg-config, or mpicxx -show / --showme)"
+	@echo "  make emu             the emulated CUDA build: train_gpt_emu (bf16), train_gpt_emu_fp32, train_gpt_emu_fp16, the labs"
+	@echo "                       and tests in tests/build/emu (tests/emu/cuda_emu.h; make test runs them)"
 	@echo "  make print-openblas-dir  the OpenBLAS (OpenMP build) directory the CPU trainers link (scripts/bench_cpu.sh)"
 	@echo "  make clean           remove build outputs"
 	@echo "variables: PRECISION (train_gpt), GPU_ARCH, NVCC, MPICXX, PYTHON, GPU_PYTHON, DEBUG, OPENBLAS_OPENMP,"
 	@echo "           MPI_CFLAGS, MPI_LDFLAGS, NCCL_CFLAGS, NCCL_LDFLAGS"
 
 clean:
-	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
+	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) $(EMU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
 
-.PHONY: all data test test-gpu help clean print-openblas-dir print-nvcc dev dev-fp32
+.PHONY: all data test test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32

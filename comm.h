@@ -156,6 +156,15 @@ inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* loca
     fail_hook() = comm_abort_job;
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    // a launcher that started N ranks, each of which sees a world of 1: the program was built with
+    // another MPI than the launcher's (Open MPI's mpirun, MPICH's trainer). N single-rank runs
+    // writing the same files would follow: one line each instead
+    const char* launcher_sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (const char* name : launcher_sizes)
+        if (*world == 1 && getenv(name) && atoi(getenv(name)) > 1)
+            fail("MPI sees 1 rank but the launcher started %s=%s: this program was built with another MPI than the launcher "
+                 "that ran it; rebuild with that MPI's mpicxx (make MPICXX=...) or launch with this MPI's mpirun",
+                 name, getenv(name));
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, local_rank);

@@ -69,6 +69,7 @@ check convert_hf_both_ways $PYTHON tests/test_convert_hf.py $REF
 check fuzz_flags_and_files $PYTHON tests/fuzz_inputs.py "$TRAINER" "$REF"
 check gpu_build_without_gpu_one_line bash tests/test_no_gpu.sh
 check front_door_np8_default_batch bash tests/test_front_door.sh
+check makefile_without_libraries bash tests/test_makefile.sh
 # the CUDA build's own code (kernels, launches, cuBLAS, NCCL, GPU-only host paths) in the emulated build
 check emulated_cuda_contract bash tests/test_emu_contract.sh
 check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops

@@ -82,6 +82,10 @@ case "$TRAINER" in *_cpu*) expect_error "NCCL is the GPU build's backend" $TRAIN
 # an H200's 141 GB; B=1024 (~1.1 TiB) fits no GPU and no CI host (DOES_NOT_FIT_B to ask for more)
 expect_error "does not fit in memory" $TRAINER $GOOD -e d12 -b ${DOES_NOT_FIT_B:-1024} -t 1024
 
+# a launcher of another MPI (here: Open MPI's variables around an MPICH build) that started 2 ranks,
+# each seeing a world of 1: one line, not two single-rank runs writing the same files
+expect_error "MPI sees 1 rank but the launcher started OMPI_COMM_WORLD_SIZE=2" env OMPI_COMM_WORLD_SIZE=2 $TRAINER $GOOD
+
 # a failing run leaves an existing model file alone
 mkdir -p $D/out
 $TRAINER $GOOD -o $D/out > /dev/null 2>&1 || { echo "FAIL: good run"; fails=$((fails + 1)); }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The Makefile on machines unlike this one (make -n: what it would run):
+#  - a GPU machine without OpenBLAS and PCRE2 (HAVE_OPENBLAS= HAVE_PCRE2= stand for their absence):
+#    `make` builds train_gpt first, builds no CPU trainer, and says in one line each what it skipped;
+#  - MPI that pkg-config does not know (PKG_CONFIG_LIBDIR=/nonexistent): the CUDA build takes its MPI
+#    flags from the compiler wrapper (mpicxx -show for MPICH, --showme for Open MPI).
+set -euo pipefail
+out=$(make -n all NVCC=fake-nvcc HAVE_OPENBLAS= HAVE_PCRE2= 2>&1)
+first=$(echo "$out" | grep -m1 -E "^(fake-nvcc|mpicxx|g\+\+)" || true)
+[[ $first == fake-nvcc*"-o train_gpt" ]] || { echo "FAIL: the first build command is not train_gpt's: $first"; exit 1; }
+if echo "$out" | grep -q -- "-o train_gpt_cpu"; then echo "FAIL: a CPU trainer would be built without OpenBLAS"; exit 1; fi
+echo "$out" | grep -q "make: skipped the CPU trainers: no cblas.h here" && echo "$out" | grep -q "make: skipped tokenize and data/: no pcre2.h here" \
+    || { echo "FAIL: no line saying what was skipped"; echo "$out"; exit 1; }
+echo "ok: without OpenBLAS and PCRE2, make builds train_gpt first and skips the CPU targets, saying why"
+flags=$(PKG_CONFIG_LIBDIR=/nonexistent make -s print-mpi)
+[[ $flags == *"MPI_CFLAGS=-I"* && $flags == *"-lmpi"* ]] || { echo "FAIL: no MPI flags without pkg-config: $flags"; exit 1; }
+echo "ok: without pkg-config's MPI: $flags"
