@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# GPT-2 124M on the CPU, side by side in one run: llm.c's train_gpt2.c (built from the pinned
-# copy in ../shared/anchors/llm.c) and our train_gpt_cpu, on the same random model file, at
+# GPT-2 124M on the CPU, side by side in one run: llm.c's train_gpt2 (the binary of a checkout of
+# karpathy/llm.c, built there by llm.c's own Makefile) and our train_gpt_cpu, on the same random model file, at
 # B=4, T=64, fp32, with the same threads; then the floor: the step's matrix products alone in
 # OpenBLAS sgemm (scripts/sgemm_floor.c). Prints the median s/step of each (first step left out),
 # llm.c's time over ours, and ours over the floor.
-#   scripts/bench_cpu.sh                 THREADS=$(nproc) STEPS=10 ANCHOR=../shared/anchors/llm.c
+#   LLMC_DIR=~/llm.c scripts/bench_cpu.sh         THREADS=$(nproc) STEPS=10
+# LLMC_DIR: a checkout of karpathy/llm.c (we compare with commit f1e2ace) in which `make train_gpt2`
+# was run; this script builds no other project's code. README: "Comparing with llm.c".
 # OpenBLAS's kernels follow OPENBLAS_CORETYPE where the environment sets it (the line "blas:" says
 # which ran), for the floor and for the trainer alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ANCHOR=${ANCHOR:-../shared/anchors/llm.c}
+LLMC_DIR=${LLMC_DIR:-}
 THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-10}
-[ -f "$ANCHOR/train_gpt2.c" ] || { echo "bench_cpu.sh: no llm.c at $ANCHOR (set ANCHOR=)"; exit 1; }
+[ -n "$LLMC_DIR" ] && [ -x "$LLMC_DIR/train_gpt2" ] || {
+    echo "bench_cpu.sh: set LLMC_DIR to a checkout of karpathy/llm.c in which llm.c's own \`make train_gpt2\` was run"
+    echo "  (a clone of karpathy/llm.c: git checkout f1e2ace, then make train_gpt2 in it)"; exit 1; }
+LLMC_DIR=$(cd "$LLMC_DIR" && pwd)
 [ -s data/tinyshakespeare_train.bin ] || make data
 make -s train_gpt_cpu
 D=$(mktemp -d)
@@ -24,14 +29,12 @@ export OMP_NUM_THREADS=$THREADS
 
 # llm.c reads gpt2_124M.bin and dev/data/tinyshakespeare/ from its working directory; it runs
 # until killed here, after step STEPS (its validation and sampling are outside its step timer)
-cp -r "$ANCHOR/train_gpt2.c" "$ANCHOR/llmc" "$D/"
-gcc -Ofast -march=native -fopenmp -DOMP -I"$D" "$D/train_gpt2.c" -lm -o "$D/train_gpt2"
 mkdir -p "$D/dev/data/tinyshakespeare"
 ln -s "$PWD/data/tinyshakespeare_train.bin" "$D/dev/data/tinyshakespeare/tiny_shakespeare_train.bin"
 ln -s "$PWD/data/tinyshakespeare_val.bin" "$D/dev/data/tinyshakespeare/tiny_shakespeare_val.bin"
 ln -s "$D/init/model_00000001.bin" "$D/gpt2_124M.bin"
 ln -s "$PWD/data/gpt2_tokenizer.bin" "$D/gpt2_tokenizer.bin"
-(cd "$D" && exec stdbuf -oL ./train_gpt2 > llmc.out 2>&1) &
+(cd "$D" && exec stdbuf -oL "$LLMC_DIR/train_gpt2" > llmc.out 2>&1) &
 LLMC=$!
 while kill -0 $LLMC 2> /dev/null && ! grep -q "^step $STEPS:" "$D/llmc.out"; do sleep 1; done
 kill $LLMC 2> /dev/null || true

@@ -4,7 +4,10 @@
 # trajectories in fp32/bf16/fp16, recompute levels identical, the loss scaler's injected
 # overflow, resume bit-exact, dp 2 and 4 under every ZeRO stage (several ranks on one GPU talk
 # through -comm mpi), every dev/ lab in bf16 and fp32 against its host twin and PyTorch, and a
-# compute-sanitizer memcheck pass over a few steps with validation and sampling.
+# compute-sanitizer pass over a few steps with each of its tools: memcheck (out-of-bounds and
+# misaligned accesses), initcheck (reads of uninitialised device memory), racecheck (shared-memory
+# hazards), synccheck (barriers in divergent code). Checks whose tools are missing say so and are
+# skipped (counted apart): no Catch2 (test_gpt2_gpu), no compute-sanitizer.
 # Tolerances are the CPU suite's (tests/run_tests.sh argues them): the fp32 build computes
 # without TF32, so it is held to float64 as the CPU's fp32 build is.
 set -u
@@ -15,7 +18,8 @@ export PYTHON=${PYTHON:-python3}  # the test scripts' python too: the one that i
 BUILD=tests/build
 REF=$BUILD/ref
 mkdir -p $BUILD
-passed=0; failed=0
+passed=0; failed=0; skipped=0
+skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
 # ONLY=REGEX runs the checks whose names match (the PyTorch references always run if missing),
 # so the suite can be split across commands of a time-limited machine: ONLY=lab, ONLY=memcheck, ...
 check() {
@@ -28,7 +32,8 @@ check() {
 export TRAINER_FP32=./train_gpt_fp32 TRAINER_BF16=./train_gpt TRAINER_FP16=./train_gpt_fp16 TRAINER_FLAGS="-comm mpi"
 nvidia-smi -L 2> /dev/null || echo "nvidia-smi: not found (no GPU here?)"
 [ -f $REF/debug_state.bin ] || check pytorch_reference $PYTHON tests/reference.py --out $REF
-check gpu_gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2_gpu
+if [ -x $BUILD/test_gpt2_gpu ]; then check gpu_gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2_gpu
+else skip gpu_gpt2_vs_pytorch "no Catch2 here, so make test-gpu did not build tests/build/test_gpt2_gpu"; fi
 for K in 1 2 4; do
     check gpu_fp32_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum $K --tol 1e-4
     check gpu_bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_BF16 --ref $REF --accum $K --tol 3e-2
@@ -49,11 +54,21 @@ for lab in $(ls dev/*.cu | sed 's#dev/\(.*\)\.cu#\1#'); do
     check gpu_lab_${lab}_bf16 env DEV_REF_DIR=$BUILD/pytorch_ops ./dev/$lab
     check gpu_lab_${lab}_fp32 env DEV_REF_DIR=$BUILD/pytorch_ops ./dev/fp32/$lab
 done
-# memcheck: out-of-bounds and misaligned accesses, uninitialised device reads reported as errors
-SANITIZE="compute-sanitizer --tool memcheck --error-exitcode 1"
-check gpu_memcheck_bf16 $SANITIZE $TRAINER_BF16 -e $REF/model.bin -i data/tinyshakespeare_train.bin \
-    -j data/tinyshakespeare_val.bin -b 2 -t 32 -x 3 -v 2 -m 2 -s 2 -g 8
-check gpu_memcheck_fp16_recompute $SANITIZE $TRAINER_FP16 -e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -x 2 -r 3
+# compute-sanitizer, each tool on a short run: memcheck and initcheck with validation and sampling
+# (and an fp16 run with -r 3), racecheck and synccheck on one step (they are slow)
+SANITIZER=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
+SHORT="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 2 -t 32"
+if [ -n "$SANITIZER" ]; then
+    for tool in memcheck initcheck; do
+        check gpu_${tool}_bf16 $SANITIZER --tool $tool --error-exitcode 1 $TRAINER_BF16 $SHORT -x 3 -v 2 -m 2 -s 2 -g 8
+    done
+    check gpu_memcheck_fp16_recompute $SANITIZER --tool memcheck --error-exitcode 1 $TRAINER_FP16 $SHORT -x 2 -v 0 -s 0 -r 3
+    for tool in racecheck synccheck; do
+        check gpu_${tool}_bf16 $SANITIZER --tool $tool --error-exitcode 1 $TRAINER_BF16 $SHORT -x 1 -v 0 -s 0
+    done
+else
+    skip gpu_compute_sanitizer "no compute-sanitizer on PATH or beside nvcc (COMPUTE_SANITIZER=...)"
+fi
 check gpu_bad_input bash tests/test_bad_input.sh $TRAINER_FP32 "$REF"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]
