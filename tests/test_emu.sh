@@ -37,7 +37,11 @@ trajectory() {  # trajectory NAME TRAINER TOLERANCE NP FLAGS...
         --extra "$*" > $log 2>&1 || { tail -n 20 $log; exit 1; }
     echo "$name: $(tail -n 1 $log)"
 }
+export OMP_NUM_THREADS=2  # one rank: the emulator runs a grid's blocks on both cores
 trajectory "fp32, one rank" ./train_gpt_emu_fp32 1e-4 1
+trajectory "bf16, one rank" ./train_gpt_emu 3e-2 1
+trajectory "fp16, one rank" ./train_gpt_emu_fp16 1e-2 1
+export OMP_NUM_THREADS=1
 trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
 trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi
 trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
@@ -49,8 +53,6 @@ communicators=$(grep -c "^NCCL emulation: communicator" $log)
 unused=$(grep -c "^NCCL emulation: communicator.*: 0 collectives, 0 sends" $log || true)
 [ "$communicators" -gt 0 ] && [ "$unused" -eq 0 ] || { echo "FAIL: $unused of $communicators NCCL communicators carried nothing"; exit 1; }
 echo "np 8: $communicators NCCL communicators (over the ranks), each carried collectives or sends"
-trajectory "bf16, one rank" ./train_gpt_emu 3e-2 1
-trajectory "fp16, one rank" ./train_gpt_emu_fp16 1e-2 1
 
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4"
 source tests/resume_case.sh

@@ -7,7 +7,8 @@ something. Built only for the emulation (make emu); run by tests/test_emu_contra
                                    that work, cuBLAS's column-major results and its refusals
     ./test_emu_contract CASE       one bug that must end the run with a line naming it
                                    (host-deref, out-of-range, host-argument, copy-kind,
-                                   shuffle-exited, shuffle-absent, divergent-barrier, race)
+                                   shuffle-exited, shuffle-absent, divergent-barrier, race,
+                                   caller-line: base.h's error names this file's line)
     mpirun -np 2 ./test_emu_contract nccl            NCCL's in-place forms and per-rank counts
     mpirun -np 2 ./test_emu_contract nccl-mismatch   ranks disagreeing on a collective
 */
@@ -20,6 +21,7 @@ something. Built only for the emulation (make emu); run by tests/test_emu_contra
 #include <cublas_v2.h>
 #include <nccl.h>
 #include <cuda_bf16.h>
+#include "../base.h"  // defines: device_malloc (its errors name the caller's line)
 
 static int failures = 0;
 static void expect(bool ok, const char* what) {
@@ -153,18 +155,17 @@ static void cublas() {
     // (B A)^T: B A = [1 2 3; 4 5 6; 5 7 9], so C3 column-major = B A row-major = {1,2,3, 4,5,6, 5,7,9}
     float want[9] = {1, 2, 3, 4, 5, 6, 5, 7, 9};
     expect(s == CUBLAS_STATUS_SUCCESS && memcmp(C3, want, sizeof(want)) == 0, "C = A^T B^T, column-major");
-    s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 1, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
-                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    expect(s == CUBLAS_STATUS_INVALID_VALUE, "lda below m is CUBLAS_STATUS_INVALID_VALUE");
-    s = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
-                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    expect(s == CUBLAS_STATUS_INVALID_VALUE, "op T on A needs lda >= k");
-    s = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_16BF, 2, dB, CUDA_R_16BF, 3, &zero, dC, CUDA_R_16F,
-                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    expect(s == CUBLAS_STATUS_NOT_SUPPORTED, "bf16 inputs into an fp16 output are CUBLAS_STATUS_NOT_SUPPORTED");
-    s = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, dA, CUDA_R_32F, 2, dB, CUDA_R_32F, 3, &zero, dC, CUDA_R_32F,
-                     2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    expect(s == CUBLAS_STATUS_NOT_INITIALIZED, "a null handle is CUBLAS_STATUS_NOT_INITIALIZED");
+    // the refusals: C (2x2) = op(A) B (3x2) with one argument wrong at a time
+    auto refused = [&](cublasHandle_t h, cublasOperation_t op_a, int lda, cudaDataType in, cudaDataType out) {
+        return cublasGemmEx(h, op_a, CUBLAS_OP_N, 2, 2, 3, &one, dA, in, lda, dB, in, 3, &zero, dC, out, 2, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT);
+    };
+    expect(refused(handle, CUBLAS_OP_N, 1, CUDA_R_32F, CUDA_R_32F) == CUBLAS_STATUS_INVALID_VALUE, "lda below m is CUBLAS_STATUS_INVALID_VALUE");
+    expect(refused(handle, CUBLAS_OP_T, 2, CUDA_R_32F, CUDA_R_32F) == CUBLAS_STATUS_INVALID_VALUE, "op T on A needs lda >= k");
+    expect(refused(handle, CUBLAS_OP_N, 2, CUDA_R_16BF, CUDA_R_16F) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "bf16 inputs into an fp16 output are CUBLAS_STATUS_NOT_SUPPORTED");
+    expect(refused(nullptr, CUBLAS_OP_N, 2, CUDA_R_32F, CUDA_R_32F) == CUBLAS_STATUS_NOT_INITIALIZED,
+           "a null handle is CUBLAS_STATUS_NOT_INITIALIZED");
     // TF32: 1 + 2^-12 has no TF32 representation (10 mantissa bits): it rounds to 1 under TF32 math only
     float x = 1.0f + 1.0f / 4096, y = 1.0f, r;
     float *dx, *dy, *dr;
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(c, "shuffle-absent")) shuffle_full_mask<<<1, 48>>>(d);
     else if (!strcmp(c, "divergent-barrier")) barrier_in_divergent_code<<<1, 32>>>(d);
     else if (!strcmp(c, "race")) missing_barrier<<<2, 64>>>(d);
+    else if (!strcmp(c, "caller-line")) device_malloc((size_t)1 << 50);  // 1 PiB: out of device memory
     else if (!strcmp(c, "no-race")) with_barrier<<<2, 64>>>(d);
     else { fprintf(stderr, "unknown case %s\n", c); return 2; }
     printf(failures ? "%d checks FAILED\n" : "every check passed\n", failures);

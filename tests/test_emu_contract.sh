@@ -34,6 +34,7 @@ must_end shuffle-exited "names lane 0, which has exited" $E/test_emu_contract sh
 must_end shuffle-absent "names lanes beyond the 16 this warp has" $E/test_emu_contract shuffle-absent
 must_end divergent-barrier "cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation" \
     $E/test_emu_contract divergent-barrier
+must_end caller-line "CUDA out of memory at tests/test_emu_contract.cu:" $E/test_emu_contract caller-line
 must_end nccl-mismatch "rank 0 calls ncclAllReduce(count 4, .*) but rank 1 calls ncclAllReduce(count 8" \
     mpirun -np 2 $E/test_emu_contract nccl-mismatch
 must_end nccl-one-gpu "Duplicate GPU detected" env CUDA_EMU_DEVICES=1 mpirun -np 2 $E/test_emu_contract nccl

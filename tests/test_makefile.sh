@@ -5,7 +5,7 @@
 #  - MPI that pkg-config does not know (PKG_CONFIG_LIBDIR=/nonexistent): the CUDA build takes its MPI
 #    flags from the compiler wrapper (mpicxx -show for MPICH, --showme for Open MPI).
 set -euo pipefail
-out=$(make -n all NVCC=fake-nvcc HAVE_OPENBLAS= HAVE_PCRE2= 2>&1)
+out=$(make -n -B all NVCC=fake-nvcc HAVE_OPENBLAS= HAVE_PCRE2= 2>&1)  # -B: as on a fresh clone
 first=$(echo "$out" | grep -m1 -E "^(fake-nvcc|mpicxx|g\+\+)" || true)
 [[ $first == fake-nvcc*"-o train_gpt" ]] || { echo "FAIL: the first build command is not train_gpt's: $first"; exit 1; }
 if echo "$out" | grep -q -- "-o train_gpt_cpu"; then echo "FAIL: a CPU trainer would be built without OpenBLAS"; exit 1; fi
