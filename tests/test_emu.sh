@@ -5,9 +5,9 @@
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
 #    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 and
-#    ZeRO-3 (1F1B), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
+#    ZeRO-3 (1F1B), pp 2 ZeRO-1 (GPipe), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-2, 1e-2);
-#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL);
+#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL), with validation and samples in the logs;
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
 #    rank, and train through -comm mpi;
@@ -47,6 +47,7 @@ trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 
 trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
 trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
 trajectory "fp32, pp 2 ZeRO-3 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 3
+trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps gpipe -z 1
 CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, dp 2 x tp 2 x pp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 8 -b 2 -tp 2 -pp 2 -z 3
 # every NCCL communicator made carries something (the world group's traffic is host data, through MPI)
 communicators=$(grep -c "^NCCL emulation: communicator" $log)
@@ -54,7 +55,8 @@ unused=$(grep -c "^NCCL emulation: communicator.*: 0 collectives, 0 sends" $log 
 [ "$communicators" -gt 0 ] && [ "$unused" -eq 0 ] || { echo "FAIL: $unused of $communicators NCCL communicators carried nothing"; exit 1; }
 echo "np 8: $communicators NCCL communicators (over the ranks), each carried collectives or sends"
 
-FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 4 -g 8 -n 4"
+# with validation and samples: forward-only passes through the pipeline, the logits' all-gather and broadcast
+FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -m 2 -s 4 -g 8 -n 4"
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
 
