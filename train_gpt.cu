@@ -794,8 +794,7 @@ inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, 
         // as the next forward's or backward's busy time and the bubble would look smaller than it is
         if (compute) device_synchronize();
         auto began = std::chrono::steady_clock::now();
-        TraceSpan span(pp->trace, [&] { return action_name(a); }, a.op == FORWARD || a.op == BACKWARD ? "compute" : "pipeline",
-                       pp->world_rank);
+        TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
         switch (a.op) {
             case FORWARD: loss += stage_forward(model, set(a.micro), batches[a.micro], B, T, dloss); break;
             case BACKWARD:
@@ -1480,6 +1479,20 @@ struct Run {
     Trace trace;       // -trace
 };
 
+// the sequences per rank that validation reads: B, or fewer when the smallest validation shard holds
+// less than one global micro-batch (dp x B x T + 1 tokens: tinyshakespeare's at 8 ranks); 0, off
+inline int validation_batch(const TrainConfig& tc, const ProcessGrid& grid) {
+    size_t tokens = dataloader_smallest_shard(tc.val_pattern);
+    int B = (int)std::min((size_t)tc.B, tokens > 0 ? (tokens - 1) / ((size_t)grid.dp * tc.T) : 0);
+    if (B < tc.B && B > 0 && grid.rank == 0)
+        printf("note: validating on B=%d sequences per rank: %s holds %zu tokens, fewer than dp %d x B %d x T %d + 1\n", B,
+               tc.val_pattern, tokens, grid.dp, tc.B, tc.T);
+    if (B == 0 && grid.rank == 0)
+        printf("note: validation is off: %s holds %zu tokens, fewer than one sequence per rank (dp %d x T %d + 1)\n",
+               tc.val_pattern, tokens, grid.dp, tc.T);
+    return B;
+}
+
 // the training and validation shards (every rank reads its DP rank's slices) and the number of steps
 inline void open_data(Run* run) {
     const TrainConfig& tc = *run->tc;
@@ -1490,19 +1503,9 @@ inline void open_data(Run* run) {
     if (strcmp(tc.train_pattern, TrainConfig{}.train_pattern) == 0 && grid.rank == 0)
         printf("training on %s, validating on %s: the default shards of `make data`\n", tc.train_pattern, tc.val_pattern);
     dataloader_init(&run->train_loader, tc.train_pattern, tc.B, tc.T, grid.dp_rank, grid.dp, V, tc.shuffle != 0, (uint64_t)tc.seed);
-    run->validate = tc.val_every > 0 && tc.val_batches > 0;
-    if (run->validate) {  // a validation shard smaller than a global micro-batch: validate on fewer sequences
-        size_t tokens = dataloader_smallest_shard(tc.val_pattern);
-        int val_B = (int)std::min((size_t)tc.B, tokens > 0 ? (tokens - 1) / ((size_t)grid.dp * tc.T) : 0);
-        if (val_B < tc.B && val_B > 0 && grid.rank == 0)
-            printf("note: validating on B=%d sequences per rank: %s holds %zu tokens, fewer than dp %d x B %d x T %d + 1\n",
-                   val_B, tc.val_pattern, tokens, grid.dp, tc.B, tc.T);
-        if (val_B == 0 && grid.rank == 0)
-            printf("note: validation is off: %s holds %zu tokens, fewer than one sequence per rank (dp %d x T %d + 1)\n",
-                   tc.val_pattern, tokens, grid.dp, tc.T);
-        run->validate = val_B > 0;
-        if (run->validate) dataloader_init(&run->val_loader, tc.val_pattern, val_B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
-    }
+    int val_B = tc.val_every > 0 && tc.val_batches > 0 ? validation_batch(tc, grid) : 0;
+    run->validate = val_B > 0;
+    if (run->validate) dataloader_init(&run->val_loader, tc.val_pattern, val_B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
     run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
     if (run->max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
 }

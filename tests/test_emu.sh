@@ -12,7 +12,10 @@
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
 #    rank, and train through -comm mpi;
 #  - a failed NCCL link (CUDA_EMU_NCCL_FAIL_AFTER: its work never completes, as on a GPU) ends
-#    the job with a line naming the group, not a hang.
+#    the job with a line naming the group, not a hang;
+#  - the pipeline's bubble under NCCL, whose receives only queue work: at pp 2 with one micro-batch
+#    a stage idles while the other computes, at least half the step (the formula's 0.5); timed as
+#    compute, the wait once showed as a bubble of 0.01.
 set -euo pipefail
 REF=$1 OPS=$2; PYTHON=${PYTHON:-/usr/bin/python3}
 E=tests/build/emu
@@ -83,3 +86,12 @@ code=0; CUDA_EMU_DEVICE_MEMORY=$((141 * 1000 * 1000 * 1000)) ./train_gpt_emu_fp3
     -i $REF/train.bin > $D/fit.txt 2>&1 || code=$?
 [ $code -eq 1 ] && grep -q "does not fit in memory" $D/fit.txt || { echo "FAIL: the preflight on 141 GB, exit $code"; cat $D/fit.txt; exit 1; }
 echo "ok: on 141 GB: $(grep -m1 -o 'does not fit.*GiB (1 ranks' $D/fit.txt)"
+
+$MPIRUN -np 2 ./train_gpt_emu_fp32 -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 128 -x 3 -pp 2 -v 0 -s 0 -log $D/bubble.jsonl > /dev/null
+$PYTHON - $D/bubble.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+worst = [r["bubble"] for r in rows]
+assert all(b > 0.45 for b in worst), f"pp 2, one micro-batch: measured bubbles {worst}, the formula {rows[0]['bubble_formula']}"
+print(f"ok: pp 2, one micro-batch under NCCL: the worst stage idles {', '.join(f'{b:.2f}' for b in worst)} of the step (formula 0.50)")
+PY

@@ -96,6 +96,7 @@ static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperati
     if (lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 || ldc < m || ldc < 1) return CUBLAS_STATUS_INVALID_VALUE;
     if (!supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    cuda_emu::finish_queued_work();  // the GEMM runs after the work queued before it on the stream
     float al = *(const float*)alpha, be = *(const float*)beta;  // host pointer mode: scalars in host memory
     size_t ea = extent(ta ? k : m, ta ? m : k, lda), eb = extent(tb ? n : k, tb ? k : n, ldb), ec = extent(m, n, ldc);
     std::string what = std::string(who) + " ";
@@ -234,6 +235,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
     bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
     if (with_bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     int m = (int)Dd->rows, n = (int)Dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
+    cuda_emu::finish_queued_work();
     if (workspace_bytes) cuda_emu::device_bytes(workspace, workspace_bytes, "cublasLtMatmul workspace");
     float be = *(const float*)beta;
     cudaDataType bias_type = d->bias_type < 0 ? Dd->type : (cudaDataType)d->bias_type;

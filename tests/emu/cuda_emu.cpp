@@ -104,6 +104,9 @@ static bool stalled = false;
 void stall_default_stream() { stalled = true; }
 bool stream_stalled() { return stalled; }
 [[noreturn]] static void wait_forever() { for (;;) pause(); }
+static bool (*queued_work)(bool wait) = nullptr;
+void set_queued_work(bool (*finish)(bool wait)) { queued_work = finish; }
+void finish_queued_work() { if (queued_work) queued_work(true); }
 
 // ---------------------------------------------------------------- errors
 static thread_local cudaError_t last_error = cudaSuccess;
@@ -271,6 +274,7 @@ static void check_side(const void* p, bool device_side, cudaMemcpyKind kind, con
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return cudaSuccess;
     if (stalled && kind != cudaMemcpyDeviceToDevice) wait_forever();  // it waits for the work before it
+    finish_queued_work();
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
     bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
@@ -288,6 +292,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     if (!is_device_pointer(ptr)) die("cudaMemset: %p is not device memory", ptr);
+    finish_queued_work();
     memset(device_bytes(ptr, bytes, "cudaMemset"), value, bytes);
     return cudaSuccess;
 }
@@ -329,18 +334,20 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
 
 // ---------------------------------------------------------------- streams, events, errors
 // work runs when it is issued, in issue order: every stream is always idle
-cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); finish_queued_work(); return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { static char id; *stream = (cudaStream_t)&id; return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return stalled ? cudaErrorNotReady : cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); finish_queued_work(); return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) {
+    return stalled || (queued_work && !queued_work(false)) ? cudaErrorNotReady : cudaSuccess;
+}
 struct CUevent_st { double ms; };
 static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st{0.0}; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { event->ms = now_ms(); return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { finish_queued_work(); event->ms = now_ms(); return cudaSuccess; }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { if (stalled) wait_forever(); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     *ms = (float)(end->ms - start->ms);
@@ -442,7 +449,6 @@ struct Worker {        // one per OS thread that runs blocks
 #if CUDA_EMU_TSAN
     std::vector<Fiber*> pool;  // under ThreadSanitizer: fiber t runs thread t of every block
 #endif
-    Fiber* starting = nullptr;
     const LaunchSite* site;
     void (*run_thread)(void*);
     void* bound;
@@ -481,7 +487,6 @@ static void park(Worker* w) {
 static void thread_exited(Worker* w);
 static void fiber_main() {
     Worker* w = worker;
-    Fiber* f = w->starting;
     for (;;) {
 #if CUDA_EMU_TSAN
         __tsan_acquire(&w->block_start);
@@ -489,7 +494,6 @@ static void fiber_main() {
         w->run_thread(w->bound);
         thread_exited(w);
         park(w);  // resumed when the scheduler gives this fiber the next thread
-        (void)f;
     }
 }
 
@@ -520,7 +524,6 @@ static void resume(Worker* w, int t) {
 #endif
         if (!f->started) {
             f->started = true;
-            w->starting = f;
             setcontext(&f->start);
         }
         _longjmp(f->context, 1);
@@ -617,6 +620,7 @@ static Worker* this_worker(const LaunchSite& site, dim3 block, void (*run_thread
 
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound) {
     if (stalled) return;  // queued behind work that never completes
+    finish_queued_work();  // it runs after the work queued before it
     long long blocks = (long long)grid.x * grid.y * grid.z;
     auto run = [&](long long b) {
         Worker* w = this_worker(site, block, run_thread, bound);

@@ -170,6 +170,12 @@ int current_device_bus_id();  // the PCI bus id of the calling thread's current 
 // says not ready, synchronising waits forever, as on a GPU)
 void stall_default_stream();
 bool stream_stalled();
+// work another library queued on the stream and has not finished (NCCL's sends and receives):
+// finish(true) completes it, finish(false) says whether it is done. The runtime completes it
+// before anything later on the stream runs (a kernel, a copy, a GEMM), and cudaStreamQuery says
+// "not ready" until it is done: the host waits where a GPU would make it wait
+void set_queued_work(bool (*finish)(bool wait));
+void finish_queued_work();
 }
 
 // ---------------------------------------------------------------- launches

@@ -15,8 +15,10 @@ tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's s
     with every rank's, and a mismatch ends the run with a line naming both; a rank that
     never makes the call leaves the others waiting, a hang the tests' timeouts turn into
     a failure, as on a GPU;
-  - a send or receive outside ncclGroupStart/End waits for its peer (MPI_Ssend): two ranks
-    that both send first deadlock, as two GPUs would; inside a group the operations are
+  - sends and receives are queued, as on a GPU, and complete when later work on the stream
+    needs them: the host waits there (a kernel launch, a copy, a synchronisation), not in the
+    call. A send completes only when its receiver has taken it (MPI_Issend): two ranks that both
+    send first, outside a group, deadlock, as two GPUs would; inside a group the operations are
     posted together at ncclGroupEnd; ncclGroupEnd without ncclGroupStart is ncclInvalidUsage;
   - bf16 and fp16 sums add in fp32 and round at every step, as NCCL's reductions do; ncclAvg
     multiplies each input by 1/nranks, then sums (floating types).
@@ -69,6 +71,7 @@ const char* ncclGetErrorString(ncclResult_t r) {
 
 static void free_mpi_objects();
 static int live_communicators_count(int change);
+static bool finish_in_flight(bool wait);
 
 // ---------------------------------------------------------------- communicators
 struct IdContents { int magic, creator, serial; };
@@ -131,11 +134,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     comm->fail_after = getenv("CUDA_EMU_NCCL_FAIL_AFTER") ? atoll(getenv("CUDA_EMU_NCCL_FAIL_AFTER")) : -1;
     comm->async_error = ncclSuccess;
     live_communicators_count(+1);
+    cuda_emu::set_queued_work(finish_in_flight);
     *out = comm;
     return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
+    finish_in_flight(true);
     if (getenv("CUDA_EMU_NCCL_REPORT"))
         fprintf(stderr, "NCCL emulation: communicator of %d ranks, rank %d: %llu collectives, %llu sends and receives\n",
                 comm->size, comm->rank, comm->calls, comm->transfers);
@@ -266,15 +271,14 @@ static bool link_failed(ncclComm* comm) {  // CUDA_EMU_NCCL_FAIL_AFTER: the work
     return false;
 }
 
-static void run_point_to_point(const std::vector<Pending>& ops) {
-    std::vector<MPI_Request> requests(ops.size());
-    for (size_t i = 0; i < ops.size(); i++) {
-        const Pending& p = ops[i];
-        if (p.send) MPI_Issend(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests[i]);
-        else MPI_Irecv(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &requests[i]);
-    }
-    std::vector<MPI_Status> statuses(ops.size());
-    MPI_Waitall((int)ops.size(), requests.data(), statuses.data());
+// Sends and receives are queued as on a GPU: posted (MPI_Issend, MPI_Irecv) and left in flight,
+// completed when something later on the stream needs them (cuda_emu's finish_queued_work) or when
+// the host asks (cudaStreamQuery). An ncclSend completes only once its receiver has taken it, so
+// two ranks that both send before receiving, outside a group, wait for each other, as two GPUs do.
+struct InFlight { std::vector<Pending> ops; std::vector<MPI_Request> requests; };
+static InFlight in_flight;
+
+static void check_received(const std::vector<Pending>& ops, const std::vector<MPI_Status>& statuses) {
     for (size_t i = 0; i < ops.size(); i++) {
         if (ops[i].send) continue;
         int got;
@@ -284,6 +288,29 @@ static void run_point_to_point(const std::vector<Pending>& ops) {
                 " bytes; the peer's ncclSend had " + std::to_string(got));
     }
 }
+// wait: complete everything in flight; else say whether it is complete (and retire it if so)
+static bool finish_in_flight(bool wait) {
+    if (in_flight.requests.empty()) return true;
+    std::vector<MPI_Status> statuses(in_flight.requests.size());
+    int done = 1;
+    if (wait) MPI_Waitall((int)in_flight.requests.size(), in_flight.requests.data(), statuses.data());
+    else MPI_Testall((int)in_flight.requests.size(), in_flight.requests.data(), &done, statuses.data());
+    if (!done) return false;
+    check_received(in_flight.ops, statuses);
+    in_flight = InFlight{};
+    return true;
+}
+// after the work before them: the operations of one group, or one send or receive alone
+static void post_point_to_point(const std::vector<Pending>& ops) {
+    finish_in_flight(true);
+    for (const Pending& p : ops) {
+        MPI_Request request;
+        if (p.send) MPI_Issend(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &request);
+        else MPI_Irecv(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &request);
+        in_flight.ops.push_back(p);
+        in_flight.requests.push_back(request);
+    }
+}
 
 ncclResult_t ncclGroupStart() { group_depth++; return ncclSuccess; }
 ncclResult_t ncclGroupEnd() {
@@ -291,7 +318,7 @@ ncclResult_t ncclGroupEnd() {
     if (--group_depth > 0) return ncclSuccess;
     std::vector<Pending> ops;
     ops.swap(pending);
-    run_point_to_point(ops);
+    post_point_to_point(ops);
     return ncclSuccess;
 }
 
@@ -304,7 +331,7 @@ static ncclResult_t point_to_point(bool send, const void* buf, size_t count, ncc
     if (link_failed(comm)) return ncclSuccess;
     comm->transfers++;
     if (group_depth > 0) { pending.push_back(p); return ncclSuccess; }
-    run_point_to_point({p});
+    post_point_to_point({p});
     return ncclSuccess;
 }
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
@@ -324,6 +351,7 @@ static ncclResult_t start_collective(ncclComm* comm, Call call, const void* send
     if (!comm) return ncclInvalidArgument;
     if (group_depth > 0) die(std::string(kind_names[call.kind]) + " inside ncclGroupStart/End: this emulation runs only "
                              "sends and receives in groups");
+    finish_in_flight(true);  // the collective runs after the work queued before it
     call.serial = comm->calls;
     *s = (char*)cuda_emu::device_bytes(send, send_bytes, (std::string(kind_names[call.kind]) + " sendbuff").c_str());
     *r = (char*)cuda_emu::device_bytes(recv, recv_bytes, (std::string(kind_names[call.kind]) + " recvbuff").c_str());
