@@ -3,7 +3,9 @@
 #  - a GPU machine without OpenBLAS and PCRE2 (HAVE_OPENBLAS= HAVE_PCRE2= stand for their absence):
 #    `make` builds train_gpt first, builds no CPU trainer, and says in one line each what it skipped;
 #  - MPI that pkg-config does not know (PKG_CONFIG_LIBDIR=/nonexistent): the CUDA build takes its MPI
-#    flags from the compiler wrapper (mpicxx -show for MPICH, --showme for Open MPI).
+#    flags from the compiler wrapper (mpicxx -show for MPICH, --showme for Open MPI);
+#  - make test-gpu on a GPU machine without Catch2 (HAVE_CATCH2=): it builds no Catch2 test, says
+#    so, and hands the suite the compute-sanitizer that sits beside nvcc.
 set -euo pipefail
 out=$(make -n -B all NVCC=fake-nvcc HAVE_OPENBLAS= HAVE_PCRE2= 2>&1)  # -B: as on a fresh clone
 first=$(echo "$out" | grep -m1 -E "^(fake-nvcc|mpicxx|g\+\+)" || true)
@@ -15,3 +17,10 @@ echo "ok: without OpenBLAS and PCRE2, make builds train_gpt first and skips the 
 flags=$(PKG_CONFIG_LIBDIR=/nonexistent make -s print-mpi)
 [[ $flags == *"MPI_CFLAGS=-I"* && $flags == *"-lmpi"* ]] || { echo "FAIL: no MPI flags without pkg-config: $flags"; exit 1; }
 echo "ok: without pkg-config's MPI: $flags"
+fake=$(mktemp -d); trap 'rm -rf $fake' EXIT
+mkdir -p $fake/bin && touch $fake/bin/nvcc $fake/bin/compute-sanitizer && chmod +x $fake/bin/*
+out=$(make -n -B test-gpu NVCC=$fake/bin/nvcc HAVE_CATCH2= 2>&1)
+if echo "$out" | grep -q "catch_main\|test_gpt2_gpu.o"; then echo "FAIL: make test-gpu builds a Catch2 test without Catch2"; exit 1; fi
+echo "$out" | grep -q "make test-gpu: no Catch2 here" && echo "$out" | grep -q "COMPUTE_SANITIZER=$fake/bin/compute-sanitizer bash tests/run_tests_gpu.sh" \
+    || { echo "FAIL: make test-gpu without Catch2, compute-sanitizer beside nvcc"; echo "$out" | tail -3; exit 1; }
+echo "ok: make test-gpu without Catch2 skips test_gpt2_gpu, saying so; compute-sanitizer found beside nvcc"
