@@ -171,17 +171,8 @@ inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* loca
     MPI_Comm_free(&node);
 }
 
-// how many ranks run on this rank's node (MPI_COMM_TYPE_SHARED)
-inline int comm_ranks_on_node() {
-    MPI_Comm node;
-    int size = 1;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &size);
-    MPI_Comm_free(&node);
-    return size;
-}
-
-// how many ranks of this rank's node give the same `key` (this one included): the ranks on one GPU
+// how many ranks of this rank's node (MPI_COMM_TYPE_SHARED) give the same `key`, this one included:
+// with the GPU's PCI id, the ranks on one GPU
 inline int comm_ranks_on_node_with(int key) {
     MPI_Comm node;
     int size = 1, same = 0;
@@ -193,6 +184,8 @@ inline int comm_ranks_on_node_with(int key) {
     for (int k : keys) same += k == key;
     return same;
 }
+// how many ranks run on this rank's node
+inline int comm_ranks_on_node() { return comm_ranks_on_node_with(0); }
 
 #ifdef __CUDACC__
 // base.h's async_error_watch: the first NCCL communicator of `context` (a Collectives) that reports
