@@ -102,7 +102,6 @@ int current_device_bus_id() { return 0x10 + physical_device(); }
 // ---------------------------------------------------------------- the stream
 static bool stalled = false;
 void stall_default_stream() { stalled = true; }
-bool stream_stalled() { return stalled; }
 [[noreturn]] static void wait_forever() { for (;;) pause(); }
 static bool (*queued_work)(bool wait) = nullptr;
 void set_queued_work(bool (*finish)(bool wait)) { queued_work = finish; }
@@ -145,7 +144,7 @@ static bool is_pinned(const void* p) {
     --it;
     return (uintptr_t)p < it->first + it->second;
 }
-bool is_device_pointer(const void* p) {
+static bool is_device_pointer(const void* p) {
     std::lock_guard<std::mutex> lock(memory_mutex);
     return p && find_allocation(p);
 }

@@ -164,12 +164,10 @@ namespace cuda_emu {
 // where the bytes of a device pointer are (NULL stays NULL); fails the run for a host pointer or
 // a range past the allocation. `what` names the user in the message
 void* device_bytes(const void* device, size_t bytes, const char* what);
-bool is_device_pointer(const void* p);
 int current_device_bus_id();  // the PCI bus id of the calling thread's current device
 // a failed NCCL link: its work, and everything queued after it, never completes (cudaStreamQuery
 // says not ready, synchronising waits forever, as on a GPU)
 void stall_default_stream();
-bool stream_stalled();
 // work another library queued on the stream and has not finished (NCCL's sends and receives):
 // finish(true) completes it, finish(false) says whether it is done. The runtime completes it
 // before anything later on the stream runs (a kernel, a copy, a GEMM), and cudaStreamQuery says
