@@ -30,12 +30,11 @@ so it is right under mpirun of MPICH or OpenMPI and under srun.
 */
 #pragma once
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
-//          comm_all_reduce_average, comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
+//          comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
 //          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
 //          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
-#include <type_traits>  // defines: std::is_same
 #include <string>    // defines: std::string
 #include <string.h>  // defines: strcmp
 #include <unistd.h>  // defines: usleep
@@ -76,13 +75,13 @@ struct Comm {
 #ifdef __CUDACC__
     ncclComm_t nccl;
 #endif
+    MPI_Op sum_floatX;              // MPI's sum of 16-bit floatX, which MPI has no type for (comm_init makes it)
     unsigned long long bytes[NUM_COMM_KINDS];  // the ledger: bytes this rank sent, by kind
 };
 
 struct Collectives {
     ProcessGrid grid;
     Comm world, dp, tp, pp, embedding;
-    MPI_Op sum_floatX;  // MPI sum of 16-bit floatX (unused in fp32 builds)
 };
 
 // ---------------------------------------------------------------- start-up
@@ -223,7 +222,10 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     comm_group_init(&c->tp, tpc, use_nccl, "tp");
     comm_group_init(&c->pp, ppc, use_nccl, "pp");
     comm_group_init(&c->embedding, emb, use_nccl, "embedding");
-    MPI_Op_create(floatX_sum_op, 1, &c->sum_floatX);
+    MPI_Op sum_floatX;  // one MPI operation, which every group's 16-bit sums use
+    MPI_Op_create(floatX_sum_op, 1, &sum_floatX);
+    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
+    for (Comm* group : groups) group->sum_floatX = sum_floatX;
 #ifdef __CUDACC__
     async_error_watch() = AsyncErrorWatch{comm_nccl_async_error, c};  // waits on the GPU poll NCCL's errors
 #endif
@@ -248,7 +250,7 @@ inline void comm_finalize(Collectives* c) {
         for (void* s : g->staging) pinned_host_free(s);
     }
 #endif
-    MPI_Op_free(&c->sum_floatX);
+    MPI_Op_free(&c->world.sum_floatX);  // the others hold the same handle
     MPI_Finalize();
 }
 
@@ -269,9 +271,9 @@ template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 #if !FLOATX_IS_FP32
 template <> inline MPI_Datatype mpi_type<floatX>() { return MPI_UINT16_T; }
 #endif
-template <typename T> inline MPI_Op mpi_sum(const Collectives* c) { (void)c; return MPI_SUM; }
+template <typename T> inline MPI_Op mpi_sum(const Comm* c) { (void)c; return MPI_SUM; }
 #if !FLOATX_IS_FP32
-template <> inline MPI_Op mpi_sum<floatX>(const Collectives* c) { return c->sum_floatX; }
+template <> inline MPI_Op mpi_sum<floatX>(const Comm* c) { return c->sum_floatX; }
 #endif
 
 #ifdef __CUDACC__
@@ -336,44 +338,33 @@ template <typename Chunk> inline void for_each_chunk(size_t total, size_t chunk,
 
 // ---------------------------------------------------------------- collectives
 
-enum ReduceOp { REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MAX };
+enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 
-// buf (n) = sum, mean or max over the group, in place (the mean: summed in the buffer's type, then divided)
-template <typename T> inline void comm_all_reduce(const Collectives* cs, Comm* c, T* buf, size_t n, ReduceOp op) {
+// buf (n) = sum or max over the group, in place
+template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, ReduceOp op) {
     if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
     TraceSpan span(c->trace, [&] { return comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
-        ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : op == REDUCE_AVERAGE ? ncclAvg : ncclMax;
+        ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : ncclMax;
         nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), nccl_op, c->nccl, 0), "ncclAllReduce");
         return;
     }
 #endif
     HostView<T> h(c, 0, buf, n, true);
-    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(cs);
+    MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(c);
     for_each_chunk(n, c->chunk_bytes / sizeof(T), [&](size_t at, size_t count) {
         MPI_Allreduce(MPI_IN_PLACE, h.ptr + at, (int)count, mpi_type<T>(), mpi_op, c->mpi);
     });
-    for (size_t i = 0; op == REDUCE_AVERAGE && i < n; i++) {
-        if constexpr (std::is_same<T, float>::value) h.ptr[i] /= c->size;
-        else h.ptr[i] = from_float(to_float(h.ptr[i]) / c->size);
-    }
     h.copy_out(buf);
 }
-template <typename T> inline void comm_all_reduce_sum(const Collectives* cs, Comm* c, T* buf, size_t n) {
-    comm_all_reduce(cs, c, buf, n, REDUCE_SUM);
-}
-template <typename T> inline void comm_all_reduce_average(const Collectives* cs, Comm* c, T* buf, size_t n) {
-    comm_all_reduce(cs, c, buf, n, REDUCE_AVERAGE);
-}
+template <typename T> inline void comm_all_reduce_sum(Comm* c, T* buf, size_t n) { comm_all_reduce(c, buf, n, REDUCE_SUM); }
 // fp32 only (MPI_MAX does not know 16-bit floatX)
-inline void comm_all_reduce_max(const Collectives* cs, Comm* c, float* buf, size_t n) {
-    comm_all_reduce(cs, c, buf, n, REDUCE_MAX);
-}
+inline void comm_all_reduce_max(Comm* c, float* buf, size_t n) { comm_all_reduce(c, buf, n, REDUCE_MAX); }
 
 // recv (n) = this rank's n-element block of the sum of every rank's send (n * size)
-template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs, Comm* c, const T* send, T* recv, size_t n) {
+template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "reduce-scatter"); }, "collective", c->world_rank);
@@ -381,7 +372,7 @@ template <typename T> inline void comm_reduce_scatter_sum(const Collectives* cs,
     if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
 #endif
     HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
-    MPI_Reduce_scatter_block(in.ptr, out.ptr, mpi_count(n, "reduce-scatter"), mpi_type<T>(), mpi_sum<T>(cs), c->mpi);
+    MPI_Reduce_scatter_block(in.ptr, out.ptr, mpi_count(n, "reduce-scatter"), mpi_type<T>(), mpi_sum<T>(c), c->mpi);
     out.copy_out(recv);
 }
 

@@ -20,17 +20,13 @@ counter hash of (seed, step, element), so a run is reproducible and every layout
 rounds each parameter the same way. Read round_stochastic last: it builds on the rest.
 */
 #pragma once
-// defines: floatX, to_float, from_float, round_stochastic, random_u32, PRECISION_NAME, Precision,
-//          PRECISION, FLOATX_IS_FP32, HOST_DEVICE, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits
+// defines: floatX, to_float, from_float, round_stochastic, PRECISION_NAME, Precision,
+//          PRECISION, FLOATX_IS_FP32, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits
 #include <stdint.h>  // defines: uint16_t, uint32_t, uint64_t
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: isfinite, fabsf
+#include "random.h"  // defines: HOST_DEVICE, random_u32 (the bits of stochastic rounding)
 
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
 
 // bfloat16 is the top half of an fp32: the one converter of the CPU build's floatX and of
 // llm.c's bf16 model files (version 5). Round to nearest even, as __float2bfloat16_rn.
@@ -91,14 +87,6 @@ enum Precision { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
 // fp32 buffers (master weights, fp32 gradient accumulation) go through the same calls
 HOST_DEVICE inline float to_float(float x) { return x; }
 #endif
-
-// 32 random bits from (seed, index): the splitmix64 finaliser, a counter-based generator
-HOST_DEVICE inline uint32_t random_u32(uint64_t seed, uint64_t index) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
 
 // x rounded to one of its two floatX neighbours, the farther one with probability
 // (distance to the nearer) / (gap between them); exact and non-finite values round to nearest

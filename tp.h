@@ -67,13 +67,13 @@ Read tp_g_forward and tp_f_backward first, then tp_crossentropy.
 // f, backward: the gradient of a column-parallel layer's input, summed over the TP ranks
 // (its forward is the identity: every rank already holds the whole input)
 inline void tp_f_backward(Collectives* comm, floatX* dinput, size_t n) {
-    comm_all_reduce_sum(comm, &comm->tp, dinput, n);
+    comm_all_reduce_sum(&comm->tp, dinput, n);
 }
 
 // g, forward: a row-parallel layer's output, summed over the TP ranks
 // (its backward is the identity: every rank needs the whole output gradient)
 inline void tp_g_forward(Collectives* comm, floatX* output, size_t n) {
-    comm_all_reduce_sum(comm, &comm->tp, output, n);
+    comm_all_reduce_sum(&comm->tp, output, n);
 }
 
 // ---------------------------------------------------------------- how a tensor is cut
@@ -123,11 +123,11 @@ inline void tp_crossentropy(Collectives* comm, floatX* logits, float* losses, co
                             int N, int V, VocabRange vocab, float dloss) {
     int valid = std::min(std::max(V - vocab.begin, 0), vocab.rows);  // this rank's columns < V
     crossentropy_row_max(stats.max, logits, N, vocab.rows, valid);
-    comm_all_reduce_max(comm, &comm->tp, stats.max, N);
+    comm_all_reduce_max(&comm->tp, stats.max, N);
     crossentropy_row_sumexp(stats.sum, logits, stats.max, N, vocab.rows, valid);
-    comm_all_reduce_sum(comm, &comm->tp, stats.sum, N);
+    comm_all_reduce_sum(&comm->tp, stats.sum, N);
     crossentropy_target_logit(stats.target_logit, logits, targets, N, vocab.rows, vocab.begin);
-    comm_all_reduce_sum(comm, &comm->tp, stats.target_logit, N);  // one rank holds it, the others add 0
+    comm_all_reduce_sum(&comm->tp, stats.target_logit, N);  // one rank holds it, the others add 0
     crossentropy_finish(logits, losses, targets, stats.max, stats.sum, stats.target_logit, N, vocab.rows, vocab.begin,
                         valid, dloss);
 }

@@ -55,7 +55,7 @@ run_schedule, train_step, main.
 #include "adamw.h"                 // defines: adamw_update
 #include "loss_scale.h"            // defines: LossScaler, loss_scaler_update
 #include "recompute.h"             // defines: recompute_keeps, layer_activation_bytes
-#include "schedule.h"              // defines: learning_rate_at
+#include "lr_schedule.h"           // defines: learning_rate_at
 #include "random.h"                // defines: Rng, rng_normal
 #include "dataloader.h"            // defines: DataLoader
 #include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, json_escape_utf8
@@ -204,7 +204,7 @@ struct EmbeddingParameters { floatX *wte, *wpe; };
 struct LayerParameters {
     floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
-struct HeadParameters { floatX *lnfw, *lnfb; };
+struct FinalNormParameters { floatX *lnfw, *lnfb; };
 
 // pointers into one unit's parameters (or gradients), from the unit's slice table
 inline EmbeddingParameters embedding_parameters(const Unit& u, floatX* base) {
@@ -215,8 +215,8 @@ inline LayerParameters layer_parameters(const Unit& u, floatX* base) {
     for (int k = 0; k < 12; k++) p[k] = base + u.slices[k].offset;
     return LayerParameters{p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
 }
-inline HeadParameters head_parameters(const Unit& u, floatX* base) {
-    return HeadParameters{base + u.slices[0].offset, base + u.slices[1].offset};
+inline FinalNormParameters final_norm_parameters(const Unit& u, floatX* base) {
+    return FinalNormParameters{base + u.slices[0].offset, base + u.slices[1].offset};
 }
 
 // ----------------------------------------------------------------------------
@@ -279,9 +279,7 @@ struct GPT2 {
 };
 
 inline int gpt2_layers(const GPT2* m) { return m->layout.layer_end - m->layout.layer_begin; }
-inline int head_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
-inline bool first_stage(const GPT2* m) { return is_first_stage(m->layout); }
-inline bool last_stage(const GPT2* m) { return is_last_stage(m->layout); }
+inline int final_norm_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
 inline VocabRange vocab_range(const GPT2* m) { return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank); }
 
 inline LayerActivations layer_activations(const GPT2* model, const ActivationTensors& a, int l, int B, int T) {
@@ -516,17 +514,17 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
-    size_t head = last_stage(model) ? 1 : 0;  // lnf, logits and losses live on the last stage
+    size_t head = is_last_stage(model->layout) ? 1 : 0;  // lnf, logits and losses live on the last stage
     ScratchTensors& s = model->scratch;
-    const size_t X = sizeof(floatX), F = sizeof(float);
+    const size_t X = sizeof(floatX), FP32 = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
     model->sets.assign(num_sets, ActivationTensors{});
     std::vector<BufferSpec> specs;
     for (ActivationTensors& a : model->sets) {
         std::vector<BufferSpec> kept = {
             {(void**)&a.input, BT * C, X, KEPT},
-            {(void**)&a.lnf, head * BT * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT, F, KEPT},
-            {(void**)&a.lnf_rstd, head * BT, F, KEPT}, {(void**)&a.losses, head * BT, F, KEPT},
+            {(void**)&a.lnf, head * BT * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT, FP32, KEPT},
+            {(void**)&a.lnf_rstd, head * BT, FP32, KEPT}, {(void**)&a.losses, head * BT, FP32, KEPT},
             {(void**)&a.logits, head * BT * c.padded_vocab_size / tp, X, MEM_LOGITS},
         };
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
@@ -542,11 +540,11 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
         {(void**)&s.dqkv, BT * 3 * C_rank, X, WORK}, {(void**)&s.dfch, BT * 4 * C_rank, X, WORK},
         {(void**)&s.attention, attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
-        {(void**)&s.loss_max, BT, F, WORK}, {(void**)&s.loss_sum, BT, F, WORK}, {(void**)&s.loss_target, BT, F, WORK},
+        {(void**)&s.loss_max, BT, FP32, WORK}, {(void**)&s.loss_sum, BT, FP32, WORK}, {(void**)&s.loss_target, BT, FP32, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
         {(void**)&s.token_buckets, encoder_bucket_ints(B, T), sizeof(int), WORK},
-        {(void**)&s.partials, column_partials_elements(std::max(4 * C_rank, 2 * C)), F, WORK},
+        {(void**)&s.partials, column_partials_elements(std::max(4 * C_rank, 2 * C)), FP32, WORK},
     };
     specs.insert(specs.end(), scratch.begin(), scratch.end());
     return specs;
@@ -697,8 +695,8 @@ inline void blocks_backward(GPT2* model, ActivationTensors& a, int B, int T) {
 // final LayerNorm and the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
 inline void head_forward(GPT2* model, ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
-    int H = head_unit(model), C = model->config.channels;
-    HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
+    int norm_unit = final_norm_unit(model), C = model->config.channels;
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, B * T, C);
     matmul_forward(a.logits, a.lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
@@ -720,12 +718,12 @@ inline double head_loss(GPT2* model, ActivationTensors& a, const int* targets, i
 // gradient of the stage's output
 inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
-    int H = head_unit(model), C = model->config.channels, N = B * T;
+    int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T;
     ScratchTensors& s = model->scratch;
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    HeadParameters h = head_parameters(z->units[H], zero_unit_params(z, H));
-    HeadParameters dh = head_parameters(z->units[H], zero_unit_grads(z, H));
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
+    FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
     matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     tp_f_backward(model->comm, s.dln, (size_t)N * C);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
@@ -738,20 +736,20 @@ inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
 inline double stage_forward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
     zero_gather_unit(&model->zero, 0);                  // ZeRO-3: the embeddings and the final LayerNorm
-    zero_gather_unit(&model->zero, head_unit(model));   // stay gathered through the micro-batch
-    if (first_stage(model)) embed_forward(model, a, mb.inputs, B, T);
+    zero_gather_unit(&model->zero, final_norm_unit(model));   // stay gathered through the micro-batch
+    if (is_first_stage(model->layout)) embed_forward(model, a, mb.inputs, B, T);
     blocks_forward(model, a, B, T);
-    if (!last_stage(model)) return 0.0;
+    if (!is_last_stage(model->layout)) return 0.0;
     head_forward(model, a, B, T);
     return mb.targets ? head_loss(model, a, mb.targets, B, T, dloss) : 0.0;
 }
 // its backward: on the last stage from its loss, elsewhere from the gradient of the stage's
 // output in scratch.dresidual, which ends as the gradient of the stage's input
 inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T) {
-    if (last_stage(model)) head_backward(model, a, B, T);
-    zero_reduce_unit(&model->zero, head_unit(model));
+    if (is_last_stage(model->layout)) head_backward(model, a, B, T);
+    zero_reduce_unit(&model->zero, final_norm_unit(model));
     blocks_backward(model, a, B, T);
-    if (first_stage(model)) embed_backward(model, mb.inputs, B, T);
+    if (is_first_stage(model->layout)) embed_backward(model, mb.inputs, B, T);
     zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
 }
 
@@ -822,16 +820,16 @@ inline double pipeline_forward(GPT2* model, const MicroBatch& mb, int B, int T) 
     int s = model->layout.pp_rank;
     size_t n = (size_t)B * T * model->config.channels;
     ActivationTensors& a = model->sets[0];
-    if (!first_stage(model)) comm_recv(pp, a.input, n, s - 1);
+    if (!is_first_stage(model->layout)) comm_recv(pp, a.input, n, s - 1);
     double loss = stage_forward(model, a, mb, B, T, 0.0f);
-    if (!last_stage(model)) comm_send(pp, stage_output(model, a, B, T), n, s + 1);
+    if (!is_last_stage(model->layout)) comm_send(pp, stage_output(model, a, B, T), n, s + 1);
     return loss;
 }
 
 // the squared norm of the whole model's gradient, each parameter counted once: a tensor
 // replicated over TP on TP rank 0 only, the tied embedding unit on the first stage only
 inline double gpt2_grad_norm_squared(GPT2* model) {
-    bool tp_copy = model->layout.tp_rank != 0, tied_copy = model->layout.pp > 1 && !first_stage(model);
+    bool tp_copy = model->layout.tp_rank != 0, tied_copy = model->layout.pp > 1 && !is_first_stage(model->layout);
     double sum = zero_grad_norm_squared(&model->zero, [&](int unit, const TensorSlice& slice) {
         return !(slice.replicated && tp_copy) && !(unit == 0 && tied_copy);
     });
@@ -962,7 +960,7 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     for (int t = 1; t <= n; t++) {
         int context = t < model->T ? t : model->T;
         pipeline_forward(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
-        if (last_stage(model))
+        if (is_last_stage(model->layout))
             comm_all_gather(&model->comm->tp, model->sets[0].logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
         comm_broadcast(&model->comm->pp, model->scratch.logit_row, c.padded_vocab_size, model->layout.pp - 1);
         device_to_host(row, model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
@@ -1107,12 +1105,12 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
     a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
-        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, first_stage(model), last_stage(model));
+        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, is_first_stage(model->layout), is_last_stage(model->layout));
     a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
     // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
     int p = model->layout.pp;
     unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
-    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((last_stage(model) ? 0 : 1) + (first_stage(model) ? 0 : 1));
+    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? 0 : 1) + (is_first_stage(model->layout) ? 0 : 1));
     a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
     // the tied embedding: the unit's gradient shard summed over {first, last} stage
     int ends = model->comm->embedding.size;
@@ -1358,7 +1356,7 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
 inline std::string bubble_json(GPT2* model, const StepResult& r, int grad_accum) {
     if (model->layout.pp == 1) return "";
     double idle = r.timing.total_ms > 0 ? 1.0 - r.timing.busy_ms / r.timing.total_ms : 0.0;
-    double worst = comm_max_over_world(idle), last = comm_max_over_world(last_stage(model) ? idle : -1.0);
+    double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
              pipeline_bubble_fraction(model->layout.pp, grad_accum));

@@ -43,6 +43,8 @@ sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
 //          zero_optimizer_state, zero_lay_out_units, zero_shard_to_units, zero_units_to_shard, zero_free,
 //          zero_sum_unit_gradient
 #include <algorithm>               // defines: std::max, std::min
+#include <type_traits>             // defines: std::is_same, std::remove_pointer_t
+#include <vector>                  // defines: std::vector
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
 #include "adamw.h"                 // defines: adamw_update
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
@@ -63,7 +65,15 @@ struct Unit {
     TensorSlice slices[MAX_UNIT_SLICES];
 };
 
-enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_HEAD, NUM_SLOTS };  // the transient buffers of stages 2 and 3
+// A gradient sum, in the type -ga chose: fp32 or floatX. with_gradient is the one place that
+// asks which, and hands the caller a typed pointer, so each use below has one path.
+struct GradientBuffer { void* data; bool fp32; };
+template <typename Use> inline void with_gradient(GradientBuffer g, Use use) {
+    if (g.fp32) use((float*)g.data);
+    else use((floatX*)g.data);
+}
+
+enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, NUM_SLOTS };  // the transient buffers of stages 2 and 3
 
 struct Zero {
     int stage, shards, shard_rank;  // shards = dp from stage 1 on; stage 0 treats the whole model as one shard
@@ -77,16 +87,18 @@ struct Zero {
     float* master;                  // shard; 16-bit builds only
     float* m;                       // shard
     float* v;                       // shard
-    floatX* grads;                  // stages 0-1: all units, this rank's micro-step sums
-    float* grads_fp32_full;         // stages 0-1 with -ga fp32
-    floatX* grad_shard;             // stages 1-3: this rank's shard of the step's gradient
-    float* grad_shard_fp32;         // the same with -ga fp32
+    // what the backward writes, always floatX (the kernels' type):
+    floatX* grads;                  // stages 0-1: every unit, summed over this rank's micro-steps
     floatX* unit_grads[NUM_SLOTS];  // stages 2-3: one unit's gradient while its backward runs
+    // the step's sum (-ga: floatX, or fp32 beside the floatX the backward writes):
+    GradientBuffer step_sum_full;   // stages 0-1: every unit; `grads` itself unless -ga fp32
+    GradientBuffer step_grad;       // what the optimizer reads, indexed like the shard buffers:
+                                    // stage 0 step_sum_full (one shard), 1-3 this rank's shard
     floatX* reduce_buffer;          // stages 2-3: a reduce-scattered unit shard
     float* norm_scratch;
 };
 
-inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_HEAD : SLOT_LAYER; }
+inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_FINAL_NORM : SLOT_LAYER; }
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
 // each unit padded to a multiple of `shards`, placed in the full buffer (offset), the unpadded
@@ -125,34 +137,37 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         if (units[u].padded > slot) slot = units[u].padded;
         z->max_unit_shard = std::max(z->max_unit_shard, units[u].padded / z->shards);
     }
-    size_t F = z->full_elements, P = z->shard_elements, X = sizeof(floatX), f = sizeof(float);
-    const size_t* S = z->slot_elements;
+    size_t full = z->full_elements, shard = z->shard_elements, X = sizeof(floatX), fp32 = sizeof(float);
+    const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
     bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32;
     BufferSpec specs[] = {
-        {(void**)&z->params, stage == 3 ? P : F, X, MEM_PARAMETERS},
-        {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? S[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->gathered[SLOT_LAYER], gathered ? S[SLOT_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->gathered[SLOT_HEAD], gathered ? S[SLOT_HEAD] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->master, master ? P : 0, f, MEM_OPTIMIZER},
-        {(void**)&z->m, P, f, MEM_OPTIMIZER},
-        {(void**)&z->v, P, f, MEM_OPTIMIZER},
-        {(void**)&z->grads, stage <= 1 ? F : 0, X, MEM_GRADIENTS},
-        {(void**)&z->grads_fp32_full, stage <= 1 && grads_fp32 ? F : 0, f, MEM_GRADIENTS},
-        {(void**)&z->grad_shard, stage >= 1 && !grads_fp32 ? P : 0, X, MEM_GRADIENTS},
-        {(void**)&z->grad_shard_fp32, stage >= 1 && grads_fp32 ? P : 0, f, MEM_GRADIENTS},
-        {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? S[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? S[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->unit_grads[SLOT_HEAD], unit_grads ? S[SLOT_HEAD] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->params, stage == 3 ? shard : full, X, MEM_PARAMETERS},
+        {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? slot[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[SLOT_LAYER], gathered ? slot[SLOT_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[SLOT_FINAL_NORM], gathered ? slot[SLOT_FINAL_NORM] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->master, master ? shard : 0, fp32, MEM_OPTIMIZER},
+        {(void**)&z->m, shard, fp32, MEM_OPTIMIZER},
+        {(void**)&z->v, shard, fp32, MEM_OPTIMIZER},
+        {(void**)&z->grads, stage <= 1 ? full : 0, X, MEM_GRADIENTS},
+        {&z->step_sum_full.data, stage <= 1 && grads_fp32 ? full : 0, fp32, MEM_GRADIENTS},
+        {&z->step_grad.data, stage >= 1 ? shard : 0, grads_fp32 ? fp32 : X, MEM_GRADIENTS},
+        {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? slot[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? slot[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[SLOT_FINAL_NORM], unit_grads ? slot[SLOT_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->norm_scratch, NORM_PARTS, f, MEM_ACTIVATIONS_TRANSIENT},
+        {(void**)&z->norm_scratch, NORM_PARTS, fp32, MEM_ACTIVATIONS_TRANSIENT},
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
+    z->step_sum_full.fp32 = z->step_grad.fp32 = grads_fp32;
+    if (stage <= 1 && !grads_fp32) z->step_sum_full.data = z->grads;  // the backward sums in place
+    if (stage == 0) z->step_grad = z->step_sum_full;                   // the whole model is the shard
 }
 
 inline void zero_free(Zero* z) {
-    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->grads_fp32_full, z->grad_shard, z->grad_shard_fp32,
-                     z->reduce_buffer, z->norm_scratch};
+    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch};
     for (void* b : state) device_free(b);
+    if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
+    if (z->stage >= 1) device_free(z->step_grad.data);
     for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
     free(z->units);
 }
@@ -236,48 +251,39 @@ inline void zero_reduce_unit(Zero* z, int u) {
     if (z->stage < 2) return;
     size_t S = unit_shard(z, u);
     floatX* g = z->unit_grads[unit_slot(z, u)];
-    comm_reduce_scatter_sum(z->comm, &z->comm->dp, g, z->reduce_buffer, S);
+    comm_reduce_scatter_sum(&z->comm->dp, g, z->reduce_buffer, S);
     size_t at = z->units[u].shard_offset;
-    if (z->grads_fp32) gradient_accumulate(z->grad_shard_fp32 + at, z->reduce_buffer, S);
-    else gradient_accumulate(z->grad_shard + at, z->reduce_buffer, S);
+    with_gradient(z->step_grad, [&](auto* step) { gradient_accumulate(step + at, z->reduce_buffer, S); });
     device_zero(g, z->units[u].padded * sizeof(floatX));
 }
 
 // ---------------------------------------------------------------- the step
 
+// every gradient buffer of the step to zero (each once: step_sum_full and step_grad may be aliases)
 inline void zero_begin_step(Zero* z) {
-    if (z->grads) device_zero(z->grads, z->full_elements * sizeof(floatX));
-    if (z->grads_fp32_full) device_zero(z->grads_fp32_full, z->full_elements * sizeof(float));
-    if (z->grad_shard) device_zero(z->grad_shard, z->shard_elements * sizeof(floatX));
-    if (z->grad_shard_fp32) device_zero(z->grad_shard_fp32, z->shard_elements * sizeof(float));
+    size_t G = z->grads_fp32 ? sizeof(float) : sizeof(floatX);
+    if (z->stage <= 1) device_zero(z->grads, z->full_elements * sizeof(floatX));
+    if (z->stage <= 1 && z->grads_fp32) device_zero(z->step_sum_full.data, z->full_elements * G);
+    if (z->stage >= 1) device_zero(z->step_grad.data, z->shard_elements * G);
 }
 
 // -ga fp32 under stages 0-1: move the micro-step's floatX gradients into the fp32 sum
 inline void zero_end_micro_step(Zero* z) {
-    if (z->grads_fp32_full) gradient_accumulate(z->grads_fp32_full, z->grads, z->full_elements);
+    if (z->stage <= 1 && z->grads_fp32) gradient_accumulate((float*)z->step_sum_full.data, z->grads, z->full_elements);
 }
 
-// after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters; 2-3 already did
+// after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters each unit into this
+// rank's shard; stages 2-3 already did, unit by unit, during the backward
 inline void zero_reduce_step(Zero* z) {
     Comm* dp = &z->comm->dp;
-    if (z->stage == 0) {
-        if (z->grads_fp32_full) comm_all_reduce_sum(z->comm, dp, z->grads_fp32_full, z->full_elements);
-        else comm_all_reduce_sum(z->comm, dp, z->grads, z->full_elements);
-    } else if (z->stage == 1) {
-        for (int u = 0; u < z->num_units; u++) {
-            const Unit& unit = z->units[u];
-            if (z->grads_fp32_full)
-                comm_reduce_scatter_sum(z->comm, dp, z->grads_fp32_full + unit.offset, z->grad_shard_fp32 + unit.shard_offset, unit_shard(z, u));
-            else
-                comm_reduce_scatter_sum(z->comm, dp, z->grads + unit.offset, z->grad_shard + unit.shard_offset, unit_shard(z, u));
-        }
-    }
+    if (z->stage == 0) with_gradient(z->step_grad, [&](auto* all) { comm_all_reduce_sum(dp, all, z->full_elements); });
+    if (z->stage != 1) return;
+    with_gradient(z->step_sum_full, [&](auto* full) {
+        auto* shard = (decltype(full))z->step_grad.data;  // the same type
+        for (int u = 0; u < z->num_units; u++)
+            comm_reduce_scatter_sum(dp, full + z->units[u].offset, shard + z->units[u].shard_offset, unit_shard(z, u));
+    });
 }
-
-// the gradient the optimizer reads, indexed like the shard buffers (stage 0: one shard, the whole model)
-inline bool zero_grad_is_fp32(const Zero* z) { return z->grads_fp32; }
-inline float* zero_grad_fp32(const Zero* z) { return z->stage == 0 ? z->grads_fp32_full : z->grad_shard_fp32; }
-inline floatX* zero_grad_floatX(const Zero* z) { return z->stage == 0 ? z->grads : z->grad_shard; }
 
 template <typename T> inline double norm_squared_of_range(const T* g, size_t lo, size_t hi, float* scratch) {
     return hi > lo ? global_norm_squared(g + lo, hi - lo, scratch) : 0.0;
@@ -289,19 +295,18 @@ template <typename T> inline double norm_squared_of_range(const T* g, size_t lo,
 // copy) is counted by one rank only, and the caller sums over TP ranks and stages. When
 // everything counts, the buffer is summed in one range.
 template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts counts) {
-    size_t n = z->stage == 0 ? z->full_elements : z->shard_elements;
-    double sum = 0.0;
-    size_t from = 0;  // the counted range that is open: [from, where the next skipped one begins)
-    auto count_up_to = [&](size_t to) {
-        sum += zero_grad_is_fp32(z) ? norm_squared_of_range(zero_grad_fp32(z), from, to, z->norm_scratch)
-                                    : norm_squared_of_range(zero_grad_floatX(z), from, to, z->norm_scratch);
-    };
+    // the counted ranges of step_grad: the gaps between the slices that do not count
+    std::vector<size_t> begins = {0}, ends;
     zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t at) {
         if (counts(u, slice)) return;
-        count_up_to(at);
-        from = at + (hi - lo);
+        ends.push_back(at);                // the counted range ends where this slice starts
+        begins.push_back(at + (hi - lo));  // and the next begins after it
     });
-    count_up_to(n);
+    ends.push_back(z->stage == 0 ? z->full_elements : z->shard_elements);
+    double sum = 0.0;
+    with_gradient(z->step_grad, [&](auto* g) {
+        for (size_t r = 0; r < ends.size(); r++) sum += norm_squared_of_range(g, begins[r], ends[r], z->norm_scratch);
+    });
     if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
     return sum;
 }
@@ -311,33 +316,33 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
 // copies have the same units and shards, so the sum is elementwise.
 inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
     size_t at = z->units[u].shard_offset, n = unit_shard(z, u);
-    if (zero_grad_is_fp32(z)) comm_all_reduce_sum(z->comm, group, zero_grad_fp32(z) + at, n);
-    else comm_all_reduce_sum(z->comm, group, zero_grad_floatX(z) + at, n);
+    with_gradient(z->step_grad, [&](auto* g) { comm_all_reduce_sum(group, g + at, n); });
 }
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
 inline void zero_poison_gradients(Zero* z) {
-    float f = INFINITY;
-    floatX x = from_float(INFINITY);
-    if (z->stage <= 1 && z->grads_fp32) host_to_device(z->grads_fp32_full, &f, sizeof(float));  // before the reduction
-    else if (z->stage <= 1) host_to_device(z->grads, &x, sizeof(floatX));
-    else if (z->grads_fp32) host_to_device(z->grad_shard_fp32, &f, sizeof(float));            // after it
-    else host_to_device(z->grad_shard, &x, sizeof(floatX));
+    GradientBuffer target = z->stage <= 1 ? z->step_sum_full : z->step_grad;  // before the reduction, or after it
+    with_gradient(target, [&](auto* g) {
+        using Element = std::remove_pointer_t<decltype(g)>;  // float or floatX
+        Element inf;
+        if constexpr (std::is_same<Element, float>::value) inf = INFINITY;
+        else inf = from_float(INFINITY);
+        host_to_device(g, &inf, sizeof(inf));
+    });
 }
 
 // AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
-    zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
-        const Unit& unit = z->units[u];
-        floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
-        AdamWConfig c;
-        c.lr = lr;
-        c.weight_decay = slice.decay ? weight_decay : 0.0f;
-        float* master = z->master ? z->master + local : NULL;  // m, v, master and the gradient share the shard index
-        if (zero_grad_is_fp32(z))
-            adamw_update(p, master, zero_grad_fp32(z) + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
-        else
-            adamw_update(p, master, zero_grad_floatX(z) + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+    with_gradient(z->step_grad, [&](auto* grad) {
+        zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
+            const Unit& unit = z->units[u];
+            floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
+            AdamWConfig c;
+            c.lr = lr;
+            c.weight_decay = slice.decay ? weight_decay : 0.0f;
+            float* master = z->master ? z->master + local : NULL;  // m, v, master and the gradient share the shard index
+            adamw_update(p, master, grad + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
+        });
     });
 }
 

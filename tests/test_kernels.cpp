@@ -17,7 +17,7 @@ for backward passes. Also the AdamW element math, the LR schedule and the loader
 #include "../kernels/crossentropy.cuh"
 #include "../kernels/gradients.cuh"
 #include "../adamw.h"
-#include "../schedule.h"
+#include "../lr_schedule.h"
 #include "../dataloader.h"
 
 using std::vector;

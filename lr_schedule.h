@@ -1,5 +1,5 @@
 /*
-schedule.h: the learning-rate schedule: linear warmup, then cosine decay.
+lr_schedule.h: the learning-rate schedule: linear warmup, then cosine decay.
 
     step < warmup:  lr * (step + 1) / warmup
     otherwise:      lr_min + (lr - lr_min) * 0.5 * (1 + cos(pi * (step - warmup) / (max_steps - warmup)))
