@@ -220,8 +220,8 @@ tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 
-tests/build/test_pipeline: tests/test_pipeline.cpp pipeline.h $(CATCH_MAIN)
-	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -o $@
+tests/build/test_pipeline: tests/test_pipeline.cpp $(HEADERS) $(CATCH_MAIN)
+	$(MPICXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -o $@
 
 # every op's host twin against PyTorch (dev/pytorch_ref.py's files), in fp32 and in bf16
 tests/build/test_ops_vs_pytorch_fp32: tests/test_ops_vs_pytorch.cpp dev/pytorch_ref.h $(HEADERS)

@@ -50,14 +50,33 @@ each other with blocking semantics and checks that every list completes).
 Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
 (1F1B) min(p - s, m) or (GPipe) m micro-batches of its layers' activations; the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
-step: the embedding group of comm.h). Read one_f_one_b_schedule first.
+step: the embedding group of comm.h).
+
+Running a list (run_schedule, the second half of this file): the executor walks the
+list and does each action. It knows the model only through a PipelineStage: run
+micro-batch k forward, or backward, and where k's input and output activations and
+the stage's gradient buffer are. It relies on two invariants of every list
+(tests/test_pipeline.cpp checks both for all (p, m)):
+  - one gradient buffer per stage suffices: a received gradient is used by the very
+    next action, the backward of that micro-batch, which overwrites it with the
+    gradient of the stage's input; the action right after sends that, before any
+    other gradient arrives. So GPT-2's stage keeps one (B,T,C) buffer, not m.
+  - micro-batch k's activations live in set k % sets (pipeline_activation_sets): its
+    input arrives there before forward k, and nothing reuses the set before
+    backward k, because no more than `sets` micro-batches are ever in flight.
+Read one_f_one_b_schedule first, then run_schedule.
 */
 #pragma once
-// defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction,
+// defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,
 //          gpipe_schedule, one_f_one_b_schedule, pipeline_schedule, pipeline_activation_sets,
-//          pipeline_bubble_fraction
-#include <string.h>  // defines: strcmp
-#include <vector>    // defines: std::vector
+//          pipeline_bubble_fraction, PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule,
+//          pipeline_forward
+#include <string.h>    // defines: strcmp
+#include <chrono>      // defines: std::chrono::steady_clock
+#include <functional>  // defines: std::function
+#include <string>      // defines: std::string, std::to_string
+#include <vector>      // defines: std::vector
+#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan (trace.h)
 
 // layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
 inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
@@ -76,10 +95,12 @@ enum PipelineOp {
     FORWARD, BACKWARD,                          // run micro-batch k through this stage
     RECV_ACTIVATION, SEND_ACTIVATION,           // from stage s-1, to stage s+1
     RECV_GRADIENT, SEND_GRADIENT,               // from stage s+1, to stage s-1
-    SEND_ACTIVATION_RECV_GRADIENT,              // paired, with stage s+1: activation k out, gradient k2 in
-    SEND_GRADIENT_RECV_ACTIVATION,              // paired, with stage s-1: gradient k out, activation k2 in
+    SEND_ACTIVATION_RECV_GRADIENT,              // paired, with stage s+1: activation k out, gradient j in
+    SEND_GRADIENT_RECV_ACTIVATION,              // paired, with stage s-1: gradient k out, activation j in
 };
-struct PipelineAction { PipelineOp op; int micro, micro2; };
+// micro: the micro-batch k the action is about (for a paired one, whose message is sent);
+// received_micro: a paired action's j, whose message comes in (-1 for the others)
+struct PipelineAction { PipelineOp op; int micro, received_micro; };
 
 // appends an action, leaving out the halves that have no neighbour (stage 0 receives no
 // activation and sends no gradient; stage p-1 sends no activation and receives no gradient)
@@ -118,7 +139,9 @@ inline std::vector<PipelineAction> one_f_one_b_schedule(int s, int p, int m) {
         add_action(&a, FORWARD, k, -1, s, p);
         add_action(&a, SEND_ACTIVATION, k, -1, s, p);
     }
-    // steady: forward warmup + j, then backward j
+    // steady: forward warmup + j, then backward j. Each step's last action receives the next
+    // forward's input along with sending a gradient (paired); the first forward's input has no
+    // such action before it, so it is received here, on its own
     if (steady > 0) add_action(&a, RECV_ACTIVATION, warmup, -1, s, p);
     for (int j = 0; j < steady; j++) {
         int f = warmup + j;
@@ -151,3 +174,79 @@ inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
 
 // the idle fraction of a step with equal forward and backward times on every stage
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+
+// ---------------------------------------------------------------- running a schedule
+
+// what the executor needs of the model (GPT-2's in train_gpt.cu: pipeline_stage)
+struct PipelineStage {
+    std::function<double(int k)> forward;   // micro-batch k through this stage; its loss sum on the last stage, else 0
+    std::function<void(int k)> backward;    // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
+    std::function<floatX*(int k)> input;    // where k's input activation is received (not on the first stage)
+    std::function<floatX*(int k)> output;   // where k's output activation is after its forward (sent to s+1)
+    floatX* gradient;                       // the stage's one gradient buffer (the header says why one is enough)
+    size_t message_elements;                // of every activation and gradient: B*T*C
+};
+
+// time spent computing (forwards and backwards) and in the whole schedule, for the bubble
+struct ScheduleTiming { double busy_ms, total_ms; };
+
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
+inline std::string action_name(const PipelineAction& a) {
+    static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
+                                  "send gradient", "send activation", "send gradient"};
+    std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
+    if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.received_micro);
+    if (a.op == SEND_GRADIENT_RECV_ACTIVATION) name += " / recv activation " + std::to_string(a.received_micro);
+    return name;
+}
+
+// does stage pp->rank's actions for one step, over its pipeline group `pp`; returns the sum of
+// the forwards' losses (the last stage's; 0 elsewhere)
+inline double run_schedule(const PipelineStage& stage, const std::vector<PipelineAction>& actions, Comm* pp,
+                           ScheduleTiming* timing) {
+    int s = pp->rank;
+    size_t n = stage.message_elements;
+    double loss = 0.0;
+    auto start = std::chrono::steady_clock::now();
+    *timing = ScheduleTiming{0.0, 0.0};
+    for (const PipelineAction& a : actions) {
+        bool compute = a.op == FORWARD || a.op == BACKWARD;
+        // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
+        // as the next forward's or backward's busy time and the bubble would look smaller than it is
+        if (compute) device_synchronize();
+        auto began = std::chrono::steady_clock::now();
+        TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
+        switch (a.op) {
+            case FORWARD: loss += stage.forward(a.micro); break;
+            case BACKWARD: stage.backward(a.micro); break;
+            case RECV_ACTIVATION: comm_recv(pp, stage.input(a.micro), n, s - 1); break;
+            case SEND_ACTIVATION: comm_send(pp, stage.output(a.micro), n, s + 1); break;
+            case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, s + 1); break;
+            case SEND_GRADIENT: comm_send(pp, stage.gradient, n, s - 1); break;
+            case SEND_ACTIVATION_RECV_GRADIENT:
+                comm_send_recv(pp, stage.output(a.micro), s + 1, stage.gradient, s + 1, n);
+                break;
+            case SEND_GRADIENT_RECV_ACTIVATION:
+                comm_send_recv(pp, stage.gradient, s - 1, stage.input(a.received_micro), s - 1, n);
+                break;
+        }
+        if (compute) { device_synchronize(); timing->busy_ms += ms_since(began); }
+    }
+    device_synchronize();
+    timing->total_ms = ms_since(start);
+    return loss;
+}
+
+// micro-batch 0 through every stage in turn, forward only (validation, sampling): no schedule,
+// each stage waits for its input, runs, and passes its output on. Returns the loss as run_schedule
+inline double pipeline_forward(const PipelineStage& stage, Comm* pp) {
+    int s = pp->rank;
+    if (s > 0) comm_recv(pp, stage.input(0), stage.message_elements, s - 1);
+    double loss = stage.forward(0);
+    if (s < pp->size - 1) comm_send(pp, stage.output(0), stage.message_elements, s + 1);
+    return loss;
+}

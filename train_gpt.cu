@@ -754,76 +754,34 @@ inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& 
 }
 
 // ----------------------------------------------------------------------------
-// the pipeline: this stage runs its list of actions (pipeline.h)
+// the pipeline: this stage as pipeline.h's executor sees it
 
-// time spent computing (forwards and backwards) and in the whole schedule, for the bubble
-struct ScheduleTiming { double busy_ms, total_ms; };
+// micro-batch k's activations: set k % sets (pipeline_activation_sets)
+inline ActivationTensors& activation_set(GPT2* model, int k) { return model->sets[k % model->sets.size()]; }
 
-inline double ms_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+// this stage for one step's micro-batches: forward k and backward k, micro-batch k's input and
+// output, and scratch.dresidual as the one gradient buffer (block_backward and head_backward
+// already use it for the gradient of the residual stream). Activations and gradients travel
+// as (B,T,C) floatX.
+inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
+    PipelineStage stage;
+    stage.forward = [=, &batches](int k) { return stage_forward(model, activation_set(model, k), batches[k], B, T, dloss); };
+    stage.backward = [=, &batches](int k) {
+        stage_backward(model, activation_set(model, k), batches[k], B, T);
+        zero_end_micro_step(&model->zero);
+    };
+    stage.input = [=](int k) { return activation_set(model, k).input; };
+    stage.output = [=](int k) { return stage_output(model, activation_set(model, k), B, T); };
+    stage.gradient = model->scratch.dresidual;
+    stage.message_elements = (size_t)B * T * model->config.channels;
+    return stage;
 }
 
-// the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
-inline std::string action_name(const PipelineAction& a) {
-    static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
-                                  "send gradient", "send activation", "send gradient"};
-    std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
-    if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.micro2);
-    if (a.op == SEND_GRADIENT_RECV_ACTIVATION) name += " / recv activation " + std::to_string(a.micro2);
-    return name;
-}
-
-// executes stage s's actions for one step's micro-batches; returns the sum of their token
-// losses on the last stage (0 elsewhere). Activations and gradients travel as (B,T,C) floatX.
-inline double run_schedule(GPT2* model, const std::vector<MicroBatch>& batches, const std::vector<PipelineAction>& actions,
-                           float dloss, int B, int T, ScheduleTiming* timing) {
-    Comm* pp = &model->comm->pp;
-    int s = model->layout.pp_rank;
-    size_t n = (size_t)B * T * model->config.channels;
-    floatX* grad = model->scratch.dresidual;  // the gradient of a stage's output, then of its input
-    auto set = [&](int k) -> ActivationTensors& { return model->sets[k % model->sets.size()]; };
-    auto out = [&](int k) { return stage_output(model, set(k), B, T); };
-    double loss = 0.0;
-    auto start = std::chrono::steady_clock::now();
-    *timing = ScheduleTiming{0.0, 0.0};
-    for (const PipelineAction& a : actions) {
-        bool compute = a.op == FORWARD || a.op == BACKWARD;
-        // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
-        // as the next forward's or backward's busy time and the bubble would look smaller than it is
-        if (compute) device_synchronize();
-        auto began = std::chrono::steady_clock::now();
-        TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
-        switch (a.op) {
-            case FORWARD: loss += stage_forward(model, set(a.micro), batches[a.micro], B, T, dloss); break;
-            case BACKWARD:
-                stage_backward(model, set(a.micro), batches[a.micro], B, T);
-                zero_end_micro_step(&model->zero);
-                break;
-            case RECV_ACTIVATION: comm_recv(pp, set(a.micro).input, n, s - 1); break;
-            case SEND_ACTIVATION: comm_send(pp, out(a.micro), n, s + 1); break;
-            case RECV_GRADIENT: comm_recv(pp, grad, n, s + 1); break;
-            case SEND_GRADIENT: comm_send(pp, grad, n, s - 1); break;
-            case SEND_ACTIVATION_RECV_GRADIENT: comm_send_recv(pp, out(a.micro), s + 1, grad, s + 1, n); break;
-            case SEND_GRADIENT_RECV_ACTIVATION: comm_send_recv(pp, grad, s - 1, set(a.micro2).input, s - 1, n); break;
-        }
-        if (compute) { device_synchronize(); timing->busy_ms += ms_since(began); }
-    }
-    device_synchronize();
-    timing->total_ms = ms_since(start);
-    return loss;
-}
-
-// one micro-batch through every stage in turn, forward only (validation, sampling), in set 0;
-// returns the token losses' sum on the last stage (0 elsewhere)
-inline double pipeline_forward(GPT2* model, const MicroBatch& mb, int B, int T) {
-    Comm* pp = &model->comm->pp;
-    int s = model->layout.pp_rank;
-    size_t n = (size_t)B * T * model->config.channels;
-    ActivationTensors& a = model->sets[0];
-    if (!is_first_stage(model->layout)) comm_recv(pp, a.input, n, s - 1);
-    double loss = stage_forward(model, a, mb, B, T, 0.0f);
-    if (!is_last_stage(model->layout)) comm_send(pp, stage_output(model, a, B, T), n, s + 1);
-    return loss;
+// one micro-batch through every stage, forward only (validation, sampling), in set 0; returns
+// the token losses' sum on the last stage (0 elsewhere, and without targets)
+inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T) {
+    std::vector<MicroBatch> one = {mb};
+    return pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp);
 }
 
 // the squared norm of the whole model's gradient, each parameter counted once: a tensor
@@ -910,7 +868,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     }
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
-    double loss_sum = run_schedule(model, batches, schedule, dloss, B, T, &r.timing);
+    double loss_sum = run_schedule(pipeline_stage(model, batches, dloss, B, T), schedule, &model->comm->pp, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
@@ -939,7 +897,7 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        sum += pipeline_forward(model, MicroBatch{loader->inputs, loader->targets}, loader->B, loader->T);
+        sum += forward_only(model, MicroBatch{loader->inputs, loader->targets}, loader->B, loader->T);
     }
     comm_all_reduce_scalars(&model->comm->pp, &sum, 1);
     comm_all_reduce_scalars(&model->comm->dp, &sum, 1);
@@ -959,7 +917,7 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
         int context = t < model->T ? t : model->T;
-        pipeline_forward(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
+        forward_only(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
         if (is_last_stage(model->layout))
             comm_all_gather(&model->comm->tp, model->sets[0].logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
         comm_broadcast(&model->comm->pp, model->scratch.logit_row, c.padded_vocab_size, model->layout.pp - 1);

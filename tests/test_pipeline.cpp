@@ -8,7 +8,10 @@ tests/test_pipeline.cpp: the schedules of pipeline.h, as data, over many (p, m):
   - all stages' lists run against each other with blocking (rendezvous) sends and receives,
     MPI's worst case, and every list completes: no deadlock;
   - with one slot per forward and backward, every stage idles (p - 1)/(m + p - 1) of the
-    step, and the timelines for p = 4, m = 8 are the tables in pipeline.h's header comment.
+    step, and the timelines for p = 4, m = 8 are the tables in pipeline.h's header comment;
+  - the invariants run_schedule relies on: a received gradient is consumed by the next
+    action (its backward), whose result is sent by the action after, so one gradient buffer
+    per stage suffices; micro-batch k's activation set is free when its input arrives.
 */
 #include <catch2/catch.hpp>
 #include <stdio.h>
@@ -30,8 +33,8 @@ static vector<Message> messages_of(const PipelineAction& a, int s) {
         case SEND_ACTIVATION: return {{true, true, a.micro, s + 1, false}};
         case RECV_GRADIENT: return {{false, false, a.micro, s + 1, false}};
         case SEND_GRADIENT: return {{true, false, a.micro, s - 1, false}};
-        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1, false}, {false, false, a.micro2, s + 1, false}};
-        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1, false}, {false, true, a.micro2, s - 1, false}};
+        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1, false}, {false, false, a.received_micro, s + 1, false}};
+        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1, false}, {false, true, a.received_micro, s - 1, false}};
         default: return {};
     }
 }
@@ -202,4 +205,45 @@ TEST_CASE("the tables in pipeline.h's header are the schedules' timelines for p 
         for (int s = 0; s < 4; s++) printf("%s stage %d: %s\n", name, s, rows[s].c_str());
         CHECK(documented[name] == rows);
     }
+}
+
+// the gradient of micro-batch k that action a receives, or -1
+static int gradient_received(const PipelineAction& a) {
+    return a.op == RECV_GRADIENT ? a.micro : a.op == SEND_ACTIVATION_RECV_GRADIENT ? a.received_micro : -1;
+}
+static int gradient_sent(const PipelineAction& a) {
+    return a.op == SEND_GRADIENT || a.op == SEND_GRADIENT_RECV_ACTIVATION ? a.micro : -1;
+}
+static int activation_received(const PipelineAction& a) {
+    return a.op == RECV_ACTIVATION ? a.micro : a.op == SEND_GRADIENT_RECV_ACTIVATION ? a.received_micro : -1;
+}
+
+TEST_CASE("run_schedule's invariants: one gradient buffer per stage, one activation set per micro-batch in flight") {
+    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE})
+        for (int p = 1; p <= 6; p++)
+            for (int m = 1; m <= 12; m++)
+                for (int s = 0; s < p; s++) {
+                    INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m << " s=" << s);
+                    vector<PipelineAction> list = pipeline_schedule(kind, s, p, m);
+                    int n = (int)list.size(), sets = pipeline_activation_sets(kind, s, p, m);
+                    vector<bool> in_flight(m, false);
+                    for (int i = 0; i < n; i++) {
+                        const PipelineAction& a = list[i];
+                        // a received gradient is consumed at once by its backward...
+                        if (gradient_received(a) >= 0)
+                            CHECK((i + 1 < n && list[i + 1].op == BACKWARD && list[i + 1].micro == gradient_received(a)));
+                        if (a.op == BACKWARD) {
+                            // ...which, except on the last stage, reads nothing but that gradient...
+                            if (s < p - 1) CHECK((i > 0 && gradient_received(list[i - 1]) == a.micro));
+                            // ...and whose result leaves before the buffer is written again
+                            if (s > 0) CHECK((i + 1 < n && gradient_sent(list[i + 1]) == a.micro));
+                            in_flight[a.micro] = false;
+                        }
+                        // micro-batch k's input lands in set k % sets: no micro-batch still in flight uses it
+                        int k = activation_received(a) >= 0 ? activation_received(a) : a.op == FORWARD ? a.micro : -1;
+                        if (k < 0) continue;
+                        for (int j = 0; j < m; j++) CHECK(!(in_flight[j] && j != k && j % sets == k % sets));
+                        if (a.op == FORWARD) in_flight[k] = true;
+                    }
+                }
 }
