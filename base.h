@@ -15,11 +15,12 @@ the same trainer source runs unchanged.
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
 //          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
-//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes
+//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
+#include <sys/stat.h>  // defines: stat (file_exists)
 #include <stdarg.h>  // defines: va_list
 #include <string>   // defines: std::string
 #include "precision.h"  // defines: HOST_DEVICE
@@ -176,6 +177,8 @@ inline void whole_file_abandon(WholeFile* w) {  // a failed run: no partial file
     w->f = nullptr;
     remove(w->tmp.c_str());
 }
+
+inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 // the whole file, or an error naming it (`what` says what the file is for)
 inline std::string read_whole_file(const char* path, const char* what) {

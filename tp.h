@@ -17,19 +17,37 @@ runs its share of the pair start to end and only the pair's output needs a sum.
     +----------------+ v heads of rank 1
     rank r: (3C/tp, C) = its rows of q, k and v, so attention runs on NH/tp whole heads
 
-    fcw (4C, C), by rows: (4C/tp, C)          fcprojw (C, 4C), by columns: (C, 4C/tp)
+    fcw (4C, C), by rows: hidden features     fcprojw (C, 4C), by columns
+    +----------------+                        +-------+-------+
+    |  rank 0's 4C/tp|                        |rank 0 |rank 1 |  (C, 4C/tp) each:
+    +----------------+                        |       |       |  the hidden features
+    |  rank 1's 4C/tp|                        |       |       |  that rank computed
+    +----------------+                        +-------+-------+
+    rank r: (4C/tp, C); GELU is elementwise, so it runs on the rank's features alone
+
+The MLP as block matrices (math convention, y = x A: A = fcw^T, B = fcprojw^T), two ranks:
+    A = [A_0  A_1]   split by columns: x A = [x A_0   x A_1]       each rank one block
+    B = [B_0]        split by rows:    gelu(x A) B = [h_0  h_1] [B_0]  = h_0 B_0 + h_1 B_1
+        [B_1]                                                   [B_1]
+with h_r = gelu(x A_r): rank r computes h_r B_r, a full (B,T,C) partial output, and g
+sums the partials. Attention is the same with A = qkvw^T cut by heads, B = attprojw^T.
+
     qkvb, fcb: cut with their rows            attprojb, fcprojb: whole, added once after the sum
     ln1w/b, ln2w/b, lnfw/b, wpe: whole on every rank (replicated)
     wte (Vp, C), by rows: the vocabulary, Vp/tp rows per rank (vocab-parallel, below)
 
-Two operators move the data (Megatron's f and g), and they are each other's mirror:
-    f  before a column-parallel matrix: identity forward, all-reduce of the input's
-       gradient backward (each rank's rows gave a part of it)
-    g  after a row-parallel matrix:     all-reduce of the output forward (each rank's
-       columns gave a part of it), identity backward
+Two operators move the data (Megatron's f and g), each a forward/backward pair, and
+they are each other's mirror (picotron: CopyToModelParallelRegion and
+ReduceFromModelParallelRegion):
+                                    forward            backward
+    f  before a column-parallel     identity           all-reduce the input's gradient
+       matrix (qkv, fc, LM head)                       (each rank's rows gave a part)
+    g  after a row-parallel         all-reduce the     identity
+       matrix (attproj, fcproj)     output (each rank's columns gave a part)
 so a block costs 2 all-reduces forward (tp_g_forward after attproj and fcproj) and 2
-backward (tp_f_backward before qkv and fc), each of B*T*C floatX. Everything between
-them is local: attention heads are independent, GELU is elementwise.
+backward (tp_f_backward before qkv and fc), each of B*T*C floatX. The identity halves
+are called too, so the forward and backward read as mirrors. Everything between f and
+g is local: attention heads are independent, GELU is elementwise.
 
 Replicated tensors need no gradient reduction over TP: the residual stream, the
 LayerNorms and the row-parallel biases see the same inputs and output gradients on
@@ -52,29 +70,32 @@ Per-rank memory, against one rank holding the whole model (Psi parameters):
 Bytes one rank sends per micro-step (ring all-reduce, 2 S (tp-1)/tp for S bytes):
     (4 L + 2) all-reduces of B*T*C*X (+ 2 L more when -r 3 reruns each block's forward)
     + 3 all-reduces of B*T*4 (the loss), and per step one of the squared norm.
-Read tp_g_forward and tp_f_backward first, then tp_crossentropy.
+Read the four f and g functions first, then tp_crossentropy.
+Applied in train_gpt.cu: block_forward, block_backward (f and g around each pair),
+embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy);
+parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reorder_part.
 */
 #pragma once
-// defines: tp_f_backward, tp_g_forward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
+// defines: tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
 //          tp_vocab_range, LossStatistics, tp_crossentropy, tp_all_reduce_bytes_per_micro_step
 #include <algorithm>                 // defines: std::min, std::max
-#include "comm.h"                    // defines: Collectives, comm_all_reduce_sum, comm_all_reduce_max
+#include "comm.h"                    // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
 
 // ---------------------------------------------------------------- Megatron's f and g
 
-// f, backward: the gradient of a column-parallel layer's input, summed over the TP ranks
-// (its forward is the identity: every rank already holds the whole input)
-inline void tp_f_backward(Collectives* comm, floatX* dinput, size_t n) {
-    comm_all_reduce_sum(&comm->tp, dinput, n);
-}
+// f, before a column-parallel matrix. Forward: the identity, every rank already holds the
+// whole input. Backward: the input's gradient, summed over the TP group `tp`, since each
+// rank's rows of the matrix gave only their part of it.
+inline void tp_f_forward(Comm* tp, const floatX* input, size_t n) { (void)tp, (void)input, (void)n; }
+inline void tp_f_backward(Comm* tp, floatX* dinput, size_t n) { comm_all_reduce_sum(tp, dinput, n); }
 
-// g, forward: a row-parallel layer's output, summed over the TP ranks
-// (its backward is the identity: every rank needs the whole output gradient)
-inline void tp_g_forward(Collectives* comm, floatX* output, size_t n) {
-    comm_all_reduce_sum(&comm->tp, output, n);
-}
+// g, after a row-parallel matrix. Forward: the output, summed over the TP group, since each
+// rank's columns gave a partial sum. Backward: the identity, every rank needs the whole
+// output gradient, and has it.
+inline void tp_g_forward(Comm* tp, floatX* output, size_t n) { comm_all_reduce_sum(tp, output, n); }
+inline void tp_g_backward(Comm* tp, const floatX* doutput, size_t n) { (void)tp, (void)doutput, (void)n; }
 
 // ---------------------------------------------------------------- how a tensor is cut
 
@@ -119,15 +140,15 @@ struct LossStatistics { float *max, *sum, *target_logit; };
 // gathering them: logits (N, vocab.rows) are this rank's columns [vocab.begin, ...), and
 // become their gradient when dloss != 0 (kernels/crossentropy.cuh). V: the real vocabulary;
 // columns >= V are padding. Every TP rank ends with the same losses.
-inline void tp_crossentropy(Collectives* comm, floatX* logits, float* losses, const int* targets, LossStatistics stats,
+inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* targets, LossStatistics stats,
                             int N, int V, VocabRange vocab, float dloss) {
     int valid = std::min(std::max(V - vocab.begin, 0), vocab.rows);  // this rank's columns < V
     crossentropy_row_max(stats.max, logits, N, vocab.rows, valid);
-    comm_all_reduce_max(&comm->tp, stats.max, N);
+    comm_all_reduce_max(tp, stats.max, N);
     crossentropy_row_sumexp(stats.sum, logits, stats.max, N, vocab.rows, valid);
-    comm_all_reduce_sum(&comm->tp, stats.sum, N);
+    comm_all_reduce_sum(tp, stats.sum, N);
     crossentropy_target_logit(stats.target_logit, logits, targets, N, vocab.rows, vocab.begin);
-    comm_all_reduce_sum(&comm->tp, stats.target_logit, N);  // one rank holds it, the others add 0
+    comm_all_reduce_sum(tp, stats.target_logit, N);  // one rank holds it, the others add 0
     crossentropy_finish(logits, losses, targets, stats.max, stats.sum, stats.target_logit, N, vocab.rows, vocab.begin,
                         valid, dloss);
 }

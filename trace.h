@@ -14,7 +14,8 @@ Format: {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur", "pid": 0, "tid"
 plus one "thread_name" record per rank naming its place in the grid.
 */
 #pragma once
-// defines: Trace, TraceSpan, trace_start, trace_event_json
+// defines: Trace, TraceSpan, trace_start, trace_event_json, trace_write_file
+#include <stdio.h>  // defines: fopen, fprintf
 #include <chrono>   // defines: std::chrono::steady_clock
 #include <string>   // defines: std::string
 #include <vector>   // defines: std::vector
@@ -68,3 +69,26 @@ struct TraceSpan {
         trace->events += trace_event_json(name, category, start_us, end - start_us, tid);
     }
 };
+
+// rank 0, when tracing stops: every rank's spans (events[q], gathered) into one file, with a
+// track per rank named track_names[q]
+inline void trace_write_file(const char* path, const std::vector<std::vector<char>>& events,
+                             const std::vector<std::string>& track_names) {
+    FILE* f = fopen(path, "w");
+    if (!f) fail("cannot write trace file %s", path);
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (size_t q = 0; q < track_names.size(); q++) {
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"name\": \"%s\"}},\n", q,
+                track_names[q].c_str());
+        fprintf(f, "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"sort_index\": %zu}},\n", q, q);
+    }
+    bool first = true;
+    for (const std::vector<char>& rank_events : events) {
+        if (rank_events.empty()) continue;
+        fprintf(f, "%s%.*s", first ? "" : ",\n", (int)rank_events.size(), rank_events.data());
+        first = false;
+    }
+    bool ok = fprintf(f, "\n]}\n") > 0;
+    if (fclose(f) != 0 || !ok) fail("writing trace file %s failed", path);
+    printf("wrote %s: open it in ui.perfetto.dev or chrome://tracing\n", path);
+}

@@ -35,35 +35,36 @@ Read in this order: block_forward, block_backward, stage_forward, stage_backward
 run_schedule, train_step, main.
 */
 #include <stdio.h>     // defines: printf, fopen
-#include <stdlib.h>    // defines: malloc, strtoll, strtod
-#include <errno.h>     // defines: errno, ERANGE
-#include <limits.h>    // defines: INT_MAX, INT_MIN
-#include <string.h>    // defines: strcmp
-#include <math.h>      // defines: sqrt, expf
-#include <stdint.h>    // defines: int32_t, uint16_t
-#include <sys/stat.h>  // defines: stat, mkdir
+#include <stdlib.h>    // defines: malloc, atoi, getenv
+#include <limits.h>    // defines: INT_MAX
+#include <string.h>    // defines: strcmp, strpbrk
+#include <math.h>      // defines: sqrt, exp, fmaxf
+#include <stdint.h>    // defines: uint64_t
+#include <sys/stat.h>  // defines: mkdir
 #include <chrono>      // defines: std::chrono::steady_clock
-#include <cmath>       // defines: std::isfinite
-#include "precision.h"             // defines: floatX, to_float, from_float
-#include "kernels/common.cuh"      // defines: device_init, device_malloc, host_to_device, fail (base.h)
+#include <string>      // defines: std::string, std::to_string
+#include <vector>      // defines: std::vector
+#include "precision.h"             // defines: floatX, to_float, from_float, PRECISION_NAME
+#include "kernels/common.cuh"      // defines: device_init, device_malloc, host_to_device, fail, file_exists (base.h)
 #include "kernels/encoder.cuh"     // defines: encoder_forward, encoder_backward, VocabRange
 #include "kernels/layernorm.cuh"   // defines: layernorm_forward, layernorm_backward
 #include "kernels/matmul.cuh"      // defines: matmul_forward, matmul_backward, bias_forward
 #include "kernels/attention.cuh"   // defines: attention_forward, attention_backward
 #include "kernels/gelu.cuh"        // defines: gelu_forward, gelu_backward, residual_forward
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
-#include "adamw.h"                 // defines: adamw_update
-#include "loss_scale.h"            // defines: LossScaler, loss_scaler_update
+#include "adamw.h"                 // defines: adamw_update (zero.h calls it)
+#include "loss_scale.h"            // defines: LossScaler, loss_scaler_init, loss_scaler_update
 #include "recompute.h"             // defines: recompute_keeps, layer_activation_bytes
 #include "lr_schedule.h"           // defines: learning_rate_at
-#include "random.h"                // defines: Rng, rng_normal
-#include "dataloader.h"            // defines: DataLoader
-#include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, json_escape_utf8
-#include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars
-#include "zero.h"                  // defines: Zero, zero_unit_params, zero_reduce_unit, ...
+#include "random.h"                // defines: Rng, rng_normal, rng_uniform, random_u32
+#include "dataloader.h"            // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, decode_append, json_escape_utf8
+#include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars, comm_fail_all
+#include "zero.h"                  // defines: Zero, zero_unit_params, zero_gather_unit, zero_reduce_unit, ...
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
-#include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineAction
-#include "checkpoint.h"            // defines: TrainingState, checkpoint_write_state, checkpoint_read_state
+#include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
+#include "checkpoint.h"            // defines: checkpoint_model_path (model_file.h: the rest)
+#include "options.h"               // defines: TrainConfig, parse_args, print_usage
 
 // ----------------------------------------------------------------------------
 // configuration and layout
@@ -295,116 +296,11 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
                             (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
 }
 
-// values in llm.c's file order (the whole model) <-> the units of the part `lay` describes
-// (unit-major, unpadded): copies that part of every tensor (tp.h: tp_for_each_run)
-inline void reorder_part(const GPT2Config& c, const ModelLayout& lay, const Unit* units, const float* src, float* dst,
-                         bool file_to_units) {
-    TensorShape whole[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
-    parameter_shapes(whole, c, whole_model_layout(c));
-    parameter_shapes(part, c, lay);
-    int L = lay.layer_end - lay.layer_begin;
-    size_t file_offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t per_layer = (size_t)whole[i].rows * whole[i].cols;
-        bool per_block = i > WPE && i < LNFW;
-        for (int l = 0; l < part[i].layers && part[i].rows > 0; l++) {
-            const Unit& u = units[unit_of(i, l, L)];
-            size_t unit_at = u.origin + u.slices[slice_of(i)].offset;
-            size_t file_at = file_offset + (size_t)(per_block ? lay.layer_begin + l : 0) * per_layer;
-            tp_for_each_run(parameter_partition[i], whole[i].rows, whole[i].cols, lay.tp, lay.tp_rank,
-                            [&](size_t local, size_t whole_offset, size_t count) {
-                if (file_to_units) memcpy(dst + unit_at + local, src + file_at + whole_offset, count * sizeof(float));
-                else memcpy(dst + file_at + whole_offset, src + unit_at + local, count * sizeof(float));
-            });
-        }
-        file_offset += per_layer * whole[i].layers;
-    }
-}
+// ----------------------------------------------------------------------------
+// the plumbing, in headers of their own after the GPT2 they read and write
 
-inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
-    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0)
-        fail("%s: model dimensions must be positive (maxT=%d V=%d L=%d NH=%d C=%d)", source, c.max_seq_len,
-             c.vocab_size, c.num_layers, c.num_heads, c.channels);
-    if (c.padded_vocab_size < c.vocab_size) fail("%s: padded vocab %d is smaller than vocab %d", source, c.padded_vocab_size, c.vocab_size);
-    if (c.channels % c.num_heads != 0) fail("%s: channels %d not divisible by heads %d", source, c.channels, c.num_heads);
-    if (c.vocab_size > 65536) fail("%s: vocab %d does not fit uint16 token shards", source, c.vocab_size);
-}
-
-// llm.c model file: int32 header[256] = {magic, version, maxT, V, L, NH, C, Vp}, then the
-// parameters in file order. The header alone gives the configuration; returns the version.
-inline int read_model_header(const char* path, GPT2Config* config, FILE** opened) {
-    FILE* f = fopen(path, "rb");
-    if (!f) fail("cannot open model file %s", path);
-    int32_t header[256];
-    if (fread(header, sizeof(int32_t), 256, f) != 256) fail("model file %s is shorter than its 1024-byte header", path);
-    if (header[0] != MODEL_MAGIC) fail("model file %s has magic %d, expected %d (not an llm.c model file?)", path, header[0], MODEL_MAGIC);
-    int version = header[1];
-    if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16)
-        fail("model file %s has version %d; known versions are 3 (fp32) and 5 (bf16)", path, version);
-    *config = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
-    gpt2_validate_config(*config, path);
-    if (opened) *opened = f; else fclose(f);
-    return version;
-}
-
-// the parameters of a model file, as fp32 in file order (a bf16 file is widened)
-inline float* read_model_file(const char* path, GPT2Config* config) {
-    FILE* f;
-    int version = read_model_header(path, config, &f);
-    const GPT2Config& c = *config;
-    TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, whole_model_layout(c));
-    size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
-    struct stat st;
-    stat(path, &st);
-    if ((size_t)st.st_size != 1024 + n * bytes_per)
-        fail("model file %s should be %zu bytes for this header (%zu parameters) but is %lld", path,
-             1024 + n * bytes_per, n, (long long)st.st_size);
-    float* values = (float*)malloc(n * sizeof(float));
-    if (version == MODEL_VERSION_FP32) {
-        if (fread(values, 4, n, f) != n) fail("model file %s: short read", path);
-    } else {  // bf16 is the top half of an fp32
-        uint16_t* raw = (uint16_t*)malloc(n * 2);
-        if (fread(raw, 2, n, f) != n) fail("model file %s: short read", path);
-        for (size_t i = 0; i < n; i++) values[i] = float_from_bf16_bits(raw[i]);
-        free(raw);
-    }
-    fclose(f);
-    return values;
-}
-
-// GPT-2's initialisation: normal(0, 0.02) matrices and embeddings, residual projections scaled by
-// 1/sqrt(2L), zero biases, unit LayerNorm weights, zero padded vocabulary rows. Each (tensor, layer)
-// draws from its own stream seeded by (seed, tensor, layer), so any rank can make its part alone.
-inline void gpt2_init_values(float* out, int index, int layer, TensorShape full, const GPT2Config& c, uint64_t seed) {
-    size_t n = (size_t)full.rows * full.cols;
-    bool layer_norm_weight = index == LN1W || index == LN2W || index == LNFW;
-    if (!parameter_is_matrix[index]) {
-        for (size_t i = 0; i < n; i++) out[i] = layer_norm_weight ? 1.0f : 0.0f;
-        return;
-    }
-    double std = 0.02;
-    if (index == ATTPROJW || index == FCPROJW) std /= sqrt(2.0 * c.num_layers);
-    Rng rng = {seed * 0x100000001B3ull + (uint64_t)index * 1000003ull + (uint64_t)layer};
-    size_t real = index == WTE ? (size_t)c.vocab_size * c.channels : n;
-    for (size_t i = 0; i < n; i++) out[i] = i < real ? (float)(std * rng_normal(&rng)) : 0.0f;
-}
-
-// the whole model's initial values in file order: GPT-2's initialisation, seeded
-inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
-    TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, whole_model_layout(c));
-    float* values = (float*)malloc(parameter_count(full) * sizeof(float));
-    float* p = values;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-        for (int l = 0; l < full[i].layers; l++, p += (size_t)full[i].rows * full[i].cols)
-            gpt2_init_values(p, i, l, full[i], c, seed);
-    return values;
-}
-
-inline bool is_depth_init(const char* init) {  // "dN": GPT-2 of depth N from scratch
-    return init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1);
-}
+#include "model_file.h"  // defines: read_model_file, init_model_values, reorder_part, gpt2_write_file, write_checkpoint, resume_state, ...
+#include "accounting.h"  // defines: gpt2_plan, print_plans, measured_accounting_json, bubble_json, check_memory, ...
 
 // the model this rank holds, from -e (a model file or dN): its TP part of the whole (every
 // layout starts from the same values), with ZeRO `stage` over its DP group.
@@ -442,69 +338,6 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     zero_set_params(&model->zero, values);
     free(values);
     free(file_values);
-}
-
-// rank 0: every rank's `mine`, which add_to_part(grid of that rank, its part's units, mine,
-// part values) writes into the unit-order values of that rank's part (all of them, or the
-// rank's shard), placed in llm.c's file order (the whole model); the other ranks get nothing.
-// A collective over the world.
-template <typename AddToPart>
-inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<float>& mine, AddToPart add_to_part) {
-    const ProcessGrid& g = model->comm->grid;
-    std::vector<std::vector<float>> received = comm_gatherv_to_root(&model->comm->world, mine);
-    if (g.rank != 0) return {};
-    const GPT2Config& c = model->config;
-    TensorShape whole[NUM_PARAMETER_TENSORS];
-    parameter_shapes(whole, c, whole_model_layout(c));
-    std::vector<float> values(parameter_count(whole));
-    for (int part = g.tp * g.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
-        int tp_rank = part % g.tp, pp_rank = part / g.tp;
-        ModelLayout lay = stage_layout(c, g.tp, tp_rank, g.pp, pp_rank);
-        TensorShape shapes[NUM_PARAMETER_TENSORS];
-        parameter_shapes(shapes, c, lay);
-        int L = lay.layer_end - lay.layer_begin;
-        Unit* part_units = gpt2_units(shapes, L);
-        std::vector<float> part_values(parameter_count(shapes));
-        for (int q = 0; q < g.world; q++) {  // the DP ranks holding this part
-            ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
-            if (other.tp_rank == tp_rank && other.pp_rank == pp_rank && !received[q].empty())
-                add_to_part(other, part_units, L + 2, received[q], part_values.data());
-        }
-        reorder_part(c, lay, part_units, part_values.data(), values.data(), false);
-        free(part_units);
-    }
-    return values;
-}
-
-// writes an llm.c model file through a temporary name, so a crash never leaves a torn
-// file: bf16 builds write version 5, the others fp32 version 3. A collective: ZeRO-3
-// gathers over DP; world rank 0 gathers one DP replica's parts (every stage, every TP
-// rank) and places each with that part's layout.
-inline void gpt2_write_file(GPT2* model, const char* path) {
-    const ProcessGrid& g = model->comm->grid;
-    std::vector<float> units(model->num_parameters);
-    zero_params_to_host(&model->zero, units.data());
-    if (g.dp_rank != 0) units.clear();  // the whole model is the parts of one DP replica
-    std::vector<float> values = gather_in_file_order(model, units, [](const ProcessGrid&, const Unit*, int,
-                                                                       const std::vector<float>& part, float* out) {
-        memcpy(out, part.data(), part.size() * sizeof(float));
-    });
-    if (g.rank != 0) return;
-    const GPT2Config& c = model->config;
-    size_t total = values.size();
-    bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
-    size_t bytes_per = bf16 ? 2 : 4;
-    std::vector<char> body(total * bytes_per);
-    for (size_t i = 0; i < total; i++) {
-        if (bf16) { uint16_t top = bf16_bits_from_float(values[i]); memcpy(&body[2 * i], &top, 2); }
-        else memcpy(&body[4 * i], &values[i], 4);
-    }
-    int32_t header[256] = {MODEL_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size,
-                           c.num_layers, c.num_heads, c.channels, c.padded_vocab_size};
-    WholeFile w = whole_file_open(path, "model file");
-    whole_file_write(&w, header, sizeof(header));
-    whole_file_write(&w, body.data(), bytes_per * total);
-    whole_file_commit(&w);
 }
 
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
@@ -594,27 +427,30 @@ inline void block_gelu(GPT2* model, ActivationTensors& a, int l, int B, int T) {
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
-// f (tp.h) is the identity here; g sums the row-parallel outputs over the TP ranks.
+// Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h).
 inline void block_forward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
+    Comm* tp_group = &model->comm->tp;
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T);
+    tp_f_forward(tp_group, la.ln1, (size_t)N * C);
     matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, C_rank, NH_rank);
     matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
-    tp_g_forward(model->comm, s.proj, (size_t)N * C);
+    tp_g_forward(tp_group, s.proj, (size_t)N * C);
     bias_forward(s.proj, w.attprojb, N, C);  // after the sum over TP ranks: added once
     residual_forward(la.residual2, block_input(model, a, l, B, T), s.proj, (size_t)N * C);
     // MLP: fc column-parallel, fcproj row-parallel
     block_ln2(model, a, l, B, T);
+    tp_f_forward(tp_group, la.ln2, (size_t)N * C);
     matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
     block_gelu(model, a, l, B, T);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * C_rank, C);
-    tp_g_forward(model->comm, s.proj, (size_t)N * C);
+    tp_g_forward(tp_group, s.proj, (size_t)N * C);
     bias_forward(s.proj, w.fcprojb, N, C);
     residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
 }
@@ -629,26 +465,29 @@ inline void recompute_block(GPT2* model, ActivationTensors& a, int l, int B, int
 
 // block l's backward: model->scratch.dresidual holds the gradient of its output and
 // becomes the gradient of its input; the layer's parameter gradients accumulate.
-// g's backward is the identity; f's sums the column-parallel inputs' gradients over TP.
+// The mirror of block_forward: g's backward, then f's, around each pair.
 inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
+    Comm* tp_group = &model->comm->tp;
     Zero* z = &model->zero;
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T);
     // MLP
+    tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
     matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C, s.partials);
     gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * C_rank);
     matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * C_rank, s.partials);
-    tp_f_backward(model->comm, s.dln, (size_t)N * C);
+    tp_f_backward(tp_group, s.dln, (size_t)N * C);
     layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C, s.partials);
     // attention; s.dresidual is now the gradient of residual2
+    tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
     matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, C_rank, C, s.partials);
     attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
     matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank, s.partials);
-    tp_f_backward(model->comm, s.dln, (size_t)N * C);
+    tp_f_backward(tp_group, s.dln, (size_t)N * C);
     layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean,
                        la.ln1_rstd, N, C, s.partials);
 }
@@ -666,12 +505,13 @@ inline void embed_forward(GPT2* model, ActivationTensors& a, const int* tokens, 
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
     encoder_forward(a.input, model->scratch.inputs, e.wte, positions, B, T, model->config.channels, vocab_range(model));
-    tp_g_forward(model->comm, a.input, (size_t)B * T * model->config.channels);
+    tp_g_forward(&model->comm->tp, a.input, (size_t)B * T * model->config.channels);
 }
 // the embedding's backward (g's is the identity): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
+    tp_g_backward(&model->comm->tp, model->scratch.dresidual, (size_t)B * T * model->config.channels);
     encoder_backward(de.wte, de.wpe, model->scratch.dresidual, tokens, model->scratch.token_buckets, B, T,
                      model->config.channels, vocab_range(model));
 }
@@ -699,6 +539,7 @@ inline void head_forward(GPT2* model, ActivationTensors& a, int B, int T) {
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, B * T, C);
+    tp_f_forward(&model->comm->tp, a.lnf, (size_t)B * T * C);
     matmul_forward(a.logits, a.lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
@@ -707,7 +548,7 @@ inline double head_loss(GPT2* model, ActivationTensors& a, const int* targets, i
     int N = B * T;
     ScratchTensors& s = model->scratch;
     host_to_device(s.targets, targets, N * sizeof(int));
-    tp_crossentropy(model->comm, a.logits, a.losses, s.targets, LossStatistics{s.loss_max, s.loss_sum, s.loss_target},
+    tp_crossentropy(&model->comm->tp, a.logits, a.losses, s.targets, LossStatistics{s.loss_max, s.loss_sum, s.loss_target},
                     N, model->config.vocab_size, vocab_range(model), dloss);
     device_to_host(model->host_losses, a.losses, N * sizeof(float));
     double sum = 0.0;
@@ -725,7 +566,7 @@ inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
     matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
-    tp_f_backward(model->comm, s.dln, (size_t)N * C);
+    tp_f_backward(&model->comm->tp, s.dln, (size_t)N * C);
     device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
     layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C, s.partials);
 }
@@ -804,44 +645,6 @@ inline void gpt2_free(GPT2* model) {
 
 // ----------------------------------------------------------------------------
 // training step, validation, sampling
-
-struct TrainConfig {
-    const char* init = "d12";
-    const char* train_pattern = "data/tinyshakespeare_train.bin";
-    const char* val_pattern = "data/tinyshakespeare_val.bin";
-    const char* output_dir = NULL;
-    const char* log_path = NULL;
-    int B = 4, T = 1024;
-    int total_batch_tokens = -1;  // -1: one micro-batch per rank
-    float lr = 3e-4f;
-    int warmup = 0;
-    float final_fraction = 1.0f;
-    float weight_decay = 0.0f;
-    float grad_clip = 1.0f;
-    int max_steps = -1;           // -1: one epoch of the training data
-    int val_every = 20, val_batches = 20;
-    int sample_every = 20, gen_tokens = 64;
-    float temperature = 1.0f;
-    const char* tokenizer_path = "data/gpt2_tokenizer.bin";
-    int checkpoint_every = 0;
-    int keep_checkpoints = 0;
-    int resume = 0;
-    int shuffle = 1;
-    int seed = 1337;
-    int recompute = 0;
-    const char* loss_scale = "default";  // dynamic | off | VALUE; default: dynamic for FP16
-    int loss_scale_interval = 2000;
-    const char* grad_accum_type = "floatX";  // floatX | fp32
-    int zero_stage = 0;
-    int tp = 1, pp = 1;
-    const char* schedule = "1f1b";           // 1f1b | gpipe (pipeline.h)
-    const char* trace_path = NULL;           // -trace: a Chrome trace of the first steps (trace.h)
-    int trace_steps = 3;
-    const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
-    int plan = 0;
-    int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
-    int die_in_checkpoint = 0;     // from TRAIN_GPT_DIE_IN_CHECKPOINT: the last rank dies writing this step's state
-};
 
 struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTiming timing; };
 
@@ -938,218 +741,6 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     free(row);
 }
 
-// ----------------------------------------------------------------------------
-// command line: one table gives the parser and -h
-
-enum OptionKind { OPT_INT, OPT_FLOAT, OPT_STRING };
-// numbers must be finite and in [min, max] (-b, -t, -d also together: parse_args, check_batch_flags)
-struct Option { const char* flag; OptionKind kind; void* value; const char* help; double min = 0, max = 0; };
-
-inline int make_options(TrainConfig* tc, Option* o) {
-    Option table[] = {
-        {"-e", OPT_STRING, &tc->init, "init: llm.c model file (.bin, fp32 v3 or bf16 v5) or dN = GPT-2 of depth N from scratch (d12 = 124M)"},
-        {"-i", OPT_STRING, &tc->train_pattern, "train token shards, glob pattern"},
-        {"-j", OPT_STRING, &tc->val_pattern, "validation token shards, glob pattern"},
-        {"-o", OPT_STRING, &tc->output_dir, "output directory for checkpoints and the final model (none: write nothing)"},
-        {"-log", OPT_STRING, &tc->log_path, "append one JSON object per optimizer step to this file"},
-        {"-b", OPT_INT, &tc->B, "micro-batch size per rank, in sequences", 1, 1 << 20},
-        {"-t", OPT_INT, &tc->T, "sequence length", 1, 1 << 20},
-        {"-d", OPT_INT, &tc->total_batch_tokens, "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)", -1, INT_MAX},
-        {"-l", OPT_FLOAT, &tc->lr, "peak learning rate", 0, 10},
-        {"-u", OPT_INT, &tc->warmup, "linear warmup steps", 0, INT_MAX},
-        {"-q", OPT_FLOAT, &tc->final_fraction, "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
-        {"-c", OPT_FLOAT, &tc->weight_decay, "AdamW weight decay (2-D tensors only)", 0, 10},
-        {"-gc", OPT_FLOAT, &tc->grad_clip, "clip the global gradient norm to this (0: off)", 0, 1e9},
-        {"-x", OPT_INT, &tc->max_steps, "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
-        {"-v", OPT_INT, &tc->val_every, "validate every N steps (0: off)", 0, INT_MAX},
-        {"-m", OPT_INT, &tc->val_batches, "validation micro-batches", 1, INT_MAX},
-        {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)", 0, INT_MAX},
-        {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample", 1, 1 << 20},
-        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature", 1e-6, 1e6},
-        {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
-        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
-        {"-nk", OPT_INT, &tc->keep_checkpoints, "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
-        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
-        {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
-        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
-        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks", 0, 3},
-        {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
-        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
-        {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
-        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
-        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
-        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
-        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown) or gpipe (all forwards, then all backwards)"},
-        {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
-        {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
-        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
-    };
-    int n = sizeof(table) / sizeof(table[0]);
-    for (int i = 0; i < n; i++) o[i] = table[i];
-    return n;
-}
-
-inline void print_usage(const TrainConfig& defaults) {
-    TrainConfig tc = defaults;
-    Option options[64];
-    int n = make_options(&tc, options);
-    printf("usage: mpirun -np N ./train_gpt [flags]   (./train_gpt_cpu: the same program on the CPU)\n\n");
-    for (int i = 0; i < n; i++) {
-        char def[64];
-        if (options[i].kind == OPT_INT) snprintf(def, sizeof(def), "%d", *(int*)options[i].value);
-        else if (options[i].kind == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(float*)options[i].value);
-        else snprintf(def, sizeof(def), "%s", *(const char**)options[i].value ? *(const char**)options[i].value : "none");
-        printf("  %-9s %s (default %s)\n", options[i].flag, options[i].help, def);
-    }
-    printf("  %-9s this help\n", "-h");
-}
-
-// returns false when -h was given
-inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
-    Option options[64];
-    int n = make_options(tc, options);
-    for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) return false;
-        Option* opt = NULL;
-        for (int i = 0; i < n; i++) if (strcmp(argv[a], options[i].flag) == 0) opt = &options[i];
-        if (!opt) fail("unknown flag '%s' (see -h)", argv[a]);
-        if (a + 1 >= argc) fail("flag %s needs a value", argv[a]);
-        const char* v = argv[++a];
-        char* end = NULL;
-        if (opt->kind == OPT_INT) {
-            errno = 0;
-            long long x = strtoll(v, &end, 10);
-            if (*v == '\0' || *end != '\0') fail("flag %s expects an integer, got '%s'", opt->flag, v);
-            if (errno == ERANGE || x < opt->min || x > opt->max)
-                fail("flag %s must be an integer in [%.0f, %.0f], got %s", opt->flag, opt->min, opt->max, v);
-            *(int*)opt->value = (int)x;
-        } else if (opt->kind == OPT_FLOAT) {
-            double x = strtod(v, &end);
-            if (*v == '\0' || *end != '\0') fail("flag %s expects a number, got '%s'", opt->flag, v);
-            if (!std::isfinite(x) || x < opt->min || x > opt->max)
-                fail("flag %s must be a finite number in [%g, %g], got %s", opt->flag, opt->min, opt->max, v);
-            *(float*)opt->value = (float)x;
-        } else {
-            *(const char**)opt->value = v;
-        }
-    }
-    return true;
-}
-
-// -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
-// same whether allocated or not) and what it sends over each of its groups per step (the
-// formulas of zero.h and tp.h), beside what the first step measured
-enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };
-[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding"};
-inline Comm* comm_group(Collectives* c, int group) {
-    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding};
-    return groups[group];
-}
-
-struct Accounting {
-    size_t memory[NUM_MEMORY_KINDS];
-    unsigned long long comm[NUM_COMM_GROUPS][NUM_COMM_KINDS];
-    size_t activations_per_layer;
-};
-
-inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
-    const GPT2Config& c = model->config;
-    int L = gpt2_layers(model), tp = model->layout.tp;
-    Accounting a = {};
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
-    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
-        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp);
-    ZeroPlan z = zero_plan(&model->zero, grad_accum);
-    for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
-    int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
-    a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
-        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, is_first_stage(model->layout), is_last_stage(model->layout));
-    a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
-    // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
-    int p = model->layout.pp;
-    unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
-    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? 0 : 1) + (is_first_stage(model->layout) ? 0 : 1));
-    a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
-    // the tied embedding: the unit's gradient shard summed over {first, last} stage
-    int ends = model->comm->embedding.size;
-    size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
-    a.comm[GROUP_EMBEDDING][COMM_ALL_REDUCE] = ends > 1 ? 2 * ring_bytes(G * unit_shard(&model->zero, 0), ends) : 0;
-    return a;
-}
-
-// "memory": {kind: bytes, ...}, "comm": {group: {kind: bytes, ...}, ...}: -plan's JSON line and
-// each rank's entry of the log's "measured"
-inline std::string accounting_json(const Accounting& a) {
-    std::string out = "\"memory\": {";
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
-        out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(a.memory[k]);
-    out += "}, \"comm\": {";
-    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
-        out += std::string(grp ? ", " : "") + "\"" + comm_group_names[grp] + "\": {";
-        for (int k = 0; k < NUM_COMM_KINDS; k++)
-            out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(a.comm[grp][k]);
-        out += "}";
-    }
-    return out + "}";
-}
-
-inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
-    const ProcessGrid& g = model->comm->grid;
-    const Zero& z = model->zero;
-    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
-           g.rank, g.dp, g.tp, g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
-    if (g.rank == 0) {
-        printf("parameter tensors held by this rank (layers x rows x cols):\n");
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-            printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
-    }
-    printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
-    size_t total = 0;
-    for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
-        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.memory[k]);
-        total += a.memory[k];
-    }
-    size_t state = a.memory[MEM_PARAMETERS] + a.memory[MEM_GRADIENTS] + a.memory[MEM_OPTIMIZER];
-    printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
-    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
-           (double)state / model->num_parameters);
-    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
-           model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
-    printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
-    for (int k = 0; k < NUM_COMM_KINDS; k++)
-        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
-               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
-           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(),
-           model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
-    fflush(stdout);
-}
-
-// the bytes each group's ledger holds now, to subtract from after a step
-struct CommLedger { unsigned long long bytes[NUM_COMM_GROUPS][NUM_COMM_KINDS]; };
-inline CommLedger comm_ledger(GPT2* model) {
-    CommLedger l;
-    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
-        memcpy(l.bytes[grp], comm_group(model->comm, grp)->bytes, sizeof(l.bytes[grp]));
-    return l;
-}
-
-// the first step's per-rank allocated bytes and bytes sent, gathered to rank 0, as
-// the log's ", \"measured\": [...]" (a collective; empty on other ranks)
-inline std::string measured_accounting_json(GPT2* model, const CommLedger& before) {
-    Accounting mine = {};
-    CommLedger now = comm_ledger(model);
-    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
-        for (int k = 0; k < NUM_COMM_KINDS; k++) mine.comm[grp][k] = now.bytes[grp][k] - before.bytes[grp][k];
-    memcpy(mine.memory, model->memory, sizeof(mine.memory));
-    std::vector<std::vector<Accounting>> all = comm_gatherv_to_root(&model->comm->world, std::vector<Accounting>{mine});
-    if (model->comm->grid.rank != 0) return "";
-    std::string out = ", \"measured\": [";
-    for (size_t q = 0; q < all.size(); q++) out += std::string(q ? ", " : "") + "{" + accounting_json(all[q][0]) + "}";
-    return out + "]";
-}
-
 // one JSON object per optimizer step (README: Log rows)
 inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, bool scaling, bool validated,
                      double val_loss, bool sampled, const std::string& sample, const std::string& accounting,
@@ -1165,8 +756,6 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
     fprintf(log, "%s%s}\n", bubble.c_str(), accounting.c_str());
     fflush(log);
 }
-
-inline bool file_exists(const char* path) { struct stat st; return stat(path, &st) == 0; }
 
 // ----------------------------------------------------------------------------
 // main and the steps of a run
@@ -1190,27 +779,6 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
     return micro_batches;
-}
-
-// -y 1: the newest checkpoint every rank has replaces -e; returns its step (0: none, start fresh)
-inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int rank) {
-    if (!tc->resume) return 0;
-    if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
-    int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir));
-    checkpoint_model_path(model_path, size, tc->output_dir, step);
-    if (step > 0) tc->init = model_path;
-    if (rank == 0 && step > 0) printf("resuming from step %d: %s\n", step, model_path);
-    if (rank == 0 && step == 0) printf("no checkpoint in %s: starting fresh\n", tc->output_dir);
-    return step;
-}
-
-// -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
-inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
-    Accounting plan = gpt2_plan(model, tc.B, tc.T, grad_accum);
-    for (int r = 0; r < model->comm->grid.world; r++) {
-        if (r == model->comm->grid.rank) print_plan(model, plan, tc.B, tc.T);
-        comm_barrier(&model->comm->world);
-    }
 }
 
 inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_nccl, int grad_accum, int max_steps,
@@ -1251,76 +819,6 @@ inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, con
     return text;
 }
 
-// the optimizer state (m, v, master) apart from the layout: every rank's shard, placed by rank 0
-// in llm.c's parameter order (checkpoint.h: optimizer_%08d.bin); a collective
-inline void write_optimizer_file(GPT2* model, const char* dir, int step) {
-    const Zero* z = &model->zero;
-    ZeroOptimizerState opt = zero_optimizer_state(z);
-    std::vector<std::vector<float>> buffers;
-    for (int k = 0; k < opt.num_buffers; k++) {
-        std::vector<float> shard(opt.elements);
-        device_to_host(shard.data(), opt.buffers[k], opt.elements * sizeof(float));
-        if (z->stage == 0 && model->comm->grid.dp_rank != 0) shard.clear();  // stage 0: every DP rank holds it all
-        buffers.push_back(gather_in_file_order(model, shard, [&](const ProcessGrid& other, const Unit* units, int n,
-                                                                 const std::vector<float>& part, float* out) {
-            std::vector<Unit> laid(units, units + n);  // that rank's shard layout, as zero_init made it
-            size_t full, shard_elements;
-            zero_lay_out_units(laid.data(), n, z->shards, &full, &shard_elements);
-            zero_shard_to_units(laid.data(), n, z->shards, z->stage == 0 ? 0 : other.dp_rank, part.data(), out);
-        }));
-    }
-    if (model->comm->grid.rank == 0) checkpoint_write_optimizer(dir, step, buffers);
-}
-// its inverse on every rank: the file's values, this rank's part, this rank's shard
-inline void read_optimizer_file(GPT2* model, const char* dir, int step) {
-    Zero* z = &model->zero;
-    ZeroOptimizerState opt = zero_optimizer_state(z);
-    TensorShape whole[NUM_PARAMETER_TENSORS];
-    parameter_shapes(whole, model->config, whole_model_layout(model->config));
-    std::vector<std::vector<float>> buffers = checkpoint_read_optimizer(dir, step, opt.num_buffers, parameter_count(whole));
-    std::vector<float> values(model->num_parameters), shard(opt.elements);
-    for (int k = 0; k < opt.num_buffers; k++) {
-        reorder_part(model->config, model->layout, z->units, buffers[k].data(), values.data(), true);
-        zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values.data(), shard.data());
-        host_to_device(opt.buffers[k], shard.data(), opt.elements * sizeof(float));
-    }
-}
-
-// the model file of step `done`, and with -n the ranks' state files and the optimizer file; a collective
-inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const LossScaler& scaler,
-                             const DataLoader& loader, const Rng& sample_rng) {
-    char path[4096];
-    checkpoint_model_path(path, sizeof(path), tc.output_dir, done);
-    gpt2_write_file(model, path);
-    if (tc.checkpoint_every > 0) {
-        const ProcessGrid& g = model->comm->grid;
-        TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
-                               loader.shard_index, loader.sample_index, sample_rng.state};
-        write_optimizer_file(model, tc.output_dir, done);
-        checkpoint_write_state(tc.output_dir, &model->zero, &state, g, done == tc.die_in_checkpoint && g.rank == g.world - 1);
-        comm_barrier(&model->comm->world);  // every rank's files are complete: now it counts
-        if (g.rank == 0) {
-            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage);
-            checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
-        }
-    }
-    if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
-}
-
-// a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
-// forwards and backwards), the worst over the ranks and the last stage's, beside the formula
-// (a collective; empty without a pipeline). In GPT-2 the last stage carries the LM head, the
-// heaviest stage, so its idle time is the schedule's bubble; the worst adds load imbalance.
-inline std::string bubble_json(GPT2* model, const StepResult& r, int grad_accum) {
-    if (model->layout.pp == 1) return "";
-    double idle = r.timing.total_ms > 0 ? 1.0 - r.timing.busy_ms / r.timing.total_ms : 0.0;
-    double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
-    char text[160];
-    snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
-             pipeline_bubble_fraction(model->layout.pp, grad_accum));
-    return text;
-}
-
 // -trace: rank 0 writes every rank's spans, one track per rank named by its place in the grid (a collective)
 inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
     trace->on = false;
@@ -1328,49 +826,13 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
     std::vector<std::vector<char>> all = comm_gatherv_to_root(&comm->world, mine);
     const ProcessGrid& g = comm->grid;
     if (g.rank != 0) return;
-    FILE* f = fopen(path, "w");
-    if (!f) fail("cannot write trace file %s", path);
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    std::vector<std::string> names;
     for (int q = 0; q < g.world; q++) {
         ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
-        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
-                   "\"rank %d: stage %d, dp %d, tp %d\"}},\n", q, q, other.pp_rank, other.dp_rank, other.tp_rank);
-        fprintf(f, "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"sort_index\": %d}},\n", q, q);
+        names.push_back("rank " + std::to_string(q) + ": stage " + std::to_string(other.pp_rank) + ", dp " +
+                        std::to_string(other.dp_rank) + ", tp " + std::to_string(other.tp_rank));
     }
-    bool first = true;
-    for (const std::vector<char>& events : all) {
-        if (events.empty()) continue;
-        fprintf(f, "%s%.*s", first ? "" : ",\n", (int)events.size(), events.data());
-        first = false;
-    }
-    bool ok = fprintf(f, "\n]}\n") > 0;
-    if (fclose(f) != 0 || !ok) fail("writing trace file %s failed", path);
-    printf("wrote %s: open it in ui.perfetto.dev or chrome://tracing\n", path);
-}
-
-// -y 1: under the layout that wrote the checkpoint, from this rank's state file (bit for bit);
-// under another, from the optimizer file and rank 0's run state (checkpoint.h)
-inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader, Rng* sample_rng) {
-    TrainingState state = {};
-    state.scaler = *scaler;
-    const ProcessGrid& g = model->comm->grid;
-    bool same = comm_min_over_world(checkpoint_same_layout(tc.output_dir, step, &model->zero, g) ? 1 : 0) == 1;
-    if (same) {
-        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, g);
-    } else {
-        checkpoint_read_run_state(tc.output_dir, step, &state);
-        if (state.micro_batch_tokens != tc.B * tc.T * g.dp || state.step_tokens != tc.total_batch_tokens)
-            comm_fail_all("checkpoint step %d was written with %d tokens per global micro-batch (dp*B*T) and -d %d; "
-                          "under another layout it resumes with the same (now %d and %d): they fix the data order",
-                          step, state.micro_batch_tokens, state.step_tokens, tc.B * tc.T * g.dp, tc.total_batch_tokens);
-        read_optimizer_file(model, tc.output_dir, step);
-        if (g.rank == 0) printf("resuming under another layout: the optimizer state re-sharded from %s/optimizer_%08d.bin\n",
-                                tc.output_dir, step);
-    }
-    model->adam_steps = state.adam_steps;
-    *scaler = state.scaler;
-    dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);
-    sample_rng->state = state.sample_rng;
+    trace_write_file(path, all, names);
 }
 
 // the model this rank holds and its activations for the schedule; allocate = false lays them
@@ -1381,43 +843,6 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
     int sets = pipeline_activation_sets(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
     gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, sets, allocate);
-}
-
-// before anything is allocated: does every rank's plan fit the memory it can use (the GPU's
-// free memory; on the CPU build the node's available memory shared by its ranks, plus the
-// model's fp32 values that loading holds for a moment)? If not, one line on every rank, exit 1,
-// rather than an out-of-memory kill
-inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) {
-    size_t planned = 0, outside = 0;  // outside the plan: what loading holds (CPU), NCCL's buffers (GPU)
-    for (size_t bytes : model->memory) planned += bytes;
-#ifdef __CUDACC__
-    // NCCL allocates its own buffers at a communicator's first collective: NCCL_BUFFSIZE (4 MiB) for
-    // each direction of up to 32 channels, 256 MiB, and as much again for the rest. A margin per
-    // communicator, stated here, rather than a measure after the collectives have run
-    const char* outside_name = "NCCL buffers";
-    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding};
-    for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
-#else
-    const char* outside_name = "loading";
-    TensorShape whole[NUM_PARAMETER_TENSORS];
-    parameter_shapes(whole, model->config, whole_model_layout(model->config));
-    outside = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
-#endif
-    size_t need = planned + outside, have = device_memory_available(ranks_sharing);
-    bool short_anywhere = comm_max_over_world(need > have ? 1.0 : 0.0) > 0.0;
-    if (!short_anywhere) return;
-    const double GiB = 1073741824.0;
-    size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
-    comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
-                  "%s %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
-                  "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
-                  (planned - state) / GiB, outside_name, outside / GiB, have / GiB, ranks_sharing,
-#ifdef __CUDACC__
-                  "GPU's free memory",
-#else
-                  "node's available memory",
-#endif
-                  tc.B, tc.zero_stage);
 }
 
 // what the training loop carries from step to step
@@ -1492,7 +917,7 @@ inline void train_loop(Run* run) {
         bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
         std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
         if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", run->can_decode ? "" : " (token ids)", sample.c_str());
-        std::string bubble = bubble_json(model, r, run->grad_accum);
+        std::string bubble = bubble_json(model, r.timing, run->grad_accum);
         if (run->log) log_step(run->log, done, r, ms, tc.total_batch_tokens, run->scaler.enabled, validated, val_loss, sampled,
                                sample, accounting, bubble);
         if (run->trace.on && (done - run->resume_step == tc.trace_steps || last)) write_trace(model->comm, &run->trace, tc.trace_path);

@@ -1,0 +1,201 @@
+/*
+accounting.h: what a rank holds and sends, planned from formulas and measured.
+
+-plan prints, for every rank, the bytes of each buffer list (the ledger that allocation
+keeps, by kind: parameters, gradients, optimizer state, activations, logits, and what
+is transient) and the bytes sent per step over each of its groups (dp, tp, pp, the
+tied embedding's pair of stages), from the formulas in zero.h, tp.h and pipeline.h.
+The first step of a run logs the same two things measured: the ledgers of the
+allocations and of every collective (comm.h). tests/accounting.py checks that plan
+and measure agree. check_memory uses the plan before anything is allocated, so a run
+that does not fit stops with one line instead of an out-of-memory kill. bubble_json
+is the pipeline's measured idle fraction beside (p-1)/(m+p-1). Included by
+train_gpt.cu after GPT2.
+*/
+#pragma once
+// defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan,
+//          CommLedger, comm_ledger, measured_accounting_json, print_plans, bubble_json, check_memory
+#include <stdio.h>      // defines: printf, snprintf
+#include <string.h>     // defines: memcpy
+#include <string>       // defines: std::string
+#include <vector>       // defines: std::vector
+#include "comm.h"       // defines: Collectives, Comm, CommKind, ring_bytes, comm_gatherv_to_root, comm_max_over_world
+#include "options.h"    // defines: TrainConfig
+#include "pipeline.h"   // defines: ScheduleTiming, pipeline_bubble_fraction
+
+// -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
+// same whether allocated or not) and what it sends over each of its groups per step (the
+// formulas of zero.h and tp.h), beside what the first step measured
+enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };
+
+[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding"};
+
+inline Comm* comm_group(Collectives* c, int group) {
+    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding};
+    return groups[group];
+}
+
+struct Accounting {
+    size_t memory[NUM_MEMORY_KINDS];
+    unsigned long long comm[NUM_COMM_GROUPS][NUM_COMM_KINDS];
+    size_t activations_per_layer;
+};
+
+inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
+    const GPT2Config& c = model->config;
+    int L = gpt2_layers(model), tp = model->layout.tp;
+    Accounting a = {};
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
+    for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
+        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp);
+    ZeroPlan z = zero_plan(&model->zero, grad_accum);
+    for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
+    int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
+    a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
+        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, is_first_stage(model->layout), is_last_stage(model->layout));
+    a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
+    // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
+    int p = model->layout.pp;
+    unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
+    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? 0 : 1) + (is_first_stage(model->layout) ? 0 : 1));
+    a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
+    // the tied embedding: the unit's gradient shard summed over {first, last} stage
+    int ends = model->comm->embedding.size;
+    size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
+    a.comm[GROUP_EMBEDDING][COMM_ALL_REDUCE] = ends > 1 ? 2 * ring_bytes(G * unit_shard(&model->zero, 0), ends) : 0;
+    return a;
+}
+
+// "memory": {kind: bytes, ...}, "comm": {group: {kind: bytes, ...}, ...}: -plan's JSON line and
+// each rank's entry of the log's "measured"
+inline std::string accounting_json(const Accounting& a) {
+    std::string out = "\"memory\": {";
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++)
+        out += std::string(k ? ", " : "") + "\"" + memory_kind_names[k] + "\": " + std::to_string(a.memory[k]);
+    out += "}, \"comm\": {";
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++) {
+        out += std::string(grp ? ", " : "") + "\"" + comm_group_names[grp] + "\": {";
+        for (int k = 0; k < NUM_COMM_KINDS; k++)
+            out += std::string(k ? ", " : "") + "\"" + comm_kind_names[k] + "\": " + std::to_string(a.comm[grp][k]);
+        out += "}";
+    }
+    return out + "}";
+}
+
+inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
+    const ProcessGrid& g = model->comm->grid;
+    const Zero& z = model->zero;
+    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
+           g.rank, g.dp, g.tp, g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    if (g.rank == 0) {
+        printf("parameter tensors held by this rank (layers x rows x cols):\n");
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+            printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
+    }
+    printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
+    size_t total = 0;
+    for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
+        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.memory[k]);
+        total += a.memory[k];
+    }
+    size_t state = a.memory[MEM_PARAMETERS] + a.memory[MEM_GRADIENTS] + a.memory[MEM_OPTIMIZER];
+    printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
+    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
+           (double)state / model->num_parameters);
+    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
+           model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
+    printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
+    for (int k = 0; k < NUM_COMM_KINDS; k++)
+        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
+               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
+    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
+           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, %s}\n",
+           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(),
+           model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
+    fflush(stdout);
+}
+
+// the bytes each group's ledger holds now, to subtract from after a step
+struct CommLedger { unsigned long long bytes[NUM_COMM_GROUPS][NUM_COMM_KINDS]; };
+
+inline CommLedger comm_ledger(GPT2* model) {
+    CommLedger l;
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
+        memcpy(l.bytes[grp], comm_group(model->comm, grp)->bytes, sizeof(l.bytes[grp]));
+    return l;
+}
+
+// the first step's per-rank allocated bytes and bytes sent, gathered to rank 0, as
+// the log's ", \"measured\": [...]" (a collective; empty on other ranks)
+inline std::string measured_accounting_json(GPT2* model, const CommLedger& before) {
+    Accounting mine = {};
+    CommLedger now = comm_ledger(model);
+    for (int grp = 0; grp < NUM_COMM_GROUPS; grp++)
+        for (int k = 0; k < NUM_COMM_KINDS; k++) mine.comm[grp][k] = now.bytes[grp][k] - before.bytes[grp][k];
+    memcpy(mine.memory, model->memory, sizeof(mine.memory));
+    std::vector<std::vector<Accounting>> all = comm_gatherv_to_root(&model->comm->world, std::vector<Accounting>{mine});
+    if (model->comm->grid.rank != 0) return "";
+    std::string out = ", \"measured\": [";
+    for (size_t q = 0; q < all.size(); q++) out += std::string(q ? ", " : "") + "{" + accounting_json(all[q][0]) + "}";
+    return out + "]";
+}
+
+// -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
+inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
+    Accounting plan = gpt2_plan(model, tc.B, tc.T, grad_accum);
+    for (int r = 0; r < model->comm->grid.world; r++) {
+        if (r == model->comm->grid.rank) print_plan(model, plan, tc.B, tc.T);
+        comm_barrier(&model->comm->world);
+    }
+}
+
+// a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
+// forwards and backwards), the worst over the ranks and the last stage's, beside the formula
+// (a collective; empty without a pipeline). In GPT-2 the last stage carries the LM head, the
+// heaviest stage, so its idle time is the schedule's bubble; the worst adds load imbalance.
+inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int grad_accum) {
+    if (model->layout.pp == 1) return "";
+    double idle = timing.total_ms > 0 ? 1.0 - timing.busy_ms / timing.total_ms : 0.0;
+    double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
+    char text[160];
+    snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
+             pipeline_bubble_fraction(model->layout.pp, grad_accum));
+    return text;
+}
+
+// before anything is allocated: does every rank's plan fit the memory it can use (the GPU's
+// free memory; on the CPU build the node's available memory shared by its ranks, plus the
+// model's fp32 values that loading holds for a moment)? If not, one line on every rank, exit 1,
+// rather than an out-of-memory kill
+inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) {
+    size_t planned = 0, outside = 0;  // outside the plan: what loading holds (CPU), NCCL's buffers (GPU)
+    for (size_t bytes : model->memory) planned += bytes;
+#ifdef __CUDACC__
+    // NCCL allocates its own buffers at a communicator's first collective: NCCL_BUFFSIZE (4 MiB) for
+    // each direction of up to 32 channels, 256 MiB, and as much again for the rest. A margin per
+    // communicator, stated here, rather than a measure after the collectives have run
+    const char* outside_name = "NCCL buffers";
+    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding};
+    for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
+#else
+    const char* outside_name = "loading";
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, model->config, whole_model_layout(model->config));
+    outside = sizeof(float) * (parameter_count(whole) + model->num_parameters);  // file order and this rank's units
+#endif
+    size_t need = planned + outside, have = device_memory_available(ranks_sharing);
+    bool short_anywhere = comm_max_over_world(need > have ? 1.0 : 0.0) > 0.0;
+    if (!short_anywhere) return;
+    const double GiB = 1073741824.0;
+    size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
+    comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
+                  "%s %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
+                  "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
+                  (planned - state) / GiB, outside_name, outside / GiB, have / GiB, ranks_sharing,
+#ifdef __CUDACC__
+                  "GPU's free memory",
+#else
+                  "node's available memory",
+#endif
+                  tc.B, tc.zero_stage);
+}

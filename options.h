@@ -1,0 +1,151 @@
+/*
+options.h: the command line. One table (make_options) gives both the parser and -h, so
+a flag cannot be parsed without being documented, or documented without being parsed.
+Each flag writes one field of TrainConfig, whose initialisers are the defaults that -h
+prints. Numbers are checked against the table's [min, max] here; what depends on the
+world (the batch against dp, -pp against the layers) is checked in train_gpt.cu, on
+every rank alike (check_batch_flags, gpt2_build).
+*/
+#pragma once
+// defines: TrainConfig, OptionKind, Option, make_options, print_usage, parse_args
+#include <stdio.h>   // defines: printf, snprintf
+#include <stdlib.h>  // defines: strtoll, strtod
+#include <errno.h>   // defines: errno, ERANGE
+#include <limits.h>  // defines: INT_MAX, INT_MIN
+#include <string.h>  // defines: strcmp
+#include <cmath>     // defines: std::isfinite
+#include "base.h"    // defines: fail
+
+struct TrainConfig {
+    const char* init = "d12";
+    const char* train_pattern = "data/tinyshakespeare_train.bin";
+    const char* val_pattern = "data/tinyshakespeare_val.bin";
+    const char* output_dir = NULL;
+    const char* log_path = NULL;
+    int B = 4, T = 1024;
+    int total_batch_tokens = -1;  // -1: one micro-batch per rank
+    float lr = 3e-4f;
+    int warmup = 0;
+    float final_fraction = 1.0f;
+    float weight_decay = 0.0f;
+    float grad_clip = 1.0f;
+    int max_steps = -1;           // -1: one epoch of the training data
+    int val_every = 20, val_batches = 20;
+    int sample_every = 20, gen_tokens = 64;
+    float temperature = 1.0f;
+    const char* tokenizer_path = "data/gpt2_tokenizer.bin";
+    int checkpoint_every = 0;
+    int keep_checkpoints = 0;
+    int resume = 0;
+    int shuffle = 1;
+    int seed = 1337;
+    int recompute = 0;
+    const char* loss_scale = "default";  // dynamic | off | VALUE; default: dynamic for FP16
+    int loss_scale_interval = 2000;
+    const char* grad_accum_type = "floatX";  // floatX | fp32
+    int zero_stage = 0;
+    int tp = 1, pp = 1;
+    const char* schedule = "1f1b";           // 1f1b | gpipe (pipeline.h)
+    const char* trace_path = NULL;           // -trace: a Chrome trace of the first steps (trace.h)
+    int trace_steps = 3;
+    const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
+    int plan = 0;
+    int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
+    int die_in_checkpoint = 0;     // from TRAIN_GPT_DIE_IN_CHECKPOINT: the last rank dies writing this step's state
+};
+
+enum OptionKind { OPT_INT, OPT_FLOAT, OPT_STRING };
+
+// numbers must be finite and in [min, max] (-b, -t, -d also together: parse_args, check_batch_flags)
+struct Option { const char* flag; OptionKind kind; void* value; const char* help; double min = 0, max = 0; };
+
+inline int make_options(TrainConfig* tc, Option* o) {
+    Option table[] = {
+        {"-e", OPT_STRING, &tc->init, "init: llm.c model file (.bin, fp32 v3 or bf16 v5) or dN = GPT-2 of depth N from scratch (d12 = 124M)"},
+        {"-i", OPT_STRING, &tc->train_pattern, "train token shards, glob pattern"},
+        {"-j", OPT_STRING, &tc->val_pattern, "validation token shards, glob pattern"},
+        {"-o", OPT_STRING, &tc->output_dir, "output directory for checkpoints and the final model (none: write nothing)"},
+        {"-log", OPT_STRING, &tc->log_path, "append one JSON object per optimizer step to this file"},
+        {"-b", OPT_INT, &tc->B, "micro-batch size per rank, in sequences", 1, 1 << 20},
+        {"-t", OPT_INT, &tc->T, "sequence length", 1, 1 << 20},
+        {"-d", OPT_INT, &tc->total_batch_tokens, "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)", -1, INT_MAX},
+        {"-l", OPT_FLOAT, &tc->lr, "peak learning rate", 0, 10},
+        {"-u", OPT_INT, &tc->warmup, "linear warmup steps", 0, INT_MAX},
+        {"-q", OPT_FLOAT, &tc->final_fraction, "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
+        {"-c", OPT_FLOAT, &tc->weight_decay, "AdamW weight decay (2-D tensors only)", 0, 10},
+        {"-gc", OPT_FLOAT, &tc->grad_clip, "clip the global gradient norm to this (0: off)", 0, 1e9},
+        {"-x", OPT_INT, &tc->max_steps, "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
+        {"-v", OPT_INT, &tc->val_every, "validate every N steps (0: off)", 0, INT_MAX},
+        {"-m", OPT_INT, &tc->val_batches, "validation micro-batches", 1, INT_MAX},
+        {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)", 0, INT_MAX},
+        {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample", 1, 1 << 20},
+        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature", 1e-6, 1e6},
+        {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
+        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
+        {"-nk", OPT_INT, &tc->keep_checkpoints, "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
+        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
+        {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
+        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
+        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks", 0, 3},
+        {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
+        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
+        {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
+        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
+        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
+        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
+        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown) or gpipe (all forwards, then all backwards)"},
+        {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
+        {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
+        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
+    };
+    int n = sizeof(table) / sizeof(table[0]);
+    for (int i = 0; i < n; i++) o[i] = table[i];
+    return n;
+}
+
+inline void print_usage(const TrainConfig& defaults) {
+    TrainConfig tc = defaults;
+    Option options[64];
+    int n = make_options(&tc, options);
+    printf("usage: mpirun -np N ./train_gpt [flags]   (./train_gpt_cpu: the same program on the CPU)\n\n");
+    for (int i = 0; i < n; i++) {
+        char def[64];
+        if (options[i].kind == OPT_INT) snprintf(def, sizeof(def), "%d", *(int*)options[i].value);
+        else if (options[i].kind == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(float*)options[i].value);
+        else snprintf(def, sizeof(def), "%s", *(const char**)options[i].value ? *(const char**)options[i].value : "none");
+        printf("  %-9s %s (default %s)\n", options[i].flag, options[i].help, def);
+    }
+    printf("  %-9s this help\n", "-h");
+}
+
+// returns false when -h was given
+inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
+    Option options[64];
+    int n = make_options(tc, options);
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) return false;
+        Option* opt = NULL;
+        for (int i = 0; i < n; i++) if (strcmp(argv[a], options[i].flag) == 0) opt = &options[i];
+        if (!opt) fail("unknown flag '%s' (see -h)", argv[a]);
+        if (a + 1 >= argc) fail("flag %s needs a value", argv[a]);
+        const char* v = argv[++a];
+        char* end = NULL;
+        if (opt->kind == OPT_INT) {
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (*v == '\0' || *end != '\0') fail("flag %s expects an integer, got '%s'", opt->flag, v);
+            if (errno == ERANGE || x < opt->min || x > opt->max)
+                fail("flag %s must be an integer in [%.0f, %.0f], got %s", opt->flag, opt->min, opt->max, v);
+            *(int*)opt->value = (int)x;
+        } else if (opt->kind == OPT_FLOAT) {
+            double x = strtod(v, &end);
+            if (*v == '\0' || *end != '\0') fail("flag %s expects a number, got '%s'", opt->flag, v);
+            if (!std::isfinite(x) || x < opt->min || x > opt->max)
+                fail("flag %s must be a finite number in [%g, %g], got %s", opt->flag, opt->min, opt->max, v);
+            *(float*)opt->value = (float)x;
+        } else {
+            *(const char**)opt->value = v;
+        }
+    }
+    return true;
+}
