@@ -267,7 +267,7 @@ help:
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
 	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
-	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; README: Tests)"
+	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md)"
 	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
 	@echo "  make dev             the dev/ kernel labs with nvcc (dev/README.md); dev-fp32: the same in fp32, into dev/fp32/"
 	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"

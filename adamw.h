@@ -6,7 +6,7 @@ adamw.h: the AdamW optimizer, exactly as PyTorch's torch.optim.AdamW computes it
 
 g is the stored gradient times grad_scale (clip factor / loss scale), so clipping
 and unscaling cost no extra pass. Weight decay is applied per tensor by the caller:
-to the 2-D matrices only (DESIGN).
+to the 2-D matrices only (docs/design.md: Numerical conventions).
 
 Memory per parameter: m and v are fp32 (8 bytes). In a 16-bit build the update
 runs on an fp32 master copy (4 bytes) and writes the floatX parameter (2 bytes) by

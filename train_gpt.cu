@@ -123,7 +123,7 @@ enum ParameterIndex { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W
 static const char* parameter_names[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
     "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
-// weight decay applies to the 2-D matrices only (DESIGN)
+// weight decay applies to the 2-D matrices only (docs/design.md: Numerical conventions)
 static const bool parameter_is_matrix[NUM_PARAMETER_TENSORS] = {
     true, true, false, false, true, false, true, false, false, false, true, false, true, false, false, false};
 
@@ -741,7 +741,7 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     free(row);
 }
 
-// one JSON object per optimizer step (README: Log rows)
+// one JSON object per optimizer step (docs/flags.md: Log rows)
 inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, bool scaling, bool validated,
                      double val_loss, bool sampled, const std::string& sample, const std::string& accounting,
                      const std::string& bubble) {

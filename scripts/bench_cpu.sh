@@ -6,7 +6,7 @@
 # llm.c's time over ours, and ours over the floor.
 #   LLMC_DIR=~/llm.c scripts/bench_cpu.sh         THREADS=$(nproc) STEPS=10
 # LLMC_DIR: a checkout of karpathy/llm.c (we compare with commit f1e2ace) in which `make train_gpt2`
-# was run; this script builds no other project's code. README: "Comparing with llm.c".
+# was run; this script builds no other project's code. docs/cpu.md: CPU speed.
 # OpenBLAS's kernels follow OPENBLAS_CORETYPE where the environment sets it (the line "blas:" says
 # which ran), for the floor and for the trainer alike.
 set -euo pipefail

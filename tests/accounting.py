@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """
 tests/accounting.py: what each rank should hold and send, from formulas written here
-(zero.h's, tp.h's and pipeline.h's header comments, DESIGN's layout), independent of the
+(zero.h's, tp.h's and pipeline.h's header comments, docs/design.md's parallel layout), independent of the
 trainer.
 
 -plan and the first step's "measured" both come from the trainer's buffer lists and its

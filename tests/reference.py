@@ -12,9 +12,9 @@ writes, into --out DIR:
   trajectory_K.txt  the per-step losses of the flags-driven run with K accumulation
                     micro-steps (see TRAJECTORY_FLAGS), one per line
 
-Everything follows DESIGN.md's numerical conventions and nothing here comes from
+Everything follows docs/design.md's numerical conventions and nothing here comes from
 the C++ code: the model is written from the GPT-2 definition, AdamW is
-torch.optim.AdamW, the LR schedule and clipping are re-derived from DESIGN's text.
+torch.optim.AdamW, the LR schedule and clipping are re-derived from docs/design.md's text.
 Computation is float64 on fp32-representable weights, so the only difference from
 the trainer is the trainer's own fp32 rounding.
 """
@@ -100,7 +100,7 @@ def token_losses(logits, targets):
 
 
 def learning_rate(step, lr, warmup, max_steps, final_frac):
-    """DESIGN: linear warmup lr*(step+1)/warmup, then cosine from lr to lr*final_frac at max_steps"""
+    """docs/design.md: linear warmup lr*(step+1)/warmup, then cosine from lr to lr*final_frac at max_steps"""
     if step < warmup:
         return lr * (step + 1) / warmup
     lr_min = lr * final_frac

@@ -1,7 +1,7 @@
 /*
 tests/test_comm.cpp: the process grid and the collectives of comm.h, under mpirun.
 
-For every (tp, pp) that divides the world it builds the grid and checks DESIGN's rank
+For every (tp, pp) that divides the world it builds the grid and checks docs/design.md's rank
 order, that each group holds exactly the ranks it should (by summing rank ids over the
 group), and every collective against values computed from the rank numbers alone:
 all-reduce (sum, average and max), reduce-scatter, all-gather (also in place), broadcast, send/recv,
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
             const ProcessGrid& g = c.grid;
             int dp = world / (tp * pp);
             EXPECT(g.dp == dp);
-            EXPECT(rank == (g.pp_rank * dp + g.dp_rank) * tp + g.tp_rank);  // DESIGN's order
+            EXPECT(rank == (g.pp_rank * dp + g.dp_rank) * tp + g.tp_rank);  // docs/design.md's order
             EXPECT(c.tp.size == tp && c.dp.size == dp && c.pp.size == pp);
             EXPECT(c.tp.rank == g.tp_rank && c.dp.rank == g.dp_rank && c.pp.rank == g.pp_rank);
             // group membership: the sum of world ranks over each group, computed from the formula

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resume is bit-exact (DESIGN invariant 4): a run stopped at a checkpoint and resumed with -y 1
+# Resume is bit-exact (docs/design.md: Invariants, 4): a run stopped at a checkpoint and resumed with -y 1
 # logs the same losses, norms, scales and samples (all 17 digits) and writes the same final
 # model file, byte for byte, as the run that never stopped. Covered: shuffled data and the
 # sampling RNG (fp32, one rank); sharded master weights and stochastic rounding (bf16, dp 2,
