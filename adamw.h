@@ -12,9 +12,14 @@ Memory per parameter: m and v are fp32 (8 bytes). In a 16-bit build the update
 runs on an fp32 master copy (4 bytes) and writes the floatX parameter (2 bytes) by
 stochastic rounding; with the 2-byte gradient that is mixed precision's 16 bytes
 per parameter. Read adamw_element first: kernel and host loop both call it.
+
+Applied in zero.h: zero_optimizer_step (one call per tensor slice of this rank's shard,
+whatever the ZeRO stage), called by train_gpt.cu: train_step, which passes the clip
+factor over the loss scale as grad_scale and the step's seed for the rounding.
 */
 #pragma once
-// defines: AdamWConfig, adamw_element, adamw_update
+// defines: AdamWConfig, adamw_element, adamw_update,
+//          adamw_apply, adamw_kernel
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
 

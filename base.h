@@ -15,7 +15,8 @@ the same trainer source runs unchanged.
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
 //          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
-//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists
+//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
+//          CALLER, cudaCheck, cuda_check, pinned_host_free
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset

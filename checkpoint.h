@@ -32,7 +32,9 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 #pragma once
 // defines: TrainingState, checkpoint_model_path, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
 //          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
-//          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune
+//          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune,
+//          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
+//          optimizer_path, read_state_header, state_path, steps_named, take_run_state
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL

@@ -27,12 +27,19 @@ The host-staged path copies through page-locked buffers that each group keeps an
 reuses, and sends a large buffer in messages of at most 1 GiB (MPI counts are int).
 The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED),
 so it is right under mpirun of MPICH or OpenMPI and under srun.
+
+Applied in train_gpt.cu: main (comm_start, comm_init), and through the techniques: zero.h
+(the DP group), tp.h (the TP group), pipeline.h (the PP group), train_step (the tied
+embedding's group, the loss and norm scalars); model_file.h and accounting.h (the world).
 */
 #pragma once
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
 //          comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
 //          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
-//          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind
+//          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind,
+//          HostView, ReduceOp, comm_abort_job, comm_all_reduce, comm_group_init, comm_kind_names,
+//          comm_nccl_async_error, comm_set_trace, comm_single_process, comm_span_name, comm_staging,
+//          floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string

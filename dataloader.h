@@ -14,7 +14,9 @@ The position is (epoch, shard_index, sample_index): three integers to checkpoint
 */
 #pragma once
 // defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset, dataloader_free,
-//          shard_read_header, SHARD_MAGIC
+//          shard_read_header, SHARD_MAGIC,
+//          SHARD_HEADER_BYTES, SHARD_VERSION, dataloader_fisher_yates, dataloader_open_shard, dataloader_seek,
+//          dataloader_start_epoch
 #include <glob.h>     // defines: glob
 #include <stdio.h>    // defines: FILE, fopen, fread, fseeko
 #include <stdint.h>   // defines: uint16_t

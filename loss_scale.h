@@ -16,6 +16,12 @@ ranks makes every rank agree.
 Modes (-ls): dynamic (default for FP16), off (default for BF16 and FP32, S = 1), or
 a static value. With scaling off a non-finite step is still skipped, with a warning.
 State: scale and clean-step count, two numbers to checkpoint.
+
+Applied in train_gpt.cu: train_step, in three places: dloss = S / tokens seeds the
+backward (head_loss), loss_scaler_update(isfinite(norm^2)) decides whether the step is
+applied, and zero_optimizer_step's grad_scale = clip / S unscales inside AdamW. main
+builds the scaler (loss_scaler_init); model_file.h: write_checkpoint and resume_state
+carry it.
 */
 #pragma once
 // defines: LossScaler, loss_scaler_init, loss_scaler_update

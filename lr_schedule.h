@@ -6,6 +6,7 @@ lr_schedule.h: the learning-rate schedule: linear warmup, then cosine decay.
     with lr_min = lr * final_fraction; constant lr when warmup = 0 and final_fraction = 1.
 
 step counts from 0 here (the first optimizer step uses step 0), as in llm.c.
+Applied in train_gpt.cu: train_step.
 */
 #pragma once
 // defines: learning_rate_at

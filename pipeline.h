@@ -65,6 +65,11 @@ the stage's gradient buffer are. It relies on two invariants of every list
     input arrives there before forward k, and nothing reuses the set before
     backward k, because no more than `sets` micro-batches are ever in flight.
 Read one_f_one_b_schedule first, then run_schedule.
+
+Applied in train_gpt.cu: stage_layout (distribute_layers), pipeline_stage (GPT-2's stage
+for the executor), train_step (pipeline_schedule, the one place the schedule is chosen,
+then run_schedule), forward_only (pipeline_forward: validation and sampling),
+build_model (pipeline_activation_sets); accounting.h: bubble_json.
 */
 #pragma once
 // defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,

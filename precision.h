@@ -18,10 +18,15 @@ probability equal to the distance from the lower neighbour, so the rounding is
 unbiased on average and small updates are not lost. The random bits come from a
 counter hash of (seed, step, element), so a run is reproducible and every layout
 rounds each parameter the same way. Read round_stochastic last: it builds on the rest.
+
+Applied everywhere a floatX is: the buffers of zero.h (parameters, gradients) and of
+train_gpt.cu (activations); the fp32 master and the rounding in adamw.h: adamw_update;
+model_file.h: read_model_file and gpt2_write_file (bf16 files); comm.h: the 16-bit sum.
 */
 #pragma once
 // defines: floatX, to_float, from_float, round_stochastic, PRECISION_NAME, Precision,
-//          PRECISION, FLOATX_IS_FP32, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits
+//          PRECISION, FLOATX_IS_FP32, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits,
+//          bf16
 #include <stdint.h>  // defines: uint16_t, uint32_t, uint64_t
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: isfinite, fabsf

@@ -20,9 +20,15 @@ per tensor-parallel rank NH/tp and C/tp, stats (mean, rstd) in fp32:
     -r 2: X*(2*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
     -r 3: X*N*C
 plus, once, one layer of every tensor that is not kept. Read recompute_keeps first.
+
+Applied in train_gpt.cu: activation_buffer_list (what is allocated per layer or once),
+layer_activations (where layer l's tensors are), and recompute_block, which blocks_backward
+calls before each block_backward: it reruns block_ln1/block_ln2/block_gelu, or the whole
+block_forward at -r 3.
 */
 #pragma once
-// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes
+// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes,
+//          is_statistic
 #include <stddef.h>  // defines: size_t
 #include "precision.h"  // defines: floatX
 

@@ -14,7 +14,8 @@ Format: {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur", "pid": 0, "tid"
 plus one "thread_name" record per rank naming its place in the grid.
 */
 #pragma once
-// defines: Trace, TraceSpan, trace_start, trace_event_json, trace_write_file
+// defines: Trace, TraceSpan, trace_start, trace_event_json, trace_write_file,
+//          trace_now_us
 #include <stdio.h>  // defines: fopen, fprintf
 #include <chrono>   // defines: std::chrono::steady_clock
 #include <string>   // defines: std::string

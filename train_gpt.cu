@@ -1,9 +1,9 @@
 /*
-train_gpt.cu: GPT-2 training in one readable file of host code.
+train_gpt.cu: GPT-2 training: the model, the step and the loop, in host code.
 
-This file is the model and the training loop: parameter and activation layout,
-forward, backward, gradient clipping, the AdamW step, the learning-rate schedule,
-gradient accumulation, validation, sampling, and main. It calls *ops* (kernels/,
+This file is the model and the program: the parameters' layout, a block's forward and
+backward, a pipeline stage (embedding, blocks, final LayerNorm, LM head and loss), the
+training step, validation, sampling, the loop and main. It calls *ops* (kernels/,
 adamw.h) and never a CUDA, cuBLAS or NCCL API, so it compiles twice:
     nvcc            -> train_gpt      ops are CUDA kernels and cuBLAS
     g++ -x c++      -> train_gpt_cpu  ops are their host twins and OpenBLAS
@@ -14,25 +14,36 @@ GPT-2: learned positions, pre-LayerNorm blocks, tanh-GELU MLP, causal attention,
 LM head tied to the token embedding wte. Per block, with x the residual stream:
     x = x + attproj(attention(qkv(ln1(x))))
     x = x + fcproj(gelu(fc(ln2(x))))
-Where the state lives is zero.h's business: the forward and backward ask it for a
-unit's parameters and gradients (the embeddings, one layer, the final LayerNorm),
-call zero_gather_unit before a unit is used and zero_reduce_unit after its backward;
-with ZeRO stages 0-2 the first is a no-op, with 0-1 the second. Data parallelism is
-then just each rank reading its slice of the batch (dataloader.h).
-Tensor parallelism (tp.h) is visible at its call sites: tp_g_forward after each
-row-parallel matrix in the forward, tp_f_backward before each column-parallel one
-in the backward, the vocabulary-parallel embedding and loss. Shapes come from the
-parallel layout (tp, pp): a rank holds 3C/tp rows of qkvw, C/tp columns of
-attprojw, and so on; with tp = 1 the same code is the single-GPU model.
+One optimizer step (train_step) on micro-batches of (B,T) tokens:
+    for each micro-batch, in the order the pipeline schedule says:
+        forward   embed -> blocks -> final LayerNorm -> logits -> loss * S/tokens
+        backward  the same in reverse, each layer's gradient summed into the step's
+    reduce the gradients over DP (ZeRO), sum the tied wte's two copies (pp > 1)
+    norm -> finite? (loss scaling) -> clip -> AdamW -> gather the updated parameters
 
-Pipeline parallelism (pipeline.h) cuts the layers into stages. The model is written
-as a stage: embed (first stage), blocks, head and loss (last stage), each with its
-forward and backward, on an explicit set of activations, one per micro-batch in
-flight. A step runs this stage's schedule, a list of actions (run_schedule); with one
-stage the list is forward k, backward k for each micro-batch, and that is all.
+Where each technique enters, at a call a reader can see:
+  ZeRO (zero.h)        zero_gather_unit before a unit is used, zero_reduce_unit after
+                       its backward, the zero_* calls of train_step; no-ops where the
+                       stage does not need them. Data parallelism is each rank reading
+                       its slice of the batch (dataloader.h).
+  tensor parallelism   tp_f_forward/tp_g_forward and their backward mirrors around each
+  (tp.h)               column-then-row-parallel pair; the vocabulary-parallel embedding
+                       and loss. A rank holds 3C/tp rows of qkvw, C/tp columns of
+                       attprojw, and so on; with tp = 1 this is the single-GPU model.
+  pipeline (pipeline.h)  the model is written as a stage; pipeline_stage hands it to
+                       run_schedule, which runs this stage's list of actions. One stage:
+                       forward k, backward k for each micro-batch, and that is all.
+  loss scaling         train_step: dloss carries the scale S, loss_scaler_update
+  (loss_scale.h)       decides, AdamW's grad_scale divides it out.
+  recompute            recompute_block, just before each block's backward.
+  (recompute.h)
+  mixed precision      floatX everywhere, fp32 master and stochastic rounding in AdamW.
+  (precision.h)
+The plumbing lives in options.h (flags), model_file.h (files, checkpoints) and
+accounting.h (-plan, the measured ledger), included after the GPT2 struct.
 
 Read in this order: block_forward, block_backward, stage_forward, stage_backward,
-run_schedule, train_step, main.
+pipeline_stage, train_step, train_loop, main.
 */
 #include <stdio.h>     // defines: printf, fopen
 #include <stdlib.h>    // defines: malloc, atoi, getenv

@@ -24,24 +24,62 @@ micro-steps, G the bytes per gradient element that are reduced:
 Stages 0-2 move the same bytes per step when g = 1 (all-reduce = reduce-scatter +
 all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters.
 
-What is sharded is a *unit*: the embeddings (wte, wpe), one transformer layer, or
-the final LayerNorm. Parameters are stored unit by unit, each unit padded to a
-multiple of dp, and DP rank r owns the r-th contiguous 1/dp of every unit. The
-embedding and final-LayerNorm units stay gathered through a micro-step under stage
-3 (they are used at both ends of the network). Read zero_unit_params and
-zero_reduce_unit first: they are what the forward and backward call.
+What is sharded is a *unit*: the embeddings {wte, wpe}, one transformer layer (its 12
+tensors), or the final LayerNorm {lnfw, lnfb}. Parameters are stored unit by unit, each
+unit padded to a multiple of dp, and DP rank r owns the r-th contiguous 1/dp of every
+unit. With dp = 2 and L = 2 (E: embeddings, L0, L1: layers, N: final norm, . padding):
+
+    full buffer   | E E E E E E E E | L0 L0 L0 L0 L0 . | L1 L1 L1 L1 L1 . | N N |
+    owned by rank |  0 0 0 0 1 1 1 1 |  0  0  0  1  1 1 |  0  0  0  1  1 1 | 0 1 |
+    rank 1's shard buffer (m, v, master, the step's gradient; stage 3 also the parameters):
+                  | E E E E | L0 L0 . | L1 L1 . | N |
+A shard is 1/dp of each unit, not 1/dp of the model: a unit is then gathered or reduced
+with one collective into one contiguous buffer, and the forward and backward only ever
+see whole units, never a rank boundary. `origin` numbers each element as in the unpadded model, so
+stochastic rounding draws the same bits for it under any dp.
+
+The life of layer l in one micro-step under stage 3 (g: the gathered slot below):
+    forward   all-gather l's shards -> g[LAYER]; block_forward reads it; g is reused
+              by layer l+1 (so at most one layer is whole at a time)
+    backward  all-gather l again -> g[LAYER]; recompute and block_backward read it and
+              accumulate l's gradient into unit_grads[LAYER] (whole, floatX);
+              reduce-scatter that -> reduce_buffer (this rank's 1/dp, summed over DP);
+              add it into step_grad (the shard); clear unit_grads[LAYER] for layer l-1
+    step      AdamW on the shard (parameters, master, m, v, step_grad: the same index)
+The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units, gathered once per
+micro-step and kept (both ends of the network use them, the tied wte twice); SLOT_LAYER
+holds one layer at a time, sized for the largest. Stage 2 uses unit_grads only.
+
+Overlap: each gather and reduce here is called, and waited for, where the unit is
+needed, so communication and compute take turns. Faster trainers overlap them: llm.c's
+train_gpt2.cu reduces each layer's gradient on a side NCCL stream while the backward
+moves on to the next layer, and FSDP and Megatron-LM also prefetch the next layer's
+all-gather; each needs one more slot per kind and events between the streams. This
+trainer does not yet: the CPU build's MPI collectives block anyway, and the plain order
+is the one to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.
 The trainer says which tensors the gradient norm counts (a copy is counted once) and
 sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
+Read zero_unit_params and zero_reduce_unit first: they are what the forward and
+backward call.
+
+Applied in train_gpt.cu: gpt2_units (the units), blocks_forward, blocks_backward and
+stage_forward/stage_backward (zero_gather_unit, zero_unit_params, zero_unit_grads,
+zero_reduce_unit), train_step (zero_begin_step, zero_reduce_step, the norm,
+zero_optimizer_step, zero_gather_updated), gpt2_grad_norm_squared; model_file.h (files
+and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
 #pragma once
-// defines: Unit, Zero, zero_init, zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit,
-//          zero_begin_step, zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
-//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, zero_plan, ZeroOptimizerState,
-//          zero_optimizer_state, zero_lay_out_units, zero_shard_to_units, zero_units_to_shard, zero_free,
-//          zero_sum_unit_gradient
+// defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitSlot, Zero, unit_slot, unit_shard,
+//          zero_lay_out_units, zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state,
+//          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params,
+//          zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step,
+//          zero_end_micro_step, zero_reduce_step, norm_squared_of_range, zero_grad_norm_squared,
+//          zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
+//          zero_params_to_host, ZeroPlan, zero_plan,
+//          MAX_UNIT_SLICES
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -73,7 +111,8 @@ template <typename Use> inline void with_gradient(GradientBuffer g, Use use) {
     else use((floatX*)g.data);
 }
 
-enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, NUM_SLOTS };  // the transient buffers of stages 2 and 3
+// the transient buffers of stages 2 and 3, one per kind of unit (the header's drawing)
+enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, NUM_SLOTS };
 
 struct Zero {
     int stage, shards, shard_rank;  // shards = dp from stage 1 on; stage 0 treats the whole model as one shard
@@ -83,7 +122,7 @@ struct Zero {
     bool grads_fp32;                // -ga fp32
     Collectives* comm;
     floatX* params;                 // stages 0-2: all units; stage 3: this rank's shard
-    floatX* gathered[NUM_SLOTS];    // stage 3: the gathered embedding, current layer and head
+    floatX* gathered[NUM_SLOTS];    // stage 3: the gathered embeddings, current layer and final norm
     float* master;                  // shard; 16-bit builds only
     float* m;                       // shard
     float* v;                       // shard

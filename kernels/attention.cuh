@@ -17,7 +17,10 @@ tensors and the (B,NH,T,T) pre-softmax / gradient matrix; flash attention is a l
 kernel in dev/.
 */
 #pragma once
-// defines: attention_forward, attention_backward, attention_scratch_elements
+// defines: attention_forward, attention_backward, attention_scratch_elements,
+//          attention_backward_head, attention_backward_host, attention_forward_host, attention_forward_row,
+//          attention_head_scratch_floats, causal_softmax_backward_kernel, causal_softmax_kernel,
+//          causal_softmax_row, heads_to_rows_kernel, rows_to_heads_kernel
 #include <math.h>  // defines: expf, sqrtf
 #include <vector>  // defines: std::vector
 #include "common.cuh"

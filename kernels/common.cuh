@@ -10,7 +10,8 @@ loader and the tokenizer use too.
 #pragma once
 // defines: device_init, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
-//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's)
+//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
+//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check
 #include <stdint.h>   // defines: SIZE_MAX
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 

@@ -25,7 +25,11 @@ and compare the pieces with.
 */
 #pragma once
 // defines: crossentropy_forward_backward_host, crossentropy_row_max, crossentropy_row_sumexp,
-//          crossentropy_target_logit, crossentropy_finish
+//          crossentropy_target_logit, crossentropy_finish,
+//          block_reduce, crossentropy_finish_host, crossentropy_finish_kernel,
+//          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
+//          crossentropy_row_max_kernel, crossentropy_row_sumexp_host, crossentropy_row_sumexp_kernel,
+//          crossentropy_target_logit_host, crossentropy_target_logit_kernel, target_logit_of_row
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 

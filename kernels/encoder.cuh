@@ -20,7 +20,10 @@ so that only one rank adds the positions and the sum holds them once. Every valu
 is exactly what one rank holding all of wte computes: one addition, and zeros.
 */
 #pragma once
-// defines: VocabRange, TokenBuckets, token_buckets, encoder_bucket_ints, encoder_forward, encoder_backward
+// defines: VocabRange, TokenBuckets, token_buckets, encoder_bucket_ints, encoder_forward, encoder_backward,
+//          encoder_backward_host, encoder_backward_wpe_element, encoder_backward_wpe_kernel,
+//          encoder_backward_wte_element, encoder_backward_wte_kernel, encoder_element, encoder_forward_host,
+//          encoder_forward_kernel
 #include <algorithm>  // defines: std::stable_sort
 #include <vector>     // defines: std::vector
 #include "common.cuh"

@@ -7,7 +7,9 @@ The scalar math is one __host__ __device__ function per direction, shared by the
 host twin and the kernel, so the two builds cannot drift apart.
 */
 #pragma once
-// defines: gelu_forward, gelu_backward, residual_forward
+// defines: gelu_forward, gelu_backward, residual_forward,
+//          GELU_SCALE, gelu_backward_host, gelu_backward_kernel, gelu_derivative, gelu_forward_host,
+//          gelu_forward_kernel, gelu_value, residual_forward_host, residual_forward_kernel
 #include <math.h>  // defines: tanhf, coshf
 #include "common.cuh"
 

@@ -14,7 +14,10 @@ column sums over the rows, in two stages in a fixed order (common.cuh), so a run
 repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
-// defines: layernorm_forward, layernorm_backward
+// defines: layernorm_forward, layernorm_backward,
+//          LAYERNORM_EPS, layernorm_backward_host, layernorm_backward_input_kernel,
+//          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
+//          layernorm_forward_row, layernorm_param_grads_channel, warp_sum
 #include <math.h>  // defines: sqrtf
 #include "common.cuh"
 

@@ -23,6 +23,7 @@ check() {  # check NAME COMMAND...
     fi
 }
 
+check source_style $PYTHON tests/check_source.py train_gpt.cu *.h kernels/*.cuh tokenizer/*.h  # functions fit a screen, defines lists are complete
 check kernels_vs_float64 $BUILD/test_kernels
 # every op's host twin against PyTorch, from the files the dev/ labs check the GPU kernels with
 check ops_pytorch_reference $PYTHON dev/pytorch_ref.py --out $BUILD/pytorch_ops

@@ -8,7 +8,8 @@ not text: GPT-2's byte-level tokens can end in the middle of a UTF-8 character, 
 text is whole only once the bytes of neighbouring tokens are joined.
 */
 #pragma once
-// defines: Decoder, decoder_load, decode_append, utf8_sequence_length, json_escape_utf8
+// defines: Decoder, decoder_load, decode_append, utf8_sequence_length, json_escape_utf8,
+//          TOKENIZER_MAGIC, TOKENIZER_VERSION
 #include <stdio.h>    // defines: fopen, fread
 #include <stdint.h>   // defines: uint32_t, uint8_t
 #include <string>     // defines: std::string

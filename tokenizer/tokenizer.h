@@ -22,7 +22,10 @@ U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 */
 #pragma once
 // defines: Tokenizer, MergeTable, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
-//          tokenizer_write_decoder, tokenizer_free
+//          tokenizer_write_decoder, tokenizer_free,
+//          PCRE2_CODE_UNIT_WIDTH, bpe_chunk, encode_cache_free, encode_cache_new, gpt2_byte_to_unicode,
+//          gpt2_unicode_to_bytes, merge_home, merge_pair, merge_slot, merge_table_init, read_encoder_json,
+//          word_cache_add, word_cache_entry, word_cache_find
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
 #include <stdint.h>         // defines: uint64_t
