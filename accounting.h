@@ -9,12 +9,16 @@ The first step of a run logs the same two things measured: the ledgers of the
 allocations and of every collective (comm.h). tests/accounting.py checks that plan
 and measure agree. check_memory uses the plan before anything is allocated, so a run
 that does not fit stops with one line instead of an out-of-memory kill. bubble_json
-is the pipeline's measured idle fraction beside (p-1)/(m+p-1). Included by
-train_gpt.cu after GPT2.
+is the pipeline's measured idle fraction beside (p-1)/(m+p-1), and beside what
+pipeline_simulate predicts from the measured forward and backward times; under -plan,
+print_stage_balance predicts each stage's idle time from FLOP counts and suggests the
+-pl split that balances the stages against the LM head. Included by train_gpt.cu
+after GPT2.
 */
 #pragma once
 // defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan,
-//          CommLedger, comm_ledger, measured_accounting_json, print_plans, bubble_json, check_memory
+//          CommLedger, comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance,
+//          print_plans, bubble_json, check_memory
 #include <stdio.h>      // defines: printf, snprintf
 #include <string.h>     // defines: memcpy
 #include <string>       // defines: std::string
@@ -140,6 +144,38 @@ inline std::string measured_accounting_json(GPT2* model, const CommLedger& befor
     return out + "]";
 }
 
+// the FLOPs of one micro-batch's forward and backward (3x the forward's: the backward computes
+// the gradients of the inputs and of the weights) through one layer, and through the final
+// LayerNorm and LM head, on one TP rank: the matrix products and attention's two
+struct StageCosts { double layer, head; };
+inline StageCosts stage_costs(const GPT2* model, int B, int T) {
+    double N = (double)B * T, C = model->config.channels, tp = model->layout.tp;
+    double layer = 2 * N * 12 * C * C / tp + 4 * (double)B * T * T * C / tp;  // qkv, attproj, fc, fcproj; QK^T and AV
+    double head = 2 * N * C * model->config.padded_vocab_size / tp;
+    return StageCosts{3 * layer, 3 * head};
+}
+
+// rank 0 under -plan with pp > 1: each stage's cost per micro-batch and its idle fraction as
+// pipeline_simulate predicts it, for this split and for the split balanced against the head
+inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum) {
+    int p = model->layout.pp, L = model->config.num_layers;
+    StageCosts cost = stage_costs(model, B, T);
+    std::vector<int> balanced = balanced_stage_layers(L, p, cost.layer, 0.0, cost.head);
+    for (const std::vector<int>* split : {(const std::vector<int>*)&model->stage_layers, (const std::vector<int>*)&balanced}) {
+        auto stage_flops = [&](int s) { return (*split)[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
+        PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op) {
+            return stage_flops(s) * (op == FORWARD ? 1.0 : 2.0);
+        });
+        printf(split == &balanced ? "pipeline, balanced against the LM head: -pl " : "pipeline, this run: -pl ");
+        for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", (*split)[s]);
+        printf(" | GFLOP per micro-batch by stage:");
+        for (int s = 0; s < p; s++) printf(" %.3g", stage_flops(s) / 1e9);
+        printf(" | simulated idle (m=%d):", grad_accum);
+        for (int s = 0; s < p; s++) printf(" %.3f", 1.0 - sim.busy[s] / sim.step);
+        printf("\n");
+    }
+}
+
 // -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
     Accounting plan = gpt2_plan(model, tc.B, tc.T, grad_accum);
@@ -147,20 +183,43 @@ inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
         if (r == model->comm->grid.rank) print_plan(model, plan, tc.B, tc.T);
         comm_barrier(&model->comm->world);
     }
+    if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, tc.B, tc.T, grad_accum);
 }
 
 // a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
 // forwards and backwards), the worst over the ranks and the last stage's, beside the formula
 // (a collective; empty without a pipeline). In GPT-2 the last stage carries the LM head, the
 // heaviest stage, so its idle time is the schedule's bubble; the worst adds load imbalance.
+// Then, for the pipeline of DP and TP rank 0, each stage's idle fraction measured, and as
+// pipeline_simulate predicts it from the stages' measured mean forward and backward times:
+// "bubble_stages" and "bubble_simulated".
 inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int grad_accum) {
     if (model->layout.pp == 1) return "";
     double idle = timing.total_ms > 0 ? 1.0 - timing.busy_ms / timing.total_ms : 0.0;
     double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
+    const ProcessGrid& g = model->comm->grid;
+    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0;  // ranks are pp-major: these come in stage order
+    std::vector<double> mine;
+    if (pipeline_zero) mine = {idle, timing.forward_ms / std::max(timing.forwards, 1), timing.backward_ms / std::max(timing.backwards, 1)};
+    std::vector<std::vector<double>> stages = comm_gatherv_to_root(&model->comm->world, mine);
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
              pipeline_bubble_fraction(model->layout.pp, grad_accum));
-    return text;
+    if (g.rank != 0) return text;
+    std::vector<std::vector<double>> per_stage;  // idle, forward ms, backward ms of stage s
+    for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
+    PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op) {
+        return per_stage[s][op == FORWARD ? 1 : 2];
+    });
+    std::string measured = ", \"bubble_stages\": [", simulated = ", \"bubble_simulated\": [";
+    for (int s = 0; s < g.pp; s++) {
+        char a[32], b[32];
+        snprintf(a, sizeof(a), "%s%.4f", s ? ", " : "", per_stage[s][0]);
+        snprintf(b, sizeof(b), "%s%.4f", s ? ", " : "", 1.0 - sim.busy[s] / sim.step);
+        measured += a;
+        simulated += b;
+    }
+    return text + measured + "]" + simulated + "]";
 }
 
 // before anything is allocated: does every rank's plan fit the memory it can use (the GPU's

@@ -156,7 +156,7 @@ inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<fl
     std::vector<float> values(parameter_count(whole));
     for (int part = g.tp * g.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
         int tp_rank = part % g.tp, pp_rank = part / g.tp;
-        ModelLayout lay = stage_layout(c, g.tp, tp_rank, g.pp, pp_rank);
+        ModelLayout lay = stage_layout(model->stage_layers, g.tp, tp_rank, pp_rank);
         TensorShape shapes[NUM_PARAMETER_TENSORS];
         parameter_shapes(shapes, c, lay);
         int L = lay.layer_end - lay.layer_begin;

@@ -3,8 +3,8 @@ pipeline.h: pipeline parallelism: the layers cut into p stages, and the order in
 which each stage runs the m micro-batches of a step: GPipe or 1F1B, as data.
 
 Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, the
-first L % p stages one more); stage 0 also the embeddings, stage p-1 the final
-LayerNorm and the LM head. A micro-batch flows forward through the stages, each
+first L % p stages one more; or a split of one's own, -pl, as stage_layer_counts
+explains); stage 0 also the embeddings, stage p-1 the final LayerNorm and the LM head. A micro-batch flows forward through the stages, each
 sending its output activation (B,T,C) to the next, and its gradient flows back the
 same way. The micro-batches are the gradient-accumulation steps (-d), so m =
 tokens per step / (B*T*dp).
@@ -52,6 +52,14 @@ Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
 step: the embedding group of comm.h).
 
+The formula assumes equal stages. GPT-2's are not: the last stage also runs the LM head,
+2*B*T*C*Vp FLOPs a forward, 4.5 layers' worth in GPT-2 124M at T = 1024, and the other
+stages wait on it every slot. pipeline_simulate plays the lists against each other with
+a cost per stage and action and returns each stage's idle time whatever the costs;
+balanced_stage_layers finds the split whose largest stage costs least (-pl applies it,
+-plan suggests it). With equal costs the simulator gives back the formula above, which
+tests/test_pipeline.cpp checks for p 1..8, m 1..16.
+
 Running a list (run_schedule, the second half of this file): the executor walks the
 list and does each action. It knows the model only through a PipelineStage: run
 micro-batch k forward, or backward, and where k's input and output activations and
@@ -72,11 +80,16 @@ then run_schedule), forward_only (pipeline_forward: validation and sampling),
 build_model (pipeline_activation_sets); accounting.h: bubble_json.
 */
 #pragma once
-// defines: distribute_layers, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,
+// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,
 //          gpipe_schedule, one_f_one_b_schedule, pipeline_schedule, pipeline_activation_sets,
-//          pipeline_bubble_fraction, PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule,
+//          pipeline_bubble_fraction, PipelineMessage, pipeline_messages, PipelineSimulation, pipeline_simulate,
+//          balanced_stage_layers, PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule,
 //          pipeline_forward
+#include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
+#include <math.h>      // defines: INFINITY
+#include <algorithm>   // defines: std::max, std::find
+#include <utility>     // defines: std::pair
 #include <chrono>      // defines: std::chrono::steady_clock
 #include <functional>  // defines: std::function
 #include <string>      // defines: std::string, std::to_string
@@ -88,6 +101,45 @@ inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
     int base = L / p, extra = L % p;
     *begin = s * base + (s < extra ? s : extra);
     *end = *begin + base + (s < extra ? 1 : 0);
+}
+
+// the layers of each of p stages: distribute_layers' split, or `custom` (-pl "1,3,3,1"), which
+// must list p counts of at least 1 summing to L. Why a custom split: GPT-2's last stage also
+// runs the LM head, a (Vp, C) matrix as heavy as several layers, so an even split leaves
+// every other stage waiting on it (Megatron-LM's --decoder-last-pipeline-num-layers).
+// Returns an empty list, with the reason in *error, when custom is not such a list.
+inline std::vector<int> stage_layer_counts(int L, int p, const char* custom, std::string* error) {
+    std::vector<int> counts;
+    if (!custom) {
+        for (int s = 0, b, e; s < p; s++) { distribute_layers(L, p, s, &b, &e); counts.push_back(e - b); }
+        return counts;
+    }
+    int sum = 0;
+    for (const char* c = custom; *c;) {
+        char* end;
+        long n = strtol(c, &end, 10);
+        if (end == c || n < 1 || n > L || (*end != ',' && *end != '\0')) {
+            *error = "expects positive layer counts separated by commas, such as 1,3,3,1";
+            return {};
+        }
+        counts.push_back((int)n);
+        sum += (int)n;
+        c = *end == ',' ? end + 1 : end;
+        if (*end == ',' && *c == '\0') { *error = "ends with a comma"; return {}; }
+    }
+    if ((int)counts.size() != p || sum != L) {
+        *error = "lists " + std::to_string(counts.size()) + " stages and " + std::to_string(sum) + " layers; the run has " +
+                 std::to_string(p) + " stages (-pp) and the model " + std::to_string(L) + " layers";
+        return {};
+    }
+    return counts;
+}
+
+// layers [begin, end) of stage s, under a split from stage_layer_counts
+inline void stage_layer_range(const std::vector<int>& counts, int s, int* begin, int* end) {
+    *begin = 0;
+    for (int q = 0; q < s; q++) *begin += counts[q];
+    *end = *begin + counts[s];
 }
 
 enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE };
@@ -180,6 +232,109 @@ inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
 // the idle fraction of a step with equal forward and backward times on every stage
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
 
+// ---------------------------------------------------------------- simulating a schedule
+
+// one half of a send or receive action: activation or gradient k, to or from stage `peer`
+struct PipelineMessage { bool send, activation; int micro, peer; };
+inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, int s) {
+    switch (a.op) {
+        case RECV_ACTIVATION: return {{false, true, a.micro, s - 1}};
+        case SEND_ACTIVATION: return {{true, true, a.micro, s + 1}};
+        case RECV_GRADIENT: return {{false, false, a.micro, s + 1}};
+        case SEND_GRADIENT: return {{true, false, a.micro, s - 1}};
+        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1}, {false, false, a.received_micro, s + 1}};
+        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1}, {false, true, a.received_micro, s - 1}};
+        default: return {};
+    }
+}
+
+// What a schedule costs, before running it: every stage's list played against the others,
+// each forward and backward taking cost(s, op), a message passing when both ends have
+// posted it (blocking sends and receives, MPI's rendezvous; transfers take no time).
+// busy[s]: stage s's compute time; step: when the last stage ends; idle s = 1 - busy/step;
+// peak_sets[s]: micro-batches in flight at most; completed: false if the lists deadlock.
+struct PipelineSimulation { std::vector<double> busy; double step; std::vector<int> peak_sets; bool completed; };
+inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost) {
+    std::vector<std::vector<PipelineAction>> lists(p);
+    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
+    PipelineSimulation sim = {std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
+    std::vector<size_t> pc(p, 0);
+    std::vector<double> clock(p, 0.0), done_at(p, 0.0);  // done_at: when the current action's halves have all passed
+    std::vector<int> in_flight(p, 0);
+    std::vector<std::vector<PipelineMessage>> posted(p);
+    std::vector<std::vector<bool>> passed(p);
+    auto post = [&](int s) {  // stage s reaches its next action at clock[s]
+        posted[s] = pc[s] < lists[s].size() ? pipeline_messages(lists[s][pc[s]], s) : std::vector<PipelineMessage>{};
+        passed[s].assign(posted[s].size(), false);
+        done_at[s] = clock[s];
+    };
+    auto finish_action = [&](int s) { pc[s]++; post(s); };
+    for (int s = 0; s < p; s++) post(s);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int s = 0; s < p; s++) {
+            if (pc[s] == lists[s].size()) continue;
+            const PipelineAction& a = lists[s][pc[s]];
+            if (a.op == FORWARD || a.op == BACKWARD) {
+                double c = cost(s, a.op);
+                clock[s] += c;
+                sim.busy[s] += c;
+                in_flight[s] += a.op == FORWARD ? 1 : -1;
+                sim.peak_sets[s] = std::max(sim.peak_sets[s], in_flight[s]);
+                finish_action(s);
+                progress = true;
+                continue;
+            }
+            for (size_t i = 0; i < posted[s].size(); i++) {
+                const PipelineMessage& mine = posted[s][i];
+                for (size_t j = 0; !passed[s][i] && j < posted[mine.peer].size(); j++) {
+                    const PipelineMessage& theirs = posted[mine.peer][j];
+                    if (passed[mine.peer][j] || theirs.send == mine.send || theirs.activation != mine.activation ||
+                        theirs.micro != mine.micro || theirs.peer != s) continue;
+                    double t = std::max(clock[s], clock[mine.peer]);  // both have posted it
+                    passed[s][i] = passed[mine.peer][j] = true;
+                    done_at[s] = std::max(done_at[s], t);
+                    done_at[mine.peer] = std::max(done_at[mine.peer], t);
+                    progress = true;
+                }
+            }
+            if (std::find(passed[s].begin(), passed[s].end(), false) == passed[s].end()) {
+                clock[s] = done_at[s];
+                finish_action(s);
+                progress = true;
+            }
+        }
+    }
+    for (int s = 0; s < p; s++) {
+        sim.completed = sim.completed && pc[s] == lists[s].size();
+        sim.step = std::max(sim.step, clock[s]);
+    }
+    return sim;
+}
+
+// the split of L layers over p stages whose largest stage costs least: a stage of k layers
+// costs k * layer_cost, + first_extra on stage 0 and last_extra on stage p-1 (the embedding,
+// and the final LayerNorm with the LM head); every stage keeps at least one layer. Of the
+// splits with the same largest stage, the most even (least sum of squared stage costs).
+inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, double first_extra, double last_extra) {
+    auto stage_cost = [&](int s, int k) { return k * layer_cost + (s == 0 ? first_extra : 0.0) + (s == p - 1 ? last_extra : 0.0); };
+    // best[s][l]: (largest cost, sum of squares) of the best split of layers [0, l) over stages 0..s;
+    // take[s][l]: stage s's share in it. Dynamic programming over the last stage's share.
+    std::vector<std::vector<std::pair<double, double>>> best(p, std::vector<std::pair<double, double>>(L + 1, {INFINITY, 0.0}));
+    std::vector<std::vector<int>> take(p, std::vector<int>(L + 1, 0));
+    for (int l = 1; l <= L; l++) { best[0][l] = {stage_cost(0, l), stage_cost(0, l) * stage_cost(0, l)}; take[0][l] = l; }
+    for (int s = 1; s < p; s++)
+        for (int l = s + 1; l <= L; l++)
+            for (int k = 1; k <= l - s; k++) {
+                double c = stage_cost(s, k);
+                std::pair<double, double> w = {std::max(best[s - 1][l - k].first, c), best[s - 1][l - k].second + c * c};
+                if (w < best[s][l]) { best[s][l] = w; take[s][l] = k; }
+            }
+    std::vector<int> counts(p);
+    for (int s = p - 1, l = L; s >= 0; l -= counts[s], s--) counts[s] = take[s][l];
+    return counts;
+}
+
 // ---------------------------------------------------------------- running a schedule
 
 // what the executor needs of the model (GPT-2's in train_gpt.cu: pipeline_stage)
@@ -192,8 +347,9 @@ struct PipelineStage {
     size_t message_elements;                // of every activation and gradient: B*T*C
 };
 
-// time spent computing (forwards and backwards) and in the whole schedule, for the bubble
-struct ScheduleTiming { double busy_ms, total_ms; };
+// time spent computing (forwards and backwards) and in the whole schedule, for the bubble;
+// and the forwards' and backwards' own times, which pipeline_simulate can replay
+struct ScheduleTiming { double busy_ms, total_ms, forward_ms, backward_ms; int forwards, backwards; };
 
 inline double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -217,7 +373,7 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
     size_t n = stage.message_elements;
     double loss = 0.0;
     auto start = std::chrono::steady_clock::now();
-    *timing = ScheduleTiming{0.0, 0.0};
+    *timing = ScheduleTiming{0.0, 0.0, 0.0, 0.0, 0, 0};
     for (const PipelineAction& a : actions) {
         bool compute = a.op == FORWARD || a.op == BACKWARD;
         // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
@@ -239,7 +395,13 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
                 comm_send_recv(pp, stage.gradient, s - 1, stage.input(a.received_micro), s - 1, n);
                 break;
         }
-        if (compute) { device_synchronize(); timing->busy_ms += ms_since(began); }
+        if (compute) {
+            device_synchronize();
+            double ms = ms_since(began);
+            timing->busy_ms += ms;
+            (a.op == FORWARD ? timing->forward_ms : timing->backward_ms) += ms;
+            (a.op == FORWARD ? timing->forwards : timing->backwards) += 1;
+        }
     }
     device_synchronize();
     timing->total_ms = ms_since(start);

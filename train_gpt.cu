@@ -103,15 +103,15 @@ struct ModelLayout {
 
 // the whole model, as one rank alone holds it and as files store it
 inline ModelLayout whole_model_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, 0, c.num_layers}; }
-// the part of pipeline stage pp_rank and TP rank tp_rank
-inline ModelLayout stage_layout(const GPT2Config& c, int tp, int tp_rank, int pp, int pp_rank) {
-    ModelLayout lay = {tp, tp_rank, pp, pp_rank, 0, 0};
-    distribute_layers(c.num_layers, pp, pp_rank, &lay.layer_begin, &lay.layer_end);
+// the part of pipeline stage pp_rank and TP rank tp_rank, the stages holding stage_layers[s] layers
+inline ModelLayout stage_layout(const std::vector<int>& stage_layers, int tp, int tp_rank, int pp_rank) {
+    ModelLayout lay = {tp, tp_rank, (int)stage_layers.size(), pp_rank, 0, 0};
+    stage_layer_range(stage_layers, pp_rank, &lay.layer_begin, &lay.layer_end);
     return lay;
 }
 // this rank's part, from the process grid: the one source of tp, pp and the ranks
-inline ModelLayout model_layout(const ProcessGrid& g, const GPT2Config& c) {
-    return stage_layout(c, g.tp, g.tp_rank, g.pp, g.pp_rank);
+inline ModelLayout model_layout(const ProcessGrid& g, const std::vector<int>& stage_layers) {
+    return stage_layout(stage_layers, g.tp, g.tp_rank, g.pp_rank);
 }
 inline bool is_first_stage(const ModelLayout& lay) { return lay.pp_rank == 0; }
 inline bool is_last_stage(const ModelLayout& lay) { return lay.pp_rank == lay.pp - 1; }
@@ -189,7 +189,7 @@ inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GP
 // Parameters are stored unit by unit (zero.h): unit 0 the embeddings {wte, wpe},
 // unit 1+l layer l's 12 tensors, unit L+1 the final LayerNorm {lnfw, lnfb}. A layer is
 // then one contiguous block that ZeRO can gather and reduce whole; files keep llm.c's
-// tensor-major order, and gpt2_reorder translates.
+// tensor-major order, and reorder_part (model_file.h) translates.
 
 inline int unit_of(int tensor, int layer, int L) {
     return tensor <= WPE ? 0 : tensor >= LNFW ? L + 1 : 1 + layer;
@@ -276,6 +276,7 @@ struct GPT2 {
     GPT2Config config;
     ModelLayout layout;
     TensorShape shapes[NUM_PARAMETER_TENSORS];
+    std::vector<int> stage_layers;  // layers of each pipeline stage (-pl, or the even split)
     size_t num_parameters;          // held by this rank, unpadded
     Zero zero;                      // parameters, gradients, optimizer state: zero.h
     Collectives* comm;
@@ -317,7 +318,7 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
 // layout starts from the same values), with ZeRO `stage` over its DP group.
 // allocate = false only lays it out (-plan): no memory, no parameter values.
 inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
-                       bool allocate) {
+                       bool allocate, const char* stage_layers = NULL) {
     *model = GPT2{};
     GPT2Config c;
     float* file_values = NULL;
@@ -332,10 +333,12 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     }
     model->config = c;
     model->comm = comm;
-    model->layout = model_layout(comm->grid, c);
-    int tp = model->layout.tp;
-    if (c.num_layers < model->layout.pp)
-        comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", model->layout.pp, c.num_layers);
+    int tp = comm->grid.tp, pp = comm->grid.pp;
+    if (c.num_layers < pp) comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", pp, c.num_layers);
+    std::string error;
+    model->stage_layers = stage_layer_counts(c.num_layers, pp, stage_layers, &error);
+    if (model->stage_layers.empty()) comm_fail_all("-pl %s %s", stage_layers, error.c_str());
+    model->layout = model_layout(comm->grid, model->stage_layers);
     if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
         comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
                       tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
@@ -849,7 +852,8 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
 // the model this rank holds and its activations for the schedule; allocate = false lays them
 // out and books their bytes without allocating (-plan, the memory check)
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
-    gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate);
+    gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate,
+               tc.stage_layers);
     if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
     int sets = pipeline_activation_sets(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);

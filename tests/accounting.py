@@ -31,7 +31,10 @@ def padded(n, shards):
     return -(-n // shards) * shards
 
 
-def stage_layers(L, p, s):
+def stage_layers(L, p, s, split=None):
+    """layers of stage s: -pl's split when given, else L // p, the first L % p stages one more"""
+    if split:
+        return split[s]
     return L // p + (1 if s < L % p else 0)
 
 
@@ -43,7 +46,7 @@ def units(a, s):
     E = padded(a.vocab // a.tp * C + a.max_seq_len * C, shards) if first or last else 0
     Lu = padded(12 * C * C // a.tp + 7 * C // a.tp + 6 * C, shards)
     H = padded(2 * C, shards) if last else 0
-    return E, Lu, H, stage_layers(a.layers, a.pp, s)
+    return E, Lu, H, stage_layers(a.layers, a.pp, s, a.stage_layers)
 
 
 def state_memory(a, s):
@@ -105,6 +108,7 @@ def main():
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--recompute", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
+    ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)
     a = ap.parse_args()
     plans = sorted((json.loads(l) for l in open(a.plan) if l.startswith("{")), key=lambda p: p["rank"])
     first = json.loads(open(a.log).readline())

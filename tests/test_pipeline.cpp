@@ -28,15 +28,9 @@ using std::string;
 struct Message { bool send, activation; int micro, peer; bool done; };
 
 static vector<Message> messages_of(const PipelineAction& a, int s) {
-    switch (a.op) {
-        case RECV_ACTIVATION: return {{false, true, a.micro, s - 1, false}};
-        case SEND_ACTIVATION: return {{true, true, a.micro, s + 1, false}};
-        case RECV_GRADIENT: return {{false, false, a.micro, s + 1, false}};
-        case SEND_GRADIENT: return {{true, false, a.micro, s - 1, false}};
-        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1, false}, {false, false, a.received_micro, s + 1, false}};
-        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1, false}, {false, true, a.received_micro, s - 1, false}};
-        default: return {};
-    }
+    vector<Message> out;
+    for (const PipelineMessage& m : pipeline_messages(a, s)) out.push_back({m.send, m.activation, m.micro, m.peer, false});
+    return out;
 }
 
 // rendezvous: a send and its receive complete together, only while both are posted.
@@ -246,4 +240,53 @@ TEST_CASE("run_schedule's invariants: one gradient buffer per stage, one activat
                         if (a.op == FORWARD) in_flight[k] = true;
                     }
                 }
+}
+
+TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an imbalance it can see") {
+    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE})
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++)
+                for (double backward : {1.0, 2.0}) {  // equal stages, a backward as long as a forward or twice
+                    INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m << " B=" << backward);
+                    PipelineSimulation sim = pipeline_simulate(kind, p, m, [&](int, PipelineOp op) { return op == FORWARD ? 1.0 : backward; });
+                    REQUIRE(sim.completed);
+                    CHECK(sim.step == Approx((m + p - 1) * (1.0 + backward)));
+                    for (int s = 0; s < p; s++) {
+                        CHECK(1.0 - sim.busy[s] / sim.step == Approx(pipeline_bubble_fraction(p, m)).margin(1e-12));
+                        CHECK(sim.peak_sets[s] == pipeline_activation_sets(kind, s, p, m));
+                    }
+                }
+    // one heavy stage (GPT-2's last, with the LM head) sets the pace: the others idle the difference
+    PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
+    CHECK(sim.step == Approx(8 * 9.0 + 3.0));  // the last stage's 8 (F + B) of 9, after stage 0's first forward
+    CHECK(1.0 - sim.busy[0] / sim.step == Approx(1.0 - 24.0 / 75.0));
+}
+
+TEST_CASE("stage_layer_counts and balanced_stage_layers") {
+    std::string error;
+    CHECK(stage_layer_counts(7, 3, NULL, &error) == vector<int>({3, 2, 2}));
+    CHECK(stage_layer_counts(8, 4, "1,3,3,1", &error) == vector<int>({1, 3, 3, 1}));
+    for (const char* bad : {"1,3,3", "1,3,3,2", "0,4,3,1", "1,3,x,1", "1,,3,3", "", "1,3,3,1,"}) {
+        error.clear();
+        CHECK(stage_layer_counts(8, 4, bad, &error).empty());
+        CHECK(!error.empty());
+    }
+    for (int L = 1; L <= 12; L++)
+        for (int p = 1; p <= L; p++)
+            for (double head : {0.0, 0.5, 2.5, 7.0}) {
+                vector<int> split = balanced_stage_layers(L, p, 1.0, 0.0, head);
+                int sum = 0;
+                double largest = 0.0;
+                for (int s = 0; s < p; s++) {
+                    CHECK(split[s] >= 1);
+                    sum += split[s];
+                    largest = std::max(largest, split[s] + (s == p - 1 ? head : 0.0));
+                }
+                CHECK(sum == L);
+                // no split does better: the largest stage is at least the mean, and the last stage at least 1 + head
+                double bound = std::max((L + head) / p, 1.0 + head);
+                CHECK(largest < bound + 1.0);
+                if (head == 0.0) CHECK(largest == (L + p - 1) / p);  // even: the ceiling of L/p
+            }
+    CHECK(balanced_stage_layers(8, 4, 1.0, 0.0, 2.0) == vector<int>({3, 2, 2, 1}));
 }

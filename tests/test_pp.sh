@@ -14,7 +14,11 @@
 #  - -e d4 under pp 4 and under dp 2 x tp 2 x pp 2 writes the file one rank writes, byte for byte;
 #  - -trace of 1F1B at p = 4, m = 8 is trace-event JSON with one track per rank, and stage 0's track
 #    runs the warmup, steady and cooldown phases in the schedule's order;
-#  - bad layouts (fewer layers than stages, an unknown schedule) end with one line on every rank.
+#  - -pl 3,1 (1F1B) and 1,3 (GPipe): the trajectory, the single-rank model, the accounting; -plan
+#    suggests the split balanced against the LM head; each stage's measured idle fraction is
+#    within 0.05 of pipeline_simulate's prediction from the measured forward and backward times;
+#  - bad layouts (fewer layers than stages, an unknown schedule, a -pl that does not fit) end with
+#    one line on every rank.
 set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/pp; rm -rf $D; mkdir -p $D
@@ -59,6 +63,33 @@ assert (s1, sg) == (4, 8) and one * 2 <= gpipe
 rows = [json.loads(l) for l in open(f"{d}/dp1-tp1-pp4-z0-1f1b.jsonl")]
 assert all(abs(r["bubble_formula"] - 3 / 11) < 1e-4 and 0 <= r["bubble_last_stage"] <= r["bubble"] < 1 for r in rows), rows[0]
 print(f"bubble: formula {rows[0]['bubble_formula']}, measured: worst stage {[r['bubble'] for r in rows]}, last stage {[r['bubble_last_stage'] for r in rows]}")
+PY
+
+# -pl: stages of 3 and 1 layers (1F1B) and 1 and 3 (GPipe) against the float64 trajectory, the
+# single-rank model and the accounting formulas; -plan suggests 3,1 (the LM head outweighs the
+# 4-layer model's layers); each stage's measured idle fraction within 0.05 of pipeline_simulate's
+# prediction from the measured forward and backward times (steps 2-6; the first warms up)
+for split in 3,1/1f1b 1,3/gpipe; do
+    pl=${split%/*} ps=${split#*/} tag=pl${split%/*}-${split#*/}
+    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 8 --tol 1e-4 --launcher "$MPIRUN -np 2" \
+        --extra "-b 4 -pp 2 -pl $pl -ps $ps -o $D/$tag" > $D/$tag.txt
+    cp $REF/run_accum8.jsonl $D/$tag.jsonl
+    $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 1024 -pp 2 -pl $pl -ps $ps -plan 1 > $D/$tag.plan.txt
+    grep '^{' $D/$tag.plan.txt > $D/$tag.plan.jsonl
+    echo "-pp 2 -pl $pl $ps: $(tail -n 1 $D/$tag.txt)"
+    $PYTHON tests/accounting.py $D/$tag.plan.jsonl $D/$tag.jsonl $MODEL --B 4 --accum 8 --dp 1 --tp 1 --pp 2 --schedule $ps \
+        --zero 0 --stage-layers $pl
+    $PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/$tag/model_00000006.bin
+done
+grep -q "^pipeline, balanced against the LM head: -pl 3,1 " $D/pl3,1-1f1b.plan.txt
+grep -m1 "^pipeline, balanced" $D/pl3,1-1f1b.plan.txt
+$PYTHON - $D/pl3,1-1f1b.jsonl $D/pl1,3-gpipe.jsonl <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    rows = [json.loads(l) for l in open(path)][1:]
+    worst = max(abs(m - s) for r in rows for m, s in zip(r["bubble_stages"], r["bubble_simulated"]))
+    print(f"{path}: idle by stage, measured {rows[-1]['bubble_stages']}, simulated {rows[-1]['bubble_simulated']}; largest gap {worst:.3f}")
+    assert worst < 0.05, worst
 PY
 
 # a bf16 pipeline; recompute under GPipe
@@ -115,5 +146,7 @@ bad() {  # bad NP EXPECTED ARGS...
 }
 bad 8 "fewer than the stages" -pp 8
 bad 2 "-ps expects 1f1b or gpipe" -pp 2 -ps zigzag
+bad 2 "-pl 1,2 lists 2 stages and 3 layers" -pp 2 -pl 1,2 -b 4 -d 256
+bad 2 "-pl 0,4 expects positive layer counts" -pp 2 -pl 0,4 -b 4 -d 256
 $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -d 32 -x 1 -pp 2 -v 0 -s 0 > $D/note.txt
 grep -m1 "note: 1 micro-batches" $D/note.txt
