@@ -82,7 +82,8 @@ build_model (pipeline_activation_sets); accounting.h: bubble_json.
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,
 //          gpipe_schedule, one_f_one_b_schedule, pipeline_schedule, pipeline_activation_sets,
-//          pipeline_bubble_fraction, PipelineMessage, pipeline_messages, PipelineSimulation, pipeline_simulate,
+//          pipeline_bubble_fraction, PipelineMessage, pipeline_messages, PipelineSimulation, pipeline_simulate_lists,
+//          pipeline_simulate,
 //          balanced_stage_layers, PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule,
 //          pipeline_forward
 #include <stdlib.h>    // defines: strtol
@@ -254,9 +255,9 @@ inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, i
 // busy[s]: stage s's compute time; step: when the last stage ends; idle s = 1 - busy/step;
 // peak_sets[s]: micro-batches in flight at most; completed: false if the lists deadlock.
 struct PipelineSimulation { std::vector<double> busy; double step; std::vector<int> peak_sets; bool completed; };
-inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost) {
-    std::vector<std::vector<PipelineAction>> lists(p);
-    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
+inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
+                                                  const std::function<double(int, PipelineOp)>& cost) {
+    int p = (int)lists.size();
     PipelineSimulation sim = {std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
     std::vector<size_t> pc(p, 0);
     std::vector<double> clock(p, 0.0), done_at(p, 0.0);  // done_at: when the current action's halves have all passed
@@ -310,6 +311,12 @@ inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, con
         sim.step = std::max(sim.step, clock[s]);
     }
     return sim;
+}
+// the same for the lists of a schedule
+inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost) {
+    std::vector<std::vector<PipelineAction>> lists(p);
+    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
+    return pipeline_simulate_lists(lists, cost);
 }
 
 // the split of L layers over p stages whose largest stage costs least: a stage of k layers
