@@ -4,9 +4,9 @@ which each stage runs the m micro-batches of a step: GPipe or 1F1B, as data.
 
 Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, the
 first L % p stages one more; or a split of one's own, -pl, as stage_layer_counts
-explains); stage 0 also the embeddings, stage p-1 the final LayerNorm and the LM head. A micro-batch flows forward through the stages, each
-sending its output activation (B,T,C) to the next, and its gradient flows back the
-same way. The micro-batches are the gradient-accumulation steps (-d), so m =
+explains); stage 0 also the embeddings, stage p-1 the final LayerNorm and the LM
+head. A micro-batch flows forward through the stages, each sending its output
+activation (B,T,C) to the next, and its gradient flows back the same way. The micro-batches are the gradient-accumulation steps (-d), so m =
 tokens per step / (B*T*dp).
 
 A schedule is a pure function of (s, p, m): the ordered list of actions stage s
@@ -74,18 +74,18 @@ the stage's gradient buffer are. It relies on two invariants of every list
     backward k, because no more than `sets` micro-batches are ever in flight.
 Read one_f_one_b_schedule first, then run_schedule.
 
-Applied in train_gpt.cu: stage_layout (distribute_layers), pipeline_stage (GPT-2's stage
-for the executor), train_step (pipeline_schedule, the one place the schedule is chosen,
-then run_schedule), forward_only (pipeline_forward: validation and sampling),
-build_model (pipeline_activation_sets); accounting.h: bubble_json.
+Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split),
+pipeline_stage (GPT-2's stage for the executor), train_step (pipeline_schedule, the one
+place the schedule is chosen, then run_schedule), forward_only (pipeline_forward:
+validation and sampling), build_model (pipeline_activation_sets); accounting.h:
+bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers).
 */
 #pragma once
-// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, add_action,
-//          gpipe_schedule, one_f_one_b_schedule, pipeline_schedule, pipeline_activation_sets,
-//          pipeline_bubble_fraction, PipelineMessage, pipeline_messages, PipelineSimulation, pipeline_simulate_lists,
-//          pipeline_simulate,
-//          balanced_stage_layers, PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule,
-//          pipeline_forward
+// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name,
+//          PipelineOp, PipelineAction, add_action, gpipe_schedule, one_f_one_b_schedule, pipeline_schedule,
+//          pipeline_activation_sets, pipeline_bubble_fraction, PipelineMessage, pipeline_messages,
+//          PipelineSimulation, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
+//          PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
