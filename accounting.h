@@ -160,20 +160,21 @@ inline StageCosts stage_costs(const GPT2* model, int B, int T) {
 inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum) {
     int p = model->layout.pp, L = model->config.num_layers;
     StageCosts cost = stage_costs(model, B, T);
-    std::vector<int> balanced = balanced_stage_layers(L, p, cost.layer, 0.0, cost.head);
-    for (const std::vector<int>* split : {(const std::vector<int>*)&model->stage_layers, (const std::vector<int>*)&balanced}) {
-        auto stage_flops = [&](int s) { return (*split)[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
+    auto print_split = [&](const char* label, const std::vector<int>& split) {
+        auto stage_flops = [&](int s) { return split[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
         PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op) {
             return stage_flops(s) * (op == FORWARD ? 1.0 : 2.0);
         });
-        printf(split == &balanced ? "pipeline, balanced against the LM head: -pl " : "pipeline, this run: -pl ");
-        for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", (*split)[s]);
+        printf("pipeline, %s: -pl ", label);
+        for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", split[s]);
         printf(" | GFLOP per micro-batch by stage:");
         for (int s = 0; s < p; s++) printf(" %.3g", stage_flops(s) / 1e9);
         printf(" | simulated idle (m=%d):", grad_accum);
         for (int s = 0; s < p; s++) printf(" %.3f", 1.0 - sim.busy[s] / sim.step);
         printf("\n");
-    }
+    };
+    print_split("this run", model->stage_layers);
+    print_split("balanced against the LM head", balanced_stage_layers(L, p, cost.layer, 0.0, cost.head));
 }
 
 // -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
