@@ -24,15 +24,6 @@ tests/test_pipeline.cpp: the schedules of pipeline.h, as data, over many (p, m):
 using std::vector;
 using std::string;
 
-// one posted message: a send or a receive of an activation or a gradient k, with a peer stage
-struct Message { bool send, activation; int micro, peer; bool done; };
-
-static vector<Message> messages_of(const PipelineAction& a, int s) {
-    vector<Message> out;
-    for (const PipelineMessage& m : pipeline_messages(a, s)) out.push_back({m.send, m.activation, m.micro, m.peer, false});
-    return out;
-}
-
 // rendezvous: a send and its receive complete together, only while both are posted
 // (pipeline_simulate_lists). Returns true when every stage's list runs to its end.
 static bool runs_without_deadlock(const vector<vector<PipelineAction>>& lists) {
@@ -57,16 +48,16 @@ static vector<string> timeline(const vector<vector<PipelineAction>>& lists) {
                     rows[s] += string(rows[s].empty() ? "" : " ") + (a.op == FORWARD ? "F" : "B") + std::to_string(a.micro);
                     clock[s]++;
                 } else {
-                    vector<Message> ms = messages_of(a, s);
-                    for (const Message& m : ms)
+                    vector<PipelineMessage> ms = pipeline_messages(a, s);
+                    for (const PipelineMessage& m : ms)
                         if (m.send && !sent[s]) channel[{s, m.peer * 2 + m.activation}].push_back({m.micro, clock[s]});
                     if (!sent[s]) progress = true;
                     sent[s] = true;
                     bool ready = true;  // every receive's message must have been sent
-                    for (const Message& m : ms)
+                    for (const PipelineMessage& m : ms)
                         if (!m.send && channel[{m.peer, s * 2 + m.activation}].empty()) ready = false;
                     if (!ready) break;
-                    for (const Message& m : ms) {
+                    for (const PipelineMessage& m : ms) {
                         if (m.send) continue;
                         auto& q = channel[{m.peer, s * 2 + m.activation}];
                         REQUIRE(q.front().first == m.micro);  // messages arrive in the order they are expected
@@ -123,10 +114,10 @@ TEST_CASE("schedules over many (p, m): order, memory bound, matched messages, no
                     if (s + 1 < p) {  // what s sends to s+1 is what s+1 receives from s, in order; and back
                         vector<int> sent[2], received[2];
                         for (const PipelineAction& a : lists[s])
-                            for (const Message& msg : messages_of(a, s)) if (msg.peer == s + 1) (msg.send ? sent : received)[msg.activation].push_back(msg.micro);
+                            for (const PipelineMessage& msg : pipeline_messages(a, s)) if (msg.peer == s + 1) (msg.send ? sent : received)[msg.activation].push_back(msg.micro);
                         vector<int> sent_back[2], received_back[2];
                         for (const PipelineAction& a : lists[s + 1])
-                            for (const Message& msg : messages_of(a, s + 1)) if (msg.peer == s) (msg.send ? sent_back : received_back)[msg.activation].push_back(msg.micro);
+                            for (const PipelineMessage& msg : pipeline_messages(a, s + 1)) if (msg.peer == s) (msg.send ? sent_back : received_back)[msg.activation].push_back(msg.micro);
                         CHECK(sent[1] == received_back[1]);   // activations s -> s+1
                         CHECK(sent_back[0] == received[0]);   // gradients s+1 -> s
                         CHECK((int)sent[1].size() == m);
