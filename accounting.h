@@ -21,6 +21,7 @@ after GPT2.
 //          print_plans, bubble_json, check_memory
 #include <stdio.h>      // defines: printf, snprintf
 #include <string.h>     // defines: memcpy
+#include <algorithm>    // defines: std::find
 #include <string>       // defines: std::string
 #include <vector>       // defines: std::vector
 #include "comm.h"       // defines: Collectives, Comm, CommKind, ring_bytes, comm_gatherv_to_root, comm_max_over_world
@@ -188,11 +189,11 @@ inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
 }
 
 // a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
-// forwards and backwards), the worst over the ranks and the last stage's, beside the formula
+// forwards, backwards, B's and W's), the worst over the ranks and the last stage's, beside the formula
 // (a collective; empty without a pipeline). In GPT-2 the last stage carries the LM head, the
 // heaviest stage, so its idle time is the schedule's bubble; the worst adds load imbalance.
 // Then, for the pipeline of DP and TP rank 0, each stage's idle fraction measured, and as
-// pipeline_simulate predicts it from the stages' measured mean forward and backward times:
+// pipeline_simulate predicts it from the stages' measured mean forward, backward, B and W times:
 // "bubble_stages" and "bubble_simulated".
 inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int grad_accum) {
     if (model->layout.pp == 1) return "";
@@ -201,16 +202,20 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     const ProcessGrid& g = model->comm->grid;
     bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0;  // ranks are pp-major: these come in stage order
     std::vector<double> mine;
-    if (pipeline_zero) mine = {idle, timing.forward_ms / std::max(timing.forwards, 1), timing.backward_ms / std::max(timing.backwards, 1)};
+    const PipelineOp computes[] = {FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT};
+    if (pipeline_zero) {
+        mine = {idle};
+        for (PipelineOp op : computes) mine.push_back(timing.mean_ms(op));
+    }
     std::vector<std::vector<double>> stages = comm_gatherv_to_root(&model->comm->world, mine);
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
-             pipeline_bubble_fraction(model->layout.pp, grad_accum));
+             schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum));
     if (g.rank != 0) return text;
-    std::vector<std::vector<double>> per_stage;  // idle, forward ms, backward ms of stage s
+    std::vector<std::vector<double>> per_stage;  // idle, then the mean ms of each of `computes`, of stage s
     for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
     PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op) {
-        return per_stage[s][op == FORWARD ? 1 : 2];
+        return per_stage[s][1 + (std::find(computes, computes + 4, op) - computes)];
     });
     std::string measured = ", \"bubble_stages\": [", simulated = ", \"bubble_simulated\": [";
     for (int s = 0; s < g.pp; s++) {

@@ -143,10 +143,11 @@ inline void stage_layer_range(const std::vector<int>& counts, int s, int* begin,
     *end = *begin + counts[s];
 }
 
-enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE };
-// "1f1b" or "gpipe"; -1 for anything else
+enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB };
+// "1f1b", "gpipe" or "zb" (ZB-H1); -1 for anything else
 inline int schedule_kind_from_name(const char* name) {
-    return strcmp(name, "1f1b") == 0 ? SCHEDULE_1F1B : strcmp(name, "gpipe") == 0 ? SCHEDULE_GPIPE : -1;
+    return strcmp(name, "1f1b") == 0 ? SCHEDULE_1F1B : strcmp(name, "gpipe") == 0 ? SCHEDULE_GPIPE
+         : strcmp(name, "zb") == 0 ? SCHEDULE_ZB : -1;
 }
 
 enum PipelineOp {
@@ -155,6 +156,8 @@ enum PipelineOp {
     RECV_GRADIENT, SEND_GRADIENT,               // from stage s+1, to stage s-1
     SEND_ACTIVATION_RECV_GRADIENT,              // paired, with stage s+1: activation k out, gradient j in
     SEND_GRADIENT_RECV_ACTIVATION,              // paired, with stage s-1: gradient k out, activation j in
+    BACKWARD_INPUT, BACKWARD_WEIGHT,            // k's backward in two (ZB-H1): B, the input gradient; W, the weights'
+    NUM_PIPELINE_OPS
 };
 // micro: the micro-batch k the action is about (for a paired one, whose message is sent);
 // received_micro: a paired action's j, whose message comes in (-1 for the others)
@@ -218,22 +221,77 @@ inline std::vector<PipelineAction> one_f_one_b_schedule(int s, int p, int m) {
     return a;
 }
 
-// the one place the schedule is chosen. With one stage there is no pipeline: both are
-// forward k, backward k in turn (1F1B with no warmup), holding one micro-batch.
-inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m) {
-    return kind == SCHEDULE_GPIPE && p > 1 ? gpipe_schedule(s, p, m) : one_f_one_b_schedule(s, p, m);
+// ZB-H1: 1F1B's list with each backward split into B and W, stage s running its W's s backwards
+// late (W k after B (k + s)), the last s at the end. A W goes before the paired send of B's
+// gradient: that exchange waits for stage s-1 to finish its next forward, and W fills the wait;
+// after a lone send (the cooldown), which nothing holds up. Stage 0's W would follow its B at once,
+// so it keeps the whole backward, and 1F1B's memory
+inline std::vector<PipelineAction> zb_h1_schedule(int s, int p, int m) {
+    std::vector<PipelineAction> one_f_one_b = one_f_one_b_schedule(s, p, m), a;
+    if (s == 0) return one_f_one_b;
+    int weights = 0;  // W's listed
+    for (PipelineAction action : one_f_one_b) {
+        bool w_due = (action.op == SEND_GRADIENT || action.op == SEND_GRADIENT_RECV_ACTIVATION) && action.micro >= s;
+        bool w_first = action.op == SEND_GRADIENT_RECV_ACTIVATION;
+        if (action.op == BACKWARD) action.op = BACKWARD_INPUT;
+        if (w_due && w_first) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+        a.push_back(action);
+        if (w_due && !w_first) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+    }
+    while (weights < m) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+    return a;
 }
 
-// micro-batches whose activations stage s holds at once: micro-batch k uses set k % sets
+// the one place the schedule is chosen. With one stage there is no pipeline: all are forward
+// k, backward k in turn (1F1B with no warmup), holding one micro-batch.
+inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m) {
+    if (p == 1) return one_f_one_b_schedule(s, p, m);
+    return kind == SCHEDULE_GPIPE ? gpipe_schedule(s, p, m) : kind == SCHEDULE_ZB ? zb_h1_schedule(s, p, m)
+                                                                                  : one_f_one_b_schedule(s, p, m);
+}
+
+// micro-batches whose activations stage s holds at once, from forward to the end of the backward
+// (W included): micro-batch k uses set k % sets. ZB-H1 holds p on every stage: 1F1B's p - s until
+// B, and s more whose W waits
 inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
-    if (kind == SCHEDULE_GPIPE) return p == 1 ? 1 : m;  // one stage: each backward follows its forward
+    if (p == 1) return 1;  // one stage: each backward follows its forward
+    if (kind == SCHEDULE_GPIPE) return m;
+    if (kind == SCHEDULE_ZB && s > 0) return p < m ? p : m;
     return p - s < m ? p - s : m;
 }
+// of those, the micro-batches between forward and B (the logits live only that long)
+inline int pipeline_backward_sets(ScheduleKind kind, int s, int p, int m) {
+    return pipeline_activation_sets(kind == SCHEDULE_ZB ? SCHEDULE_1F1B : kind, s, p, m);
+}
+// micro-batches whose B is done and W is not, at most: each keeps its layers' output gradients
+// (0: W follows B at once, as in 1F1B and on ZB-H1's stage 0)
+inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
+    if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
+    return s + 1 < m ? s + 1 : m;
+}
+// the three, for the trainer to allocate
+struct StageBuffers { int activation_sets, head_sets, weight_slots; };
+inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m) {
+    return StageBuffers{pipeline_activation_sets(kind, s, p, m), pipeline_backward_sets(kind, s, p, m),
+                        pipeline_weight_slots(kind, s, p, m)};
+}
 
-// the idle fraction of a step with equal forward and backward times on every stage
+// the idle fraction of a step with equal forward and backward times on every stage (GPipe, 1F1B)
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+// ZB-H1's, for m >= p, with forward, B and W times F, B, W on every stage: each stage idles
+// (p - 1)(F + B - min(F, W)) beside its m(F + B + W) of work; (p - 1)/(3m + p - 1) when all equal
+inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) {
+    double idle = (p - 1) * (F + B - std::min(F, W));
+    return idle / (m * (F + B + W) + idle);
+}
+// the formula a log row prints beside the measured bubble: equal times (F = B = W under ZB-H1)
+inline double schedule_bubble_formula(ScheduleKind kind, int p, int m) {
+    return kind == SCHEDULE_ZB ? zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0) : pipeline_bubble_fraction(p, m);
+}
 
 // ---------------------------------------------------------------- simulating a schedule
+
+inline bool is_compute(PipelineOp op) { return op == FORWARD || op == BACKWARD || op == BACKWARD_INPUT || op == BACKWARD_WEIGHT; }
 
 // one half of a send or receive action: activation or gradient k, to or from stage `peer`
 struct PipelineMessage { bool send, activation; int micro, peer; };
@@ -276,11 +334,11 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
         for (int s = 0; s < p; s++) {
             if (pc[s] == lists[s].size()) continue;
             const PipelineAction& a = lists[s][pc[s]];
-            if (a.op == FORWARD || a.op == BACKWARD) {
+            if (is_compute(a.op)) {
                 double c = cost(s, a.op);
                 clock[s] += c;
                 sim.busy[s] += c;
-                in_flight[s] += a.op == FORWARD ? 1 : -1;
+                in_flight[s] += a.op == FORWARD ? 1 : a.op == BACKWARD_INPUT ? 0 : -1;  // held until W is done
                 sim.peak_sets[s] = std::max(sim.peak_sets[s], in_flight[s]);
                 finish_action(s);
                 progress = true;
@@ -348,15 +406,22 @@ inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, d
 struct PipelineStage {
     std::function<double(int k)> forward;   // micro-batch k through this stage; its loss sum on the last stage, else 0
     std::function<void(int k)> backward;    // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
+    std::function<void(int k)> backward_input;   // its B: the same, with the weight gradients left for...
+    std::function<void(int k)> backward_weight;  // ...its W, later (ZB-H1)
     std::function<floatX*(int k)> input;    // where k's input activation is received (not on the first stage)
     std::function<floatX*(int k)> output;   // where k's output activation is after its forward (sent to s+1)
     floatX* gradient;                       // the stage's one gradient buffer (the header says why one is enough)
     size_t message_elements;                // of every activation and gradient: B*T*C
 };
 
-// time spent computing (forwards and backwards) and in the whole schedule, for the bubble;
-// and the forwards' and backwards' own times, which pipeline_simulate can replay
-struct ScheduleTiming { double busy_ms, total_ms, forward_ms, backward_ms; int forwards, backwards; };
+// time spent computing (forwards, backwards, B's and W's) and in the whole schedule, for the
+// bubble; and each kind of computation's own time, which pipeline_simulate can replay
+struct ScheduleTiming {
+    double busy_ms, total_ms;
+    double op_ms[NUM_PIPELINE_OPS];
+    int op_count[NUM_PIPELINE_OPS];
+    double mean_ms(PipelineOp op) const { return op_count[op] ? op_ms[op] / op_count[op] : 0.0; }
+};
 
 inline double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -365,7 +430,7 @@ inline double ms_since(std::chrono::steady_clock::time_point t) {
 // the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
 inline std::string action_name(const PipelineAction& a) {
     static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
-                                  "send gradient", "send activation", "send gradient"};
+                                  "send gradient", "send activation", "send gradient", "backward input", "backward weight"};
     std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
     if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.received_micro);
     if (a.op == SEND_GRADIENT_RECV_ACTIVATION) name += " / recv activation " + std::to_string(a.received_micro);
@@ -380,9 +445,9 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
     size_t n = stage.message_elements;
     double loss = 0.0;
     auto start = std::chrono::steady_clock::now();
-    *timing = ScheduleTiming{0.0, 0.0, 0.0, 0.0, 0, 0};
+    *timing = ScheduleTiming{};
     for (const PipelineAction& a : actions) {
-        bool compute = a.op == FORWARD || a.op == BACKWARD;
+        bool compute = is_compute(a.op);
         // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
         // as the next forward's or backward's busy time and the bubble would look smaller than it is
         if (compute) device_synchronize();
@@ -391,6 +456,8 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
         switch (a.op) {
             case FORWARD: loss += stage.forward(a.micro); break;
             case BACKWARD: stage.backward(a.micro); break;
+            case BACKWARD_INPUT: stage.backward_input(a.micro); break;
+            case BACKWARD_WEIGHT: stage.backward_weight(a.micro); break;
             case RECV_ACTIVATION: comm_recv(pp, stage.input(a.micro), n, s - 1); break;
             case SEND_ACTIVATION: comm_send(pp, stage.output(a.micro), n, s + 1); break;
             case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, s + 1); break;
@@ -401,13 +468,14 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
             case SEND_GRADIENT_RECV_ACTIVATION:
                 comm_send_recv(pp, stage.gradient, s - 1, stage.input(a.received_micro), s - 1, n);
                 break;
+            case NUM_PIPELINE_OPS: break;
         }
         if (compute) {
             device_synchronize();
             double ms = ms_since(began);
             timing->busy_ms += ms;
-            (a.op == FORWARD ? timing->forward_ms : timing->backward_ms) += ms;
-            (a.op == FORWARD ? timing->forwards : timing->backwards) += 1;
+            timing->op_ms[a.op] += ms;
+            timing->op_count[a.op] += 1;
         }
     }
     device_synchronize();

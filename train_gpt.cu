@@ -247,13 +247,23 @@ struct ActivationTensors {
     float* losses;      // (B,T)
 };
 
+// the gradients of the outputs of a block's six weighted ops: what its B computes on the way to
+// the block's input gradient, and its W reads to make the weights' (4C + 7C/tp per token)
+struct LayerOutputGradients {
+    floatX* fcproj;     // (B,T,C)     = the block's output gradient
+    floatX* fc;         // (B,T,4C/tp) after the GELU's backward
+    floatX* ln2;        // (B,T,C)     summed over TP (f's backward)
+    floatX* attproj;    // (B,T,C)     = the gradient of residual2
+    floatX* qkv;        // (B,T,3C/tp)
+    floatX* ln1;        // (B,T,C)     summed over TP
+};
+
 struct ScratchTensors {  // reused by every layer
     floatX* proj;       // (B,T,C) attproj / fcproj output before the residual add
     floatX* dresidual;  // (B,T,C) gradient of the residual stream
-    floatX* dln;        // (B,T,C) gradient of a LayerNorm output
+    floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output
     floatX* datty;      // (B,T,C/tp)
-    floatX* dqkv;       // (B,T,3C/tp)
-    floatX* dfch;       // (B,T,4C/tp)
+    LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
     floatX* attention;  // attention_scratch_elements
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
@@ -285,6 +295,8 @@ struct GPT2 {
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
     std::vector<ActivationTensors> sets;  // one per micro-batch in flight: micro-batch k uses sets[k % size]
+    int weight_slots;               // micro-batches whose W waits (-ps zb, pipeline.h), at most; 0: none
+    floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     float* host_losses;             // (B,T)
@@ -357,17 +369,20 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
 // same list is allocated for training and summed for -plan. `num_sets` sets of what the
 // forward keeps (one per micro-batch in flight, pipeline.h), one of everything else.
-inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T, int num_sets) {
+inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T, const StageBuffers& holds) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
-    size_t head = is_last_stage(model->layout) ? 1 : 0;  // lnf, logits and losses live on the last stage
     ScratchTensors& s = model->scratch;
+    LayerOutputGradients& g = s.layer_grads;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
-    model->sets.assign(num_sets, ActivationTensors{});
+    model->sets.assign(holds.activation_sets, ActivationTensors{});
     std::vector<BufferSpec> specs;
-    for (ActivationTensors& a : model->sets) {
+    for (int i = 0; i < holds.activation_sets; i++) {
+        ActivationTensors& a = model->sets[i];
+        // lnf, logits and losses: on the last stage, in the first head_sets sets (the rest share them)
+        size_t head = is_last_stage(model->layout) && i < holds.head_sets ? 1 : 0;
         std::vector<BufferSpec> kept = {
             {(void**)&a.input, BT * C, X, KEPT},
             {(void**)&a.lnf, head * BT * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT, FP32, KEPT},
@@ -382,10 +397,14 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
             specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, WORK});
+    model->weight_slots = holds.weight_slots;  // kept from B to W: the layers' output gradients
+    specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * BT * (4 * C + 7 * C_rank), X, KEPT});
     std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
-        {(void**)&s.dqkv, BT * 3 * C_rank, X, WORK}, {(void**)&s.dfch, BT * 4 * C_rank, X, WORK},
+        {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
+        {(void**)&g.ln2, BT * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
+        {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT * C, X, WORK},
         {(void**)&s.attention, attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
         {(void**)&s.loss_max, BT, FP32, WORK}, {(void**)&s.loss_sum, BT, FP32, WORK}, {(void**)&s.loss_target, BT, FP32, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
@@ -397,16 +416,21 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
     return specs;
 }
 
-// activations for micro-batches of up to (B,T), `num_sets` of them in flight;
-// allocate = false only books them (-plan)
-inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, int num_sets, bool allocate) {
+// activations for micro-batches of up to (B,T), as many in flight as `holds` says (pipeline.h's
+// stage_buffers); allocate = false only books them (-plan)
+inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, const StageBuffers& holds, bool allocate) {
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
     model->B = B; model->T = T; model->recompute = recompute;
-    model->activation_buffers = activation_buffer_list(model, B, T, num_sets);
+    model->activation_buffers = activation_buffer_list(model, B, T, holds);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
-    for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
-        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
+    for (size_t i = 0; i < model->sets.size(); i++) {
+        ActivationTensors& a = model->sets[i];
+        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // the reused layer tensors are set 0's
             if (!recompute_keeps(recompute, t)) a.layer[t] = model->sets[0].layer[t];
+        const ActivationTensors& head = model->sets[i % holds.head_sets];  // micro-batches between forward
+        a.lnf = head.lnf; a.lnf_mean = head.lnf_mean; a.lnf_rstd = head.lnf_rstd;  // and B: at most head_sets
+        a.logits = head.logits; a.losses = head.losses;
+    }
     if (allocate) model->host_losses = (float*)malloc((size_t)B * T * sizeof(float));
 }
 
@@ -477,33 +501,55 @@ inline void recompute_block(GPT2* model, ActivationTensors& a, int l, int B, int
     if (r >= 1) block_gelu(model, a, l, B, T);
 }
 
-// block l's backward: model->scratch.dresidual holds the gradient of its output and
-// becomes the gradient of its input; the layer's parameter gradients accumulate.
-// The mirror of block_forward: g's backward, then f's, around each pair.
-inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart). B: model->scratch.dresidual
+// holds the gradient of the block's output and becomes the gradient of its input; on the way, the
+// gradients of the six weighted ops' outputs land in `d`. The mirror of block_forward: g's backward,
+// then f's, around each pair. Two copies keep what the residual stream's gradient was before a
+// LayerNorm's backward adds to it: W needs it as the gradient of fcproj's and attproj's outputs.
+inline void block_backward_input(GPT2* model, ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     Comm* tp_group = &model->comm->tp;
-    Zero* z = &model->zero;
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
-    LayerParameters dw = layer_parameters(z->units[1 + l], zero_unit_grads(z, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T);
     // MLP
     tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
-    matmul_backward(s.dfch, dw.fcprojw, dw.fcprojb, s.dresidual, la.fch_gelu, w.fcprojw, N, 4 * C_rank, C, s.partials);
-    gelu_backward(s.dfch, la.fch, s.dfch, (size_t)N * 4 * C_rank);
-    matmul_backward(s.dln, dw.fcw, dw.fcb, s.dfch, la.ln2, w.fcw, N, C, 4 * C_rank, s.partials);
-    tp_f_backward(tp_group, s.dln, (size_t)N * C);
-    layernorm_backward(s.dresidual, dw.ln2w, dw.ln2b, s.dln, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C, s.partials);
+    device_to_device(d.fcproj, s.dresidual, (size_t)N * C * sizeof(floatX));
+    matmul_backward_input(d.fc, s.dresidual, w.fcprojw, N, 4 * C_rank, C);
+    gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
+    matmul_backward_input(d.ln2, d.fc, w.fcw, N, C, 4 * C_rank);
+    tp_f_backward(tp_group, d.ln2, (size_t)N * C);
+    layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C);
     // attention; s.dresidual is now the gradient of residual2
     tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
-    matmul_backward(s.datty, dw.attprojw, dw.attprojb, s.dresidual, la.atty, w.attprojw, N, C_rank, C, s.partials);
-    attention_backward(s.dqkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
-    matmul_backward(s.dln, dw.qkvw, dw.qkvb, s.dqkv, la.ln1, w.qkvw, N, C, 3 * C_rank, s.partials);
-    tp_f_backward(tp_group, s.dln, (size_t)N * C);
-    layernorm_backward(s.dresidual, dw.ln1w, dw.ln1b, s.dln, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean,
-                       la.ln1_rstd, N, C, s.partials);
+    device_to_device(d.attproj, s.dresidual, (size_t)N * C * sizeof(floatX));
+    matmul_backward_input(s.datty, s.dresidual, w.attprojw, N, C_rank, C);
+    attention_backward(d.qkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
+    matmul_backward_input(d.ln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
+    tp_f_backward(tp_group, d.ln1, (size_t)N * C);
+    layernorm_backward_input(s.dresidual, d.ln1, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N, C);
+}
+// W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
+// recompute_block rebuilt). No weight is read and nothing crosses a rank: weight gradient = output
+// gradient^T x input, LayerNorm's = sums over the tokens
+inline void block_backward_weights(GPT2* model, ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
+    int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T;
+    float* partials = model->scratch.partials;
+    LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
+    LayerActivations la = layer_activations(model, a, l, B, T);
+    matmul_backward_weight(dw.fcprojw, dw.fcprojb, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, partials);
+    matmul_backward_weight(dw.fcw, dw.fcb, d.fc, la.ln2, N, C, 4 * C_rank, partials);
+    layernorm_backward_params(dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd, N, C, partials);
+    matmul_backward_weight(dw.attprojw, dw.attprojb, d.attproj, la.atty, N, C_rank, C, partials);
+    matmul_backward_weight(dw.qkvw, dw.qkvb, d.qkv, la.ln1, N, C, 3 * C_rank, partials);
+    layernorm_backward_params(dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd, N, C, partials);
+}
+// both in turn, through the scratch's one layer of output gradients: the backward of every
+// schedule but ZB-H1's later stages
+inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+    block_backward_input(model, a, l, B, T, model->scratch.layer_grads);
+    block_backward_weights(model, a, l, B, T, model->scratch.layer_grads);
 }
 
 // ----------------------------------------------------------------------------
@@ -542,6 +588,37 @@ inline void blocks_backward(GPT2* model, ActivationTensors& a, int B, int T) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
         block_backward(model, a, l, B, T);
+        zero_reduce_unit(&model->zero, 1 + l);
+    }
+}
+// ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot...
+inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
+    size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
+    floatX* at = model->waiting_grads + ((size_t)(k % model->weight_slots) * gpt2_layers(model) + l) * BT * (4 * C + 7 * C_rank);
+    LayerOutputGradients d;
+    d.fcproj = at;                at += BT * C;
+    d.fc = at;                    at += BT * 4 * C_rank;
+    d.ln2 = at;                   at += BT * C;
+    d.attproj = at;               at += BT * C;
+    d.qkv = at;                   at += BT * 3 * C_rank;
+    d.ln1 = at;
+    return d;
+}
+inline void blocks_backward_input(GPT2* model, ActivationTensors& a, int k, int B, int T) {
+    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+        zero_gather_unit(&model->zero, 1 + l);
+        recompute_block(model, a, l, B, T);
+        block_backward_input(model, a, l, B, T, waiting_grads(model, k, l));
+    }
+}
+// ...and, later, their W's. What recompute level r did not keep is rebuilt again (at r >= 2 from
+// the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
+// (ZeRO-2/3) after its W, now that it is complete
+inline void blocks_backward_weights(GPT2* model, ActivationTensors& a, int k, int B, int T) {
+    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+        if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
+        recompute_block(model, a, l, B, T);
+        block_backward_weights(model, a, l, B, T, waiting_grads(model, k, l));
         zero_reduce_unit(&model->zero, 1 + l);
     }
 }
@@ -600,10 +677,14 @@ inline double stage_forward(GPT2* model, ActivationTensors& a, const MicroBatch&
 }
 // its backward: on the last stage from its loss, elsewhere from the gradient of the stage's
 // output in scratch.dresidual, which ends as the gradient of the stage's input
-inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T) {
+// output in scratch.dresidual, which ends as the gradient of the stage's input. With
+// weights_later (ZB-H1) the blocks run only their B, and stage_backward_weights their W; the
+// head and the embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
+inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int k, int B, int T, bool weights_later) {
     if (is_last_stage(model->layout)) head_backward(model, a, B, T);
     zero_reduce_unit(&model->zero, final_norm_unit(model));
-    blocks_backward(model, a, B, T);
+    if (weights_later) blocks_backward_input(model, a, k, B, T);
+    else blocks_backward(model, a, B, T);
     if (is_first_stage(model->layout)) embed_backward(model, mb.inputs, B, T);
     zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
 }
@@ -622,7 +703,15 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
     PipelineStage stage;
     stage.forward = [=, &batches](int k) { return stage_forward(model, activation_set(model, k), batches[k], B, T, dloss); };
     stage.backward = [=, &batches](int k) {
-        stage_backward(model, activation_set(model, k), batches[k], B, T);
+        stage_backward(model, activation_set(model, k), batches[k], k, B, T, false);
+        zero_end_micro_step(&model->zero);
+    };
+    stage.backward_input = [=, &batches](int k) {  // -ga fp32: each micro-batch's gradients are folded
+        stage_backward(model, activation_set(model, k), batches[k], k, B, T, true);  // into the fp32 sum
+        zero_end_micro_step(&model->zero);         // alone, the head's after B, the layers' after W
+    };
+    stage.backward_weight = [=](int k) {
+        blocks_backward_weights(model, activation_set(model, k), k, B, T);
         zero_end_micro_step(&model->zero);
     };
     stage.input = [=](int k) { return activation_set(model, k).input; };
@@ -652,7 +741,8 @@ inline double gpt2_grad_norm_squared(GPT2* model) {
 }
 
 inline void gpt2_free(GPT2* model) {
-    for (const BufferSpec& b : model->activation_buffers) device_free(*b.ptr);
+    for (const BufferSpec& b : model->activation_buffers)  // an empty one may point at another's (the head's)
+        if (buffer_bytes(b) > 0) device_free(*b.ptr);
     zero_free(&model->zero);
     free(model->host_losses);
 }
@@ -777,7 +867,7 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 // the flags every rank checks alike (one line on every rank, exit 1); returns the
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
-    if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b or gpipe, got '%s'", tc->schedule);
+    if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b, gpipe or zb, got '%s'", tc->schedule);
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
@@ -856,8 +946,8 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
                tc.stage_layers);
     if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
-    int sets = pipeline_activation_sets(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
-    gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, sets, allocate);
+    StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
+    gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, holds, allocate);
 }
 
 // what the training loop carries from step to step

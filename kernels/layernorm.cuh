@@ -14,8 +14,8 @@ column sums over the rows, in two stages in a fixed order (common.cuh), so a run
 repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
-// defines: layernorm_forward, layernorm_backward,
-//          LAYERNORM_EPS, layernorm_backward_host, layernorm_backward_input_kernel,
+// defines: layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params,
+//          LAYERNORM_EPS, layernorm_backward_host, layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
 //          layernorm_forward_row, layernorm_param_grads_channel, warp_sum
 #include <math.h>  // defines: sqrtf
@@ -67,11 +67,13 @@ inline void layernorm_forward_host(floatX* out, float* mean, float* rstd,       
     for (int i = 0; i < N; i++) layernorm_forward_row(i, out, mean, rstd, inp, weight, bias, C);
 }
 
-inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias,  // (N,C) +=, (C) +=, (C) +=
-                                    const floatX* dout, const floatX* inp,         // (N,C), (N,C)
-                                    const floatX* weight,                          // (C)
-                                    const float* mean, const float* rstd,          // (N), (N)
-                                    int N, int C) {
+// the backward in its two halves, which a zero-bubble pipeline runs apart (pipeline.h): the
+// input gradient (B, on the critical path) and the parameter gradients (W, deferrable)
+inline void layernorm_backward_input_host(floatX* dinp,                                  // (N,C) +=
+                                          const floatX* dout, const floatX* inp,         // (N,C), (N,C)
+                                          const floatX* weight,                          // (C)
+                                          const float* mean, const float* rstd,          // (N), (N)
+                                          int N, int C) {
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const floatX* dy = dout + (size_t)i * C;
@@ -92,8 +94,17 @@ inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias
             dx[c] = from_float(to_float(dx[c]) + rstd[i] * (g - g_mean - n * gn_mean));
         }
     }
+}
+inline void layernorm_backward_params_host(floatX* dweight, floatX* dbias,               // (C) +=, (C) +=
+                                           const floatX* dout, const floatX* inp,        // (N,C), (N,C)
+                                           const float* mean, const float* rstd, int N, int C) {
     #pragma omp parallel for
     for (int c = 0; c < C; c++) layernorm_param_grads_channel(c, dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                    const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_params_host(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 #ifdef __CUDACC__
@@ -172,13 +183,17 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
     launchCheck();
 }
-// partials: column_partials_elements(2 * C) floats of device scratch
-inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
+inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+                                     const float* mean, const float* rstd, int N, int C) {
     const int block = 256, rows_per_block = block / 32;
     if (N == 0 || C == 0) return;
     layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
+}
+// partials: column_partials_elements(2 * C) floats of device scratch
+inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                      const float* mean, const float* rstd, int N, int C, float* partials) {
+    if (N == 0 || C == 0) return;
     layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(partials, dout, inp, mean, rstd,
                                                                                            N, C);
     launchCheck();
@@ -190,9 +205,19 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
                               const floatX* bias, int N, int C) {
     layernorm_forward_host(out, mean, rstd, inp, weight, bias, N, C);
 }
-inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
+inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+                                     const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
+}
+inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                      const float* mean, const float* rstd, int N, int C, float* partials) {
     (void)partials;
-    layernorm_backward_host(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_params_host(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 #endif
+// both halves in turn: dinp +=, dweight +=, dbias +=
+inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
+    layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C, partials);
+}

@@ -22,7 +22,7 @@ C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N
 keep the transpose flags. gemm_batched below is the only place that knows this.
 */
 #pragma once
-// defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, bias_forward, bias_backward,
+// defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input, matmul_backward_weight, bias_forward, bias_backward,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, matmul_forward_element, widen
 #include <algorithm>  // defines: std::min
@@ -158,13 +158,25 @@ inline void matmul_forward(floatX* out,                               // (N,OC)
     if (bias) bias_forward(out, bias, N, OC);
 }
 
+// the backward in its two halves, which a zero-bubble pipeline runs apart (pipeline.h): the
+// input gradient (B, on the critical path) and the weight and bias gradients (W, deferrable)
+inline void matmul_backward_input(floatX* dinp,                      // (N,C) overwritten
+                                  const floatX* dout,                // (N,OC)
+                                  const floatX* weight,              // (OC,C)
+                                  int N, int C, int OC) {
+    gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
+}
 // partials: the bias sum's scratch, column_partials_elements(OC) floats (GPU; unused on the CPU)
-inline void matmul_backward(floatX* dinp,                          // (N,C) overwritten, or NULL
-                            floatX* dweight, floatX* dbias,        // (OC,C) +=, (OC) += or NULL
-                            const floatX* dout,                    // (N,OC)
-                            const floatX* inp, const floatX* weight,  // (N,C), (OC,C)
-                            int N, int C, int OC, float* partials) {
-    if (dinp) gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
+inline void matmul_backward_weight(floatX* dweight, floatX* dbias,  // (OC,C) +=, (OC) += or NULL
+                                   const floatX* dout,              // (N,OC)
+                                   const floatX* inp,               // (N,C)
+                                   int N, int C, int OC, float* partials) {
     gemm_batched(true, false, OC, C, N, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1);
     if (dbias) bias_backward(dbias, dout, N, OC, partials);
+}
+// both halves in turn (dinp NULL: the weight half only)
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                            const floatX* weight, int N, int C, int OC, float* partials) {
+    if (dinp) matmul_backward_input(dinp, dout, weight, N, C, OC);
+    matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC, partials);
 }

@@ -85,7 +85,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     REQUIRE(c.num_layers == s.L);
     REQUIRE(c.channels == s.C);
-    gpt2_allocate_activations(&model, s.B, s.T, 0, 1, true);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, StageBuffers{1, 1, 0}, true);
     int N = s.B * s.T;
     ActivationTensors& a = model.sets[0];
     MicroBatch batch = {s.inputs.data(), s.targets.data()};
@@ -101,7 +101,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     INFO("loss " << loss << " reference " << s.loss);
     CHECK(fabs(loss - s.loss) < 1e-5);
 
-    stage_backward(&model, a, batch, s.B, s.T);
+    stage_backward(&model, a, batch, 0, s.B, s.T, false);
     auto unit_grads = device_floats(model.zero.grads, model.num_parameters);  // one rank: units are unpadded
     std::vector<float> grads(model.num_parameters);
     reorder_part(c, model.layout, model.zero.units, unit_grads.data(), grads.data(), false);  // into the reference's file order
@@ -124,7 +124,7 @@ TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     GPT2 model;
     gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
-    gpt2_allocate_activations(&model, s.B, s.T, 0, 1, true);
+    gpt2_allocate_activations(&model, s.B, s.T, 0, StageBuffers{1, 1, 0}, true);
     model.schedule = SCHEDULE_1F1B;
     TrainConfig tc;
     tc.B = s.B; tc.T = s.T; tc.lr = s.lr; tc.weight_decay = s.wd; tc.grad_clip = s.clip;

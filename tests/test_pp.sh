@@ -145,7 +145,7 @@ bad() {  # bad NP EXPECTED ARGS...
     echo "ok ($np ranks): $(grep -m1 -- "$want" $D/bad.err)"
 }
 bad 8 "fewer than the stages" -pp 8
-bad 2 "-ps expects 1f1b or gpipe" -pp 2 -ps zigzag
+bad 2 "-ps expects 1f1b, gpipe or zb" -pp 2 -ps zigzag
 bad 2 "-pl 1,2 lists 2 stages and 3 layers" -pp 2 -pl 1,2 -b 4 -d 256
 bad 2 "-pl 0,4 expects positive layer counts" -pp 2 -pl 0,4 -b 4 -d 256
 $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -d 32 -x 1 -pp 2 -v 0 -s 0 > $D/note.txt
