@@ -109,13 +109,18 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
            (double)state / model->num_parameters);
     printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
            model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
+    if (model->weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
+        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->weight_slots,
+               (size_t)model->weight_slots * gpt2_layers(model) * B * T * (4 * model->config.channels + 7 * model->config.channels /
+               model->layout.tp) * sizeof(floatX));
     printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
         printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
                a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
     printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
-           "\"recompute\": %d, \"activation_sets\": %zu, \"num_parameters\": %zu, \"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(),
+           "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
+           "\"activations_per_layer\": %zu, %s}\n",
+           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->weight_slots,
            model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }
@@ -221,7 +226,7 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     for (int s = 0; s < g.pp; s++) {
         char a[32], b[32];
         snprintf(a, sizeof(a), "%s%.4f", s ? ", " : "", per_stage[s][0]);
-        snprintf(b, sizeof(b), "%s%.4f", s ? ", " : "", 1.0 - sim.busy[s] / sim.step);
+        snprintf(b, sizeof(b), "%s%.4f", s ? ", " : "", 1.0 - sim.busy[s] / sim.finish[s]);  // as measured: its own span
         measured += a;
         simulated += b;
     }

@@ -1,6 +1,6 @@
 /*
 pipeline.h: pipeline parallelism: the layers cut into p stages, and the order in
-which each stage runs the m micro-batches of a step: GPipe or 1F1B, as data.
+which each stage runs the m micro-batches of a step: GPipe, 1F1B or ZB-H1, as data.
 
 Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, the
 first L % p stages one more; or a split of one's own, -pl, as stage_layer_counts
@@ -18,6 +18,9 @@ gradient); the training loop executes the list, and the tests check the lists.
          each backward freeing the oldest micro-batch; cooldown: the remaining
          backwards. Stage s keeps at most min(p - s, m) micro-batches: the same
          bubble as GPipe, with a fraction of its activation memory.
+  ZB-H1: 1F1B with each backward split in two (zero-bubble, Qi et al. 2024): B, the
+         gradient of the stage's input, which the stage before waits for, and W, the
+         weights' gradients, which nobody waits for and which fill the bubble.
 The two for p = 4, m = 8, one slot per forward (F) or backward (B), numbered by
 micro-batch; a message leaves at the end of its slot (tests/test_pipeline.cpp renders
 these from the schedules and checks them against this comment; ".." is the bubble):
@@ -36,6 +39,34 @@ Each stage is idle p - 1 forward slots and p - 1 backward slots of every step, s
 the bubble is (p - 1) / (m + p - 1) of the step under both (here 3/11 = 27%); more
 micro-batches shrink it. Stage 0 holds 4 micro-batches under 1F1B, 8 under GPipe.
 
+Zero bubble. In 1F1B the gradient climbs from stage to stage at the pace of whole backwards;
+B alone is enough to send it on. ZB-H1 runs B at once and defers W: stage s runs W k after
+B (k + s), so every stage holds micro-batches from forward to W for p of them, what 1F1B's
+stage 0 holds (stage 0 itself defers nothing and runs whole backwards). The same p = 4, m = 8
+with F, B and W one slot each, 1F1B drawn at that scale beside it:
+
+1F1B, each backward as B and W
+  stage 0: F0 F1 F2 F3 .. .. .. .. .. .. B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 .. B5 W5 .. B6 W6 .. B7 W7
+  stage 1: .. F0 F1 F2 .. .. .. .. B0 W0 F3 B1 W1 F4 B2 W2 F5 B3 W3 F6 B4 W4 F7 B5 W5 .. B6 W6 .. B7 W7 .. ..
+  stage 2: .. .. F0 F1 .. .. B0 W0 F2 B1 W1 F3 B2 W2 F4 B3 W3 F5 B4 W4 F6 B5 W5 F7 B6 W6 .. B7 W7 .. .. .. ..
+  stage 3: .. .. .. F0 B0 W0 F1 B1 W1 F2 B2 W2 F3 B3 W3 F4 B4 W4 F5 B5 W5 F6 B6 W6 F7 B7 W7 .. .. .. .. .. ..
+ZB-H1
+  stage 0: F0 F1 F2 F3 .. .. .. B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7
+  stage 1: .. F0 F1 F2 .. .. B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7
+  stage 2: .. .. F0 F1 .. B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7
+  stage 3: .. .. .. F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7
+Each stage idles 3 slots of 27 instead of 9 of 33: (p - 1)(F + B - W) per stage while W is the
+shortest of F, B, W (the paper's third of 1F1B's bubble when all are equal), in general
+(p - 1) max(F + B - W, F, B, W), for m >= p (zb_h1_bubble_fraction; pipeline_simulate checks
+it). What it costs: a W needs what its layer's forward kept (the matmul inputs, the LayerNorm
+inputs and statistics) and the gradients of the six weighted ops' outputs, 4C + 7C/tp values
+per token and layer, kept from B to W for up to s + 1 micro-batches (pipeline_weight_slots);
+this trainer keeps a micro-batch's whole activation set until its W, so stage s > 0 holds p
+sets where 1F1B holds p - s (the paper frees B's own tensors at B; -plan prints what each stage
+holds). The peak over the stages, stage 0's p sets, is 1F1B's. The LM head's weight gradient is
+not deferred (it would keep the logits' gradient, Vp/tp per token): the head, the final
+LayerNorm and the embedding run whole in B.
+
 Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
 k = 0..m-1 the other, and both list them in the same order. Where two neighbours
 would each send to the other at the same moment (1F1B's steady phase: s sends
@@ -48,7 +79,8 @@ schedule here can deadlock (tests/test_pipeline.cpp runs all stages' lists again
 each other with blocking semantics and checks that every list completes).
 
 Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
-(1F1B) min(p - s, m) or (GPipe) m micro-batches of its layers' activations; the
+(1F1B) min(p - s, m), (GPipe) m or (ZB-H1, s > 0) min(p, m) micro-batches of its layers'
+activations; the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
 step: the embedding group of comm.h).
 
@@ -66,24 +98,29 @@ micro-batch k forward, or backward, and where k's input and output activations a
 the stage's gradient buffer are. It relies on two invariants of every list
 (tests/test_pipeline.cpp checks both for all (p, m)):
   - one gradient buffer per stage suffices: a received gradient is used by the very
-    next action, the backward of that micro-batch, which overwrites it with the
-    gradient of the stage's input; the action right after sends that, before any
-    other gradient arrives. So GPT-2's stage keeps one (B,T,C) buffer, not m.
+    next action, the backward (or B) of that micro-batch, which overwrites it with the
+    gradient of the stage's input; the next action but W's (which touch no gradient
+    buffer) sends that, before any other gradient arrives. So GPT-2's stage keeps one
+    (B,T,C) buffer, not m.
   - micro-batch k's activations live in set k % sets (pipeline_activation_sets): its
-    input arrives there before forward k, and nothing reuses the set before
-    backward k, because no more than `sets` micro-batches are ever in flight.
+    input arrives there before forward k, and nothing reuses the set before the end of
+    backward k (its W under ZB-H1), because no more than `sets` micro-batches are ever
+    in flight. Likewise a waiting W's output gradients in slot k % pipeline_weight_slots.
 Read one_f_one_b_schedule first, then run_schedule.
 
 Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split),
-pipeline_stage (GPT-2's stage for the executor), train_step (pipeline_schedule, the one
+pipeline_stage (GPT-2's stage for the executor; block_backward_input and
+block_backward_weights are B and W), train_step (pipeline_schedule, the one
 place the schedule is chosen, then run_schedule), forward_only (pipeline_forward:
-validation and sampling), build_model (pipeline_activation_sets); accounting.h:
+validation and sampling), build_model (stage_buffers); accounting.h:
 bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers).
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name,
-//          PipelineOp, PipelineAction, add_action, gpipe_schedule, one_f_one_b_schedule, pipeline_schedule,
-//          pipeline_activation_sets, pipeline_bubble_fraction, PipelineMessage, pipeline_messages,
+//          PipelineOp, PipelineAction, add_action, gpipe_schedule, one_f_one_b_schedule, zb_h1_schedule,
+//          pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets, pipeline_weight_slots,
+//          StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
+//          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
 //          PipelineSimulation, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
 //          PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
@@ -279,9 +316,11 @@ inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m) {
 // the idle fraction of a step with equal forward and backward times on every stage (GPipe, 1F1B)
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
 // ZB-H1's, for m >= p, with forward, B and W times F, B, W on every stage: each stage idles
-// (p - 1)(F + B - min(F, W)) beside its m(F + B + W) of work; (p - 1)/(3m + p - 1) when all equal
+// (p - 1)(F + B - W) beside its m(F + B + W) of work when W is the shortest of the three (the
+// paper's case), and in general (p - 1) max(F + B - W, F, B, W); (p - 1)/(3m + p - 1) when all
+// are equal. tests/test_pipeline.cpp checks it against pipeline_simulate.
 inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) {
-    double idle = (p - 1) * (F + B - std::min(F, W));
+    double idle = (p - 1) * std::max({F + B - W, F, B, W});
     return idle / (m * (F + B + W) + idle);
 }
 // the formula a log row prints beside the measured bubble: equal times (F = B = W under ZB-H1)
@@ -310,13 +349,19 @@ inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, i
 // What a schedule costs, before running it: every stage's list played against the others,
 // each forward and backward taking cost(s, op), a message passing when both ends have
 // posted it (blocking sends and receives, MPI's rendezvous; transfers take no time).
-// busy[s]: stage s's compute time; step: when the last stage ends; idle s = 1 - busy/step;
+// busy[s]: stage s's compute time; finish[s]: when it ends its list; step: when the last stage
+// ends; idle s = 1 - busy/step (or 1 - busy/finish over its own span, as run_schedule times it);
 // peak_sets[s]: micro-batches in flight at most; completed: false if the lists deadlock.
-struct PipelineSimulation { std::vector<double> busy; double step; std::vector<int> peak_sets; bool completed; };
+struct PipelineSimulation {
+    std::vector<double> busy, finish;
+    double step;
+    std::vector<int> peak_sets;
+    bool completed;
+};
 inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
                                                   const std::function<double(int, PipelineOp)>& cost) {
     int p = (int)lists.size();
-    PipelineSimulation sim = {std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
+    PipelineSimulation sim = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
     std::vector<size_t> pc(p, 0);
     std::vector<double> clock(p, 0.0), done_at(p, 0.0);  // done_at: when the current action's halves have all passed
     std::vector<int> in_flight(p, 0);
@@ -366,6 +411,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
     }
     for (int s = 0; s < p; s++) {
         sim.completed = sim.completed && pc[s] == lists[s].size();
+        sim.finish[s] = clock[s];
         sim.step = std::max(sim.step, clock[s]);
     }
     return sim;

@@ -295,6 +295,7 @@ struct GPT2 {
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
     std::vector<ActivationTensors> sets;  // one per micro-batch in flight: micro-batch k uses sets[k % size]
+    int head_sets;                  // of the sets, those holding the head's tensors (activation_set)
     int weight_slots;               // micro-batches whose W waits (-ps zb, pipeline.h), at most; 0: none
     floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
@@ -381,7 +382,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
     std::vector<BufferSpec> specs;
     for (int i = 0; i < holds.activation_sets; i++) {
         ActivationTensors& a = model->sets[i];
-        // lnf, logits and losses: on the last stage, in the first head_sets sets (the rest share them)
+        // lnf, logits and losses: on the last stage, in the first head_sets sets (activation_set)
         size_t head = is_last_stage(model->layout) && i < holds.head_sets ? 1 : 0;
         std::vector<BufferSpec> kept = {
             {(void**)&a.input, BT * C, X, KEPT},
@@ -423,14 +424,10 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, 
     model->B = B; model->T = T; model->recompute = recompute;
     model->activation_buffers = activation_buffer_list(model, B, T, holds);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
-    for (size_t i = 0; i < model->sets.size(); i++) {
-        ActivationTensors& a = model->sets[i];
-        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // the reused layer tensors are set 0's
+    model->head_sets = holds.head_sets;
+    for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
+        for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
             if (!recompute_keeps(recompute, t)) a.layer[t] = model->sets[0].layer[t];
-        const ActivationTensors& head = model->sets[i % holds.head_sets];  // micro-batches between forward
-        a.lnf = head.lnf; a.lnf_mean = head.lnf_mean; a.lnf_rstd = head.lnf_rstd;  // and B: at most head_sets
-        a.logits = head.logits; a.losses = head.losses;
-    }
     if (allocate) model->host_losses = (float*)malloc((size_t)B * T * sizeof(float));
 }
 
@@ -438,35 +435,35 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, 
 // a block: forward and backward
 
 // the input of block l (local index): the stage's input, or the previous block's output
-inline floatX* block_input(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline floatX* block_input(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     return l == 0 ? a.input : layer_activations(model, a, l - 1, B, T).residual3;
 }
 // what this stage hands to the next: its last block's output
-inline floatX* stage_output(GPT2* model, ActivationTensors& a, int B, int T) { return block_input(model, a, gpt2_layers(model), B, T); }
+inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T) { return block_input(model, a, gpt2_layers(model), B, T); }
 inline LayerParameters block_params(GPT2* model, int l) {
     return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
 }
 
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call,
 // made by block_forward and again, before the block's backward, by recompute_block
-inline void block_ln1(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
     layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T), w.ln1w, w.ln1b, B * T, model->config.channels);
 }
-inline void block_ln2(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void block_ln2(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
     layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, B * T, model->config.channels);
 }
-inline void block_gelu(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerActivations la = layer_activations(model, a, l, B, T);
     gelu_forward(la.fch_gelu, la.fch, (size_t)B * T * 4 * model->config.channels / model->layout.tp);
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
 // Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h).
-inline void block_forward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     Comm* tp_group = &model->comm->tp;
@@ -494,7 +491,7 @@ inline void block_forward(GPT2* model, ActivationTensors& a, int l, int B, int T
 }
 
 // rebuilds what recompute level r did not keep of block l, just before its backward
-inline void recompute_block(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     int r = model->recompute;
     if (r >= 3) { block_forward(model, a, l, B, T); return; }
     if (r >= 2) { block_ln1(model, a, l, B, T); block_ln2(model, a, l, B, T); }
@@ -506,7 +503,7 @@ inline void recompute_block(GPT2* model, ActivationTensors& a, int l, int B, int
 // gradients of the six weighted ops' outputs land in `d`. The mirror of block_forward: g's backward,
 // then f's, around each pair. Two copies keep what the residual stream's gradient was before a
 // LayerNorm's backward adds to it: W needs it as the gradient of fcproj's and attproj's outputs.
-inline void block_backward_input(GPT2* model, ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
+inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
     Comm* tp_group = &model->comm->tp;
@@ -533,7 +530,7 @@ inline void block_backward_input(GPT2* model, ActivationTensors& a, int l, int B
 // W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
 // recompute_block rebuilt). No weight is read and nothing crosses a rank: weight gradient = output
 // gradient^T x input, LayerNorm's = sums over the tokens
-inline void block_backward_weights(GPT2* model, ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
+inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
     int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T;
     float* partials = model->scratch.partials;
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
@@ -547,7 +544,7 @@ inline void block_backward_weights(GPT2* model, ActivationTensors& a, int l, int
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
 // schedule but ZB-H1's later stages
-inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int T) {
+inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     block_backward_input(model, a, l, B, T, model->scratch.layer_grads);
     block_backward_weights(model, a, l, B, T, model->scratch.layer_grads);
 }
@@ -559,7 +556,7 @@ inline void block_backward(GPT2* model, ActivationTensors& a, int l, int B, int 
 struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B,T); targets NULL: no loss
 
 // vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only), then g
-inline void embed_forward(GPT2* model, ActivationTensors& a, const int* tokens, int B, int T) {
+inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
     host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
@@ -576,14 +573,14 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
                      model->config.channels, vocab_range(model));
 }
 
-inline void blocks_forward(GPT2* model, ActivationTensors& a, int B, int T) {
+inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
     for (int l = 0; l < gpt2_layers(model); l++) {
         zero_gather_unit(&model->zero, 1 + l);
         block_forward(model, a, l, B, T);
     }
 }
 // under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done
-inline void blocks_backward(GPT2* model, ActivationTensors& a, int B, int T) {
+inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
     for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
@@ -604,7 +601,7 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     d.ln1 = at;
     return d;
 }
-inline void blocks_backward_input(GPT2* model, ActivationTensors& a, int k, int B, int T) {
+inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
     for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
@@ -614,7 +611,7 @@ inline void blocks_backward_input(GPT2* model, ActivationTensors& a, int k, int 
 // ...and, later, their W's. What recompute level r did not keep is rebuilt again (at r >= 2 from
 // the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
 // (ZeRO-2/3) after its W, now that it is complete
-inline void blocks_backward_weights(GPT2* model, ActivationTensors& a, int k, int B, int T) {
+inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
     for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
@@ -624,7 +621,7 @@ inline void blocks_backward_weights(GPT2* model, ActivationTensors& a, int k, in
 }
 
 // final LayerNorm and the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
-inline void head_forward(GPT2* model, ActivationTensors& a, int B, int T) {
+inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels;
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
@@ -635,7 +632,7 @@ inline void head_forward(GPT2* model, ActivationTensors& a, int B, int T) {
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
 // dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
-inline double head_loss(GPT2* model, ActivationTensors& a, const int* targets, int B, int T, float dloss) {
+inline double head_loss(GPT2* model, const ActivationTensors& a, const int* targets, int B, int T, float dloss) {
     int N = B * T;
     ScratchTensors& s = model->scratch;
     host_to_device(s.targets, targets, N * sizeof(int));
@@ -648,7 +645,7 @@ inline double head_loss(GPT2* model, ActivationTensors& a, const int* targets, i
 }
 // the head's backward from dlogits (in a.logits): f sums d(lnf) over TP; dresidual becomes the
 // gradient of the stage's output
-inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
+inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T;
     ScratchTensors& s = model->scratch;
@@ -665,7 +662,7 @@ inline void head_backward(GPT2* model, ActivationTensors& a, int B, int T) {
 // one micro-batch through this stage: a.input holds its input unless this is the first stage.
 // Returns the sum of its token losses on the last stage (0 elsewhere, or without targets).
 // A collective under ZeRO-3 (over DP) and TP.
-inline double stage_forward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
+inline double stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
     zero_gather_unit(&model->zero, 0);                  // ZeRO-3: the embeddings and the final LayerNorm
     zero_gather_unit(&model->zero, final_norm_unit(model));   // stay gathered through the micro-batch
@@ -680,7 +677,7 @@ inline double stage_forward(GPT2* model, ActivationTensors& a, const MicroBatch&
 // output in scratch.dresidual, which ends as the gradient of the stage's input. With
 // weights_later (ZB-H1) the blocks run only their B, and stage_backward_weights their W; the
 // head and the embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
-inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& mb, int k, int B, int T, bool weights_later) {
+inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T, bool weights_later) {
     if (is_last_stage(model->layout)) head_backward(model, a, B, T);
     zero_reduce_unit(&model->zero, final_norm_unit(model));
     if (weights_later) blocks_backward_input(model, a, k, B, T);
@@ -692,8 +689,15 @@ inline void stage_backward(GPT2* model, ActivationTensors& a, const MicroBatch& 
 // ----------------------------------------------------------------------------
 // the pipeline: this stage as pipeline.h's executor sees it
 
-// micro-batch k's activations: set k % sets (pipeline_activation_sets)
-inline ActivationTensors& activation_set(GPT2* model, int k) { return model->sets[k % model->sets.size()]; }
+// micro-batch k's activations: set k % sets (pipeline_activation_sets), with the head's tensors
+// (lnf, logits, losses) of set k % head_sets: they live from forward to B, which fewer
+// micro-batches are between under ZB-H1 (pipeline_backward_sets)
+inline ActivationTensors activation_set(const GPT2* model, int k) {
+    ActivationTensors a = model->sets[k % model->sets.size()];
+    const ActivationTensors& head = model->sets[k % model->head_sets];
+    a.lnf = head.lnf; a.lnf_mean = head.lnf_mean; a.lnf_rstd = head.lnf_rstd; a.logits = head.logits; a.losses = head.losses;
+    return a;
+}
 
 // this stage for one step's micro-batches: forward k and backward k, micro-batch k's input and
 // output, and scratch.dresidual as the one gradient buffer (block_backward and head_backward
@@ -741,8 +745,7 @@ inline double gpt2_grad_norm_squared(GPT2* model) {
 }
 
 inline void gpt2_free(GPT2* model) {
-    for (const BufferSpec& b : model->activation_buffers)  // an empty one may point at another's (the head's)
-        if (buffer_bytes(b) > 0) device_free(*b.ptr);
+    for (const BufferSpec& b : model->activation_buffers) device_free(*b.ptr);
     zero_free(&model->zero);
     free(model->host_losses);
 }

@@ -8,7 +8,7 @@ trainer.
 collectives' ledgers; this checks both against these formulas, rank by rank:
 
     accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
-                  --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe] --zero Z --x X
+                  --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe|zb] --zero Z --x X
                   [--ga-fp32] [--recompute R]
 
 Rank r sits at pp_rank = r // (dp tp), dp_rank = r // tp % dp, tp_rank = r % tp. Stage s holds
@@ -93,9 +93,17 @@ def comm_bytes(a, s):
     return {"dp": d, "tp": t, "pp": p, "embedding": e}
 
 
-def activation_sets(a, s):
+def activation_sets(a, s, schedule=None):
+    """micro-batches stage s holds from forward to the end of the backward; ZB-H1: p on every stage"""
+    schedule = schedule or a.schedule
     if a.pp == 1: return 1
-    return a.accum if a.schedule == "gpipe" else min(a.pp - s, a.accum)
+    if schedule == "zb": return min(a.pp, a.accum)
+    return a.accum if schedule == "gpipe" else min(a.pp - s, a.accum)
+
+
+def head_sets(a, s):
+    """micro-batches between forward and B, which hold logits: under ZB-H1 as many as under 1F1B"""
+    return activation_sets(a, s, "1f1b" if a.schedule == "zb" else a.schedule)
 
 
 def main():
@@ -119,11 +127,13 @@ def main():
         r = plan["rank"]
         s = r // (a.dp * a.tp)
         assert plan["pp_rank"] == s and plan["activation_sets"] == activation_sets(a, s), (r, plan)
+        slots = min(s + 1, a.accum) if a.schedule == "zb" and 0 < s else 0  # ZB-H1: B done, W waiting
+        assert plan["weight_slots"] == slots, (r, plan["weight_slots"], slots)
         assert plan["memory"] == measured["memory"], (r, plan["memory"], measured["memory"])
         assert plan["comm"] == measured["comm"], (r, plan["comm"], measured["comm"])
         for k, v in state_memory(a, s).items():
             assert measured["memory"][k] == v, f"rank {r} {k}: {measured['memory'][k]}, formula {v}"
-        logits = N * a.vocab // a.tp * a.x * activation_sets(a, s) if s == a.pp - 1 else 0
+        logits = N * a.vocab // a.tp * a.x * head_sets(a, s) if s == a.pp - 1 else 0
         assert measured["memory"]["logits"] == logits, (r, measured["memory"]["logits"], logits)
         want = comm_bytes(a, s)
         assert measured["comm"] == want, (r, measured["comm"], want)

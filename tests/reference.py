@@ -2,7 +2,7 @@
 """
 tests/reference.py: an independent GPT-2 in PyTorch, float64, the oracle of the trainer.
 
-It makes a tiny GPT-2 with GPT-2's real vocabulary sizes (V=50257, Vp=50304) and
+It makes a tiny GPT-2 with GPT-2's real vocabulary sizes (V=50257, Vp=50304; --vocab: others) and
 writes, into --out DIR:
   model.bin         the model as an llm.c file (fp32, version 3): what the trainer loads
   train.bin         a token shard (llm.c format) of structured random tokens
@@ -28,7 +28,7 @@ import torch
 
 torch.set_default_dtype(torch.float64)
 
-V, VP = 50257, 50304
+V, VP = 50257, 50304  # GPT-2's; --vocab sets others (a model whose layers outweigh its LM head)
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
          "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
@@ -164,12 +164,13 @@ def make_tokens(n, seed):
     ids = rng.choice(V - 1, size=300, replace=False)
     walk = np.cumsum(rng.integers(-2, 3, size=n)) % 300
     tokens = ids[walk]
-    tokens[rng.random(n) < 0.02] = 50256
-    tokens[0] = 50256
+    tokens[rng.random(n) < 0.02] = V - 1  # GPT-2's EOT, 50256, is its last token
+    tokens[0] = V - 1
     return tokens
 
 
 def main():
+    global V, VP
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=2)
@@ -179,7 +180,10 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--debug-steps", type=int, default=10)
     ap.add_argument("--accum", default="1,2,4", help="accumulation counts of the trajectory files")
+    ap.add_argument("--vocab", type=int, default=None, help="V (default GPT-2's); Vp is V rounded up to a multiple of 64")
     a = ap.parse_args()
+    if a.vocab:
+        V, VP = a.vocab, (a.vocab + 63) // 64 * 64
     os.makedirs(a.out, exist_ok=True)
     L, C, NH, maxT = a.layers, a.channels, a.heads, a.max_seq_len
     B, T = TRAJECTORY["B"], TRAJECTORY["T"]

@@ -15,6 +15,7 @@ tests/test_pipeline.cpp: the schedules of pipeline.h, as data, over many (p, m):
 */
 #include <catch2/catch.hpp>
 #include <stdio.h>
+#include <algorithm>
 #include <map>
 #include <deque>
 #include <string>
@@ -31,8 +32,9 @@ static bool runs_without_deadlock(const vector<vector<PipelineAction>>& lists) {
 }
 
 // eager sends (buffered, in order), one slot per forward or backward: each stage's row of
-// "Fk"/"Bk" cells, ".." where it waits; every row padded to the step's length
-static vector<string> timeline(const vector<vector<PipelineAction>>& lists) {
+// "Fk"/"Bk" cells, ".." where it waits; every row padded to the step's length. With
+// split_backward a whole backward takes two slots, "Bk Wk", as B and W do under ZB-H1
+static vector<string> timeline(const vector<vector<PipelineAction>>& lists, bool split_backward = false) {
     int p = (int)lists.size();
     vector<int> clock(p, 0);
     vector<string> rows(p);
@@ -44,8 +46,11 @@ static vector<string> timeline(const vector<vector<PipelineAction>>& lists) {
         for (int s = 0; s < p; s++) {
             while (pc[s] < lists[s].size()) {
                 const PipelineAction& a = lists[s][pc[s]];
-                if (a.op == FORWARD || a.op == BACKWARD) {
-                    rows[s] += string(rows[s].empty() ? "" : " ") + (a.op == FORWARD ? "F" : "B") + std::to_string(a.micro);
+                if (is_compute(a.op)) {
+                    string k = std::to_string(a.micro);
+                    string cell = a.op == FORWARD ? "F" + k : a.op == BACKWARD_WEIGHT ? "W" + k : "B" + k;
+                    if (a.op == BACKWARD && split_backward) { cell += " W" + k; clock[s]++; }
+                    rows[s] += (rows[s].empty() ? "" : " ") + cell;
                     clock[s]++;
                 } else {
                     vector<PipelineMessage> ms = pipeline_messages(a, s);
@@ -93,24 +98,46 @@ TEST_CASE("distribute_layers: contiguous, even, the first stages take the remain
         }
 }
 
+static const char* kind_name(ScheduleKind kind) { return kind == SCHEDULE_GPIPE ? "gpipe" : kind == SCHEDULE_ZB ? "zb" : "1f1b"; }
+
+// what each micro-batch does on a stage, in order, and what the stage holds at most: micro-batches
+// between forward and the end of their backward (W included), between forward and B, and
+// between B and W
+struct Holds { int sets, head_sets, weight_slots; };
+static Holds check_order_and_holds(const vector<PipelineAction>& list, int m) {
+    vector<int> forwarded(m, 0), input_done(m, 0), weight_done(m, 0);
+    int in_flight = 0, before_b = 0, waiting_w = 0;
+    Holds peak = {0, 0, 0};
+    for (const PipelineAction& a : list) {
+        if (!is_compute(a.op)) continue;
+        int k = a.micro;
+        if (a.op == FORWARD) { CHECK(forwarded[k]++ == 0); in_flight++; before_b++; }
+        if (a.op == BACKWARD || a.op == BACKWARD_INPUT) { CHECK(forwarded[k] == 1); CHECK(input_done[k]++ == 0); before_b--; }
+        if (a.op == BACKWARD_INPUT) waiting_w++;
+        if (a.op == BACKWARD_WEIGHT) { CHECK(input_done[k] == 1); waiting_w--; }  // B before W
+        if (a.op == BACKWARD || a.op == BACKWARD_WEIGHT) { CHECK(weight_done[k]++ == 0); in_flight--; }
+        peak = {std::max(peak.sets, in_flight), std::max(peak.head_sets, before_b), std::max(peak.weight_slots, waiting_w)};
+    }
+    for (int k = 0; k < m; k++) CHECK((forwarded[k] == 1 && input_done[k] == 1 && weight_done[k] == 1));
+    return peak;
+}
+
 TEST_CASE("schedules over many (p, m): order, memory bound, matched messages, no deadlock, the bubble") {
-    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE})
+    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB})
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 12; m++) {
-                INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m);
+                INFO(kind_name(kind) << " p=" << p << " m=" << m);
                 vector<vector<PipelineAction>> lists(p);
                 for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
                 for (int s = 0; s < p; s++) {
-                    vector<int> forwarded(m, 0), backwarded(m, 0);
-                    int in_flight = 0, peak = 0;
-                    for (const PipelineAction& a : lists[s]) {
-                        if (a.op == FORWARD) { CHECK(forwarded[a.micro]++ == 0); peak = std::max(peak, ++in_flight); }
-                        if (a.op == BACKWARD) { CHECK(forwarded[a.micro] == 1); CHECK(backwarded[a.micro]++ == 0); in_flight--; }
-                    }
-                    for (int k = 0; k < m; k++) CHECK((forwarded[k] == 1 && backwarded[k] == 1));
-                    CHECK(peak <= pipeline_activation_sets(kind, s, p, m));
-                    if (kind == SCHEDULE_1F1B) CHECK(peak == std::min(p - s, m));
-                    if (kind == SCHEDULE_GPIPE && p > 1) CHECK(peak == m);
+                    Holds peak = check_order_and_holds(lists[s], m);
+                    StageBuffers holds = stage_buffers(kind, s, p, m);  // what the trainer allocates
+                    CHECK(peak.sets == holds.activation_sets);
+                    CHECK(peak.head_sets <= holds.head_sets);
+                    CHECK(peak.weight_slots == holds.weight_slots);
+                    if (kind == SCHEDULE_1F1B) CHECK(peak.sets == std::min(p - s, m));
+                    if (kind == SCHEDULE_GPIPE && p > 1) CHECK(peak.sets == m);
+                    if (kind == SCHEDULE_ZB && p > 1) CHECK(peak.sets == std::min(p, m));  // stage 0's, on every stage
                     if (s + 1 < p) {  // what s sends to s+1 is what s+1 receives from s, in order; and back
                         vector<int> sent[2], received[2];
                         for (const PipelineAction& a : lists[s])
@@ -125,6 +152,7 @@ TEST_CASE("schedules over many (p, m): order, memory bound, matched messages, no
                     }
                 }
                 REQUIRE(runs_without_deadlock(lists));
+                if (kind == SCHEDULE_ZB) continue;  // its bubble: pipeline_simulate's test below
                 vector<string> rows = timeline(lists);
                 for (const string& row : rows) {  // cells are separated by one space
                     int cells = 0, idle = 0;
@@ -145,23 +173,24 @@ TEST_CASE("the tables in pipeline.h's header are the schedules' timelines for p 
     FILE* f = fopen("pipeline.h", "r");
     REQUIRE(f != nullptr);
     std::map<string, vector<string>> documented;
+    const vector<string> tables = {"GPipe", "1F1B", "1F1B, each backward as B and W", "ZB-H1"};
     string section;
     char line[512];
     while (fgets(line, sizeof(line), f)) {
         string l(line);
         while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-        if (l == "GPipe" || l == "1F1B") section = l;
+        if (std::find(tables.begin(), tables.end(), l) != tables.end()) section = l;
         else if (!section.empty() && l.rfind("  stage ", 0) == 0) documented[section].push_back(l.substr(l.find(": ") + 2));
         else section = "";
     }
     fclose(f);
-    for (ScheduleKind kind : {SCHEDULE_GPIPE, SCHEDULE_1F1B}) {
+    const ScheduleKind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_1F1B, SCHEDULE_ZB};
+    for (int t = 0; t < 4; t++) {
         vector<vector<PipelineAction>> lists(4);
-        for (int s = 0; s < 4; s++) lists[s] = pipeline_schedule(kind, s, 4, 8);
-        vector<string> rows = timeline(lists);
-        const char* name = kind == SCHEDULE_GPIPE ? "GPipe" : "1F1B";
-        for (int s = 0; s < 4; s++) printf("%s stage %d: %s\n", name, s, rows[s].c_str());
-        CHECK(documented[name] == rows);
+        for (int s = 0; s < 4; s++) lists[s] = pipeline_schedule(kinds[t], s, 4, 8);
+        vector<string> rows = timeline(lists, t >= 2);  // the last two: F, B and W one slot each
+        for (int s = 0; s < 4; s++) printf("%s stage %d: %s\n", tables[t].c_str(), s, rows[s].c_str());
+        CHECK(documented[tables[t]] == rows);
     }
 }
 
@@ -176,32 +205,54 @@ static int activation_received(const PipelineAction& a) {
     return a.op == RECV_ACTIVATION ? a.micro : a.op == SEND_GRADIENT_RECV_ACTIVATION ? a.received_micro : -1;
 }
 
+// the next action after i that is not a W (which touches neither the gradient buffer nor a message)
+static int next_non_weight(const vector<PipelineAction>& list, int i) {
+    int j = i + 1;
+    while (j < (int)list.size() && list[j].op == BACKWARD_WEIGHT) j++;
+    return j;
+}
+
 TEST_CASE("run_schedule's invariants: one gradient buffer per stage, one activation set per micro-batch in flight") {
-    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE})
+    for (ScheduleKind kind : {SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB})
         for (int p = 1; p <= 6; p++)
             for (int m = 1; m <= 12; m++)
                 for (int s = 0; s < p; s++) {
-                    INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m << " s=" << s);
+                    INFO(kind_name(kind) << " p=" << p << " m=" << m << " s=" << s);
                     vector<PipelineAction> list = pipeline_schedule(kind, s, p, m);
                     int n = (int)list.size(), sets = pipeline_activation_sets(kind, s, p, m);
-                    vector<bool> in_flight(m, false);
+                    int slots = pipeline_weight_slots(kind, s, p, m), heads = pipeline_backward_sets(kind, s, p, m);
+                    vector<bool> in_flight(m, false), before_b(m, false), waiting_w(m, false);
                     for (int i = 0; i < n; i++) {
                         const PipelineAction& a = list[i];
-                        // a received gradient is consumed at once by its backward...
+                        bool backward = a.op == BACKWARD || a.op == BACKWARD_INPUT;
+                        // a received gradient is consumed at once by its backward (or B)...
                         if (gradient_received(a) >= 0)
-                            CHECK((i + 1 < n && list[i + 1].op == BACKWARD && list[i + 1].micro == gradient_received(a)));
-                        if (a.op == BACKWARD) {
+                            CHECK((i + 1 < n && (list[i + 1].op == BACKWARD || list[i + 1].op == BACKWARD_INPUT) &&
+                                   list[i + 1].micro == gradient_received(a)));
+                        if (backward) {
                             // ...which, except on the last stage, reads nothing but that gradient...
                             if (s < p - 1) CHECK((i > 0 && gradient_received(list[i - 1]) == a.micro));
-                            // ...and whose result leaves before the buffer is written again
-                            if (s > 0) CHECK((i + 1 < n && gradient_sent(list[i + 1]) == a.micro));
-                            in_flight[a.micro] = false;
+                            // ...and whose result leaves, past W's only, before the buffer is written again
+                            int j = next_non_weight(list, i);
+                            if (s > 0) CHECK((j < n && gradient_sent(list[j]) == a.micro));
+                            before_b[a.micro] = false;
                         }
-                        // micro-batch k's input lands in set k % sets: no micro-batch still in flight uses it
+                        // a W's output gradients wait in slot k % slots; no other waiting W uses it
+                        if (a.op == BACKWARD_INPUT) {
+                            for (int q = 0; q < m; q++) CHECK(!(waiting_w[q] && q % slots == a.micro % slots));
+                            waiting_w[a.micro] = true;
+                        }
+                        if (a.op == BACKWARD_WEIGHT) waiting_w[a.micro] = false;
+                        if (a.op == BACKWARD || a.op == BACKWARD_WEIGHT) in_flight[a.micro] = false;
+                        // micro-batch k's input lands in set k % sets, its logits in head set k % heads:
+                        // no other micro-batch still in flight (before its B, for the head's) uses them
                         int k = activation_received(a) >= 0 ? activation_received(a) : a.op == FORWARD ? a.micro : -1;
                         if (k < 0) continue;
-                        for (int j = 0; j < m; j++) CHECK(!(in_flight[j] && j != k && j % sets == k % sets));
-                        if (a.op == FORWARD) in_flight[k] = true;
+                        for (int j = 0; j < m; j++) {
+                            CHECK(!(in_flight[j] && j != k && j % sets == k % sets));
+                            CHECK(!(before_b[j] && j != k && j % heads == k % heads));
+                        }
+                        if (a.op == FORWARD) in_flight[k] = before_b[k] = true;
                     }
                 }
 }
@@ -224,6 +275,24 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
                         CHECK(sim.peak_sets[s] == pipeline_activation_sets(kind, s, p, m));
                     }
                 }
+    // ZB-H1 with forward, B and W times F, B, W: for m >= p every stage idles (p-1) max(F + B - W, F, B, W),
+    // never more than 1F1B with a backward of B + W; the peak over the stages holds what 1F1B's does
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++)
+            for (double b : {1.0, 2.0})
+                for (double w : {0.5, 1.0, 2.0}) {
+                    INFO("zb p=" << p << " m=" << m << " B=" << b << " W=" << w);
+                    auto cost = [&](int, PipelineOp op) { return op == FORWARD ? 1.0 : op == BACKWARD_INPUT ? b : op == BACKWARD_WEIGHT ? w : b + w; };
+                    PipelineSimulation zb = pipeline_simulate(SCHEDULE_ZB, p, m, cost), one = pipeline_simulate(SCHEDULE_1F1B, p, m, cost);
+                    REQUIRE(zb.completed);
+                    CHECK(zb.step <= one.step + 1e-9);
+                    CHECK(*std::max_element(zb.peak_sets.begin(), zb.peak_sets.end()) == *std::max_element(one.peak_sets.begin(), one.peak_sets.end()));
+                    for (int s = 0; s < p; s++) {
+                        CHECK(zb.peak_sets[s] == pipeline_activation_sets(SCHEDULE_ZB, s, p, m));
+                        if (m >= p) CHECK(1.0 - zb.busy[s] / zb.step == Approx(zb_h1_bubble_fraction(p, m, 1.0, b, w)).margin(1e-12));
+                    }
+                }
+    CHECK(zb_h1_bubble_fraction(4, 8, 1, 1, 1) == Approx(3.0 / 27.0));  // the header's table: 3 idle slots of 27
     // one heavy stage (GPT-2's last, with the LM head) sets the pace: the others idle the difference
     PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
     CHECK(sim.step == Approx(8 * 9.0 + 3.0));  // the last stage's 8 (F + B) of 9, after stage 0's first forward
@@ -258,3 +327,4 @@ TEST_CASE("stage_layer_counts and balanced_stage_layers") {
             }
     CHECK(balanced_stage_layers(8, 4, 1.0, 0.0, 2.0) == vector<int>({3, 2, 2, 1}));
 }
+
