@@ -22,7 +22,8 @@ C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: swap A and B, swap M and N
 keep the transpose flags. gemm_batched below is the only place that knows this.
 */
 #pragma once
-// defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input, matmul_backward_weight, bias_forward, bias_backward,
+// defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input,
+//          matmul_backward_weight, bias_forward, bias_backward,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, matmul_forward_element, widen
 #include <algorithm>  // defines: std::min

@@ -4,8 +4,8 @@
 #  - every kernel launcher against its host twin in fp32, bf16 and fp16 (tests/test_emu_kernels.cpp);
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
-#    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 and
-#    ZeRO-3 (1F1B), pp 2 ZeRO-1 (GPipe), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
+#    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
+#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), dp 2 x tp 2 x pp 2 ZeRO-3 (np 8); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-2, 1e-2);
 #  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL), with validation and samples in the logs;
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
@@ -49,7 +49,7 @@ trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
 trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi
 trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
 trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
-trajectory "fp32, pp 2 ZeRO-3 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 3
+trajectory "fp32, pp 2 ZeRO-3 (ZB-H1: B now, W deferred)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps zb -z 3
 trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps gpipe -z 1
 CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, dp 2 x tp 2 x pp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 8 -b 2 -tp 2 -pp 2 -z 3
 # every NCCL communicator made carries something (the world group's traffic is host data, through MPI)

@@ -175,6 +175,19 @@ kinds = sorted({e["cat"] for e in spans})
 print(f"trace: {len(spans)} spans on 4 tracks ({', '.join(names.values())}); categories {kinds}; stage 0: {' '.join(order(0))}")
 assert {"compute", "pipeline", "optimizer"} <= set(kinds)
 PY
+# ZB-H1's timeline at p = 2, m = 4: stage 1 runs B at once and each W one backward late
+$MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -d 128 -x 1 -pp 2 -ps zb -v 0 -s 0 -trace $D/trace_zb.json > /dev/null
+$PYTHON - $D/trace_zb.json <<'PY'
+import json, sys
+spans = sorted((e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X" and e["cat"] == "compute"), key=lambda e: e["ts"])
+short = {"forward": "F", "backward": "B", "backward input": "B", "backward weight": "W"}
+def order(tid):
+    return [short[e["name"].rsplit(" ", 1)[0]] + e["name"].rsplit(" ", 1)[1] for e in spans if e["tid"] == tid]
+assert order(1) == "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3".split(), order(1)
+assert order(0) == "F0 F1 B0 F2 B1 F3 B2 B3".split(), order(0)   # stage 0 defers nothing: whole backwards
+assert {e["name"].rsplit(" ", 1)[0] for e in spans if e["tid"] == 1} == {"forward", "backward input", "backward weight"}
+print(f"trace, ZB-H1 at p 2, m 4: stage 0 {' '.join(order(0))}; stage 1 {' '.join(order(1))}")
+PY
 
 # bad layouts: every rank reports, the job exits non-zero
 bad() {  # bad NP EXPECTED ARGS...
