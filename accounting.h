@@ -153,12 +153,15 @@ inline std::string measured_accounting_json(GPT2* model, const CommLedger& befor
 // the FLOPs of one micro-batch's forward and backward (3x the forward's: the backward computes
 // the gradients of the inputs and of the weights) through one layer, and through the final
 // LayerNorm and LM head, on one TP rank: the matrix products and attention's two
-struct StageCosts { double layer, head; };
+// layer, head: forward + backward FLOPs of a layer and of the LM head; layer_weights: of a layer's
+// backward, its W (the weight gradients: one GEMM per matrix, as many FLOPs as the forward's)
+struct StageCosts { double layer, head, layer_weights; };
 inline StageCosts stage_costs(const GPT2* model, int B, int T) {
     double N = (double)B * T, C = model->config.channels, tp = model->layout.tp;
-    double layer = 2 * N * 12 * C * C / tp + 4 * (double)B * T * T * C / tp;  // qkv, attproj, fc, fcproj; QK^T and AV
+    double matmuls = 2 * N * 12 * C * C / tp;               // qkv, attproj, fc, fcproj
+    double layer = matmuls + 4 * (double)B * T * T * C / tp;  // + QK^T and AV
     double head = 2 * N * C * model->config.padded_vocab_size / tp;
-    return StageCosts{3 * layer, 3 * head};
+    return StageCosts{3 * layer, 3 * head, matmuls};
 }
 
 // rank 0 under -plan with pp > 1: each stage's cost per micro-batch and its idle fraction as
@@ -169,7 +172,9 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
     auto print_split = [&](const char* label, const std::vector<int>& split) {
         auto stage_flops = [&](int s) { return split[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
         PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op) {
-            return stage_flops(s) * (op == FORWARD ? 1.0 : 2.0);
+            double forward = stage_flops(s) / 3, weights = split[s] * cost.layer_weights;  // W: the layers' only
+            return op == FORWARD ? forward : op == BACKWARD_WEIGHT ? weights : op == BACKWARD_INPUT ? 2 * forward - weights
+                                                                                               : 2 * forward;
         });
         printf("pipeline, %s: -pl ", label);
         for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", split[s]);

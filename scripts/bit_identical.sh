@@ -59,8 +59,10 @@ for d in $WORK/before/*/; do
     for f in log.clean steps.clean plan.txt $(cd $d && find out -type f | sort); do
         [ -f $d/$f ] || continue
         files=$((files + 1))
-        cmp -s <(sed "s|$WORK/before||g" $d/$f) <(sed "s|$WORK/after||g" $WORK/after/$name/$f) ||
-            { echo "differs: $name/$f"; differ=$((differ + 1)); }
+        cmp -s <(sed "s|$WORK/before||g" $d/$f) <(sed "s|$WORK/after||g" $WORK/after/$name/$f) && continue
+        echo "differs: $name/$f"; differ=$((differ + 1))
+        case $f in *.clean|*.txt) diff <(sed "s|$WORK/before||g" $d/$f) <(sed "s|$WORK/after||g" $WORK/after/$name/$f) |
+            head -n 4 | cut -c1-400;; esac  # the first lines that differ, to see what changed
     done
 done
 [ $differ -eq 0 ] && echo "IDENTICAL to $REV: $files files of 9 runs and a resume (logs, step lines, plans, checkpoints)"
