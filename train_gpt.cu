@@ -33,6 +33,8 @@ Where each technique enters, at a call a reader can see:
   pipeline (pipeline.h)  the model is written as a stage; pipeline_stage hands it to
                        run_schedule, which runs this stage's list of actions. One stage:
                        forward k, backward k for each micro-batch, and that is all.
+                       A block's backward is two halves, block_backward_input (B) and
+                       block_backward_weights (W), which ZB-H1 runs apart.
   loss scaling         train_step: dloss carries the scale S, loss_scaler_update
   (loss_scale.h)       decides, AdamW's grad_scale divides it out.
   recompute            recompute_block, just before each block's backward.
