@@ -106,7 +106,8 @@ the stage's gradient buffer are. It relies on two invariants of every list
     input arrives there before forward k, and nothing reuses the set before the end of
     backward k (its W under ZB-H1), because no more than `sets` micro-batches are ever
     in flight. Likewise a waiting W's output gradients in slot k % pipeline_weight_slots.
-Read one_f_one_b_schedule first, then run_schedule.
+Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split), then
+run_schedule.
 
 Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split),
 pipeline_stage (GPT-2's stage for the executor; block_backward_input and

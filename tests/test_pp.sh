@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline parallelism (pipeline.h) and 3D layouts on the CPU build under mpirun, on a 4-layer
 # model. Usage: test_pp.sh REFERENCE_DIR (made by tests/reference.py --layers 4 --accum 4,8)
-#  - pp 2 and 4 under 1F1B and GPipe (8 micro-batches), dp 2 x tp 2 x pp 2 with ZeRO 1 and 3, and
-#    pp 4 x dp 2 with ZeRO 2 (4 micro-batches): every step's loss matches tests/reference.py's float64
+#  - pp 2 and 4 under 1F1B, pp 4 under GPipe (8 micro-batches; GPipe at pp 2: the -pl 1,3 run below),
+#    dp 2 x tp 2 x pp 2 with ZeRO 3 (ZeRO 1: under ZB-H1 below), and pp 4 x dp 2 with ZeRO 2
+#    (4 micro-batches): every step's loss matches tests/reference.py's float64
 #    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7), and the final model follows
 #    the single-rank run's (tests/compare_models.py);
 #  - every rank's memory and traffic (DP, TP, PP, embedding groups) equal -plan and the formulas of
@@ -45,10 +46,8 @@ layout() {  # layout NP DP TP PP ZERO SCHEDULE MICRO_BATCHES
         --schedule $ps --zero $z
 }
 layout 2 1 1 2 0 1f1b 8
-layout 2 1 1 2 0 gpipe 8
 layout 4 1 1 4 0 1f1b 8
 layout 4 1 1 4 0 gpipe 8
-layout 8 2 2 2 1 1f1b 4
 layout 8 2 2 2 3 1f1b 4
 layout 8 2 1 4 2 gpipe 4
 # ZB-H1: B now, W deferred; every gradient is summed in the order 1F1B sums it, so the steps equal 1F1B's bit for bit
@@ -56,7 +55,7 @@ layout 2 1 1 2 0 zb 8
 layout 4 1 1 4 0 zb 8
 layout 8 2 2 2 1 zb 4
 layout 8 2 2 2 3 zb 4
-for tag in dp1-tp1-pp2-z0 dp1-tp1-pp4-z0 dp2-tp2-pp2-z1 dp2-tp2-pp2-z3; do
+for tag in dp1-tp1-pp2-z0 dp1-tp1-pp4-z0 dp2-tp2-pp2-z3; do  # (dp 2 x tp 2 x pp 2 ZeRO-1: under ZB-H1 only)
     $PYTHON tests/identical_steps.py "$tag: zb and 1f1b" $D/$tag-1f1b.jsonl $D/$tag-zb.jsonl
 done
 $PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/dp1-*/model_00000006.bin
@@ -110,7 +109,7 @@ PY
 # ZB-H1's step is shorter than 1F1B's at m = 2, where the schedule's share is largest (formulas 1/7
 # against 1/3). Not asserted at m = 8 (1/25 against 1/9): there the two ranks' own speeds, which
 # differ from run to run on this machine by as much, decide (the numbers are printed)
-WIDE=$D/wide; $PYTHON tests/reference.py --out $WIDE --layers 4 --channels 256 --heads 4 --vocab 384 --accum 8 --debug-steps 1 > /dev/null
+WIDE=$D/wide; $PYTHON tests/reference.py --out $WIDE --layers 4 --channels 256 --heads 4 --vocab 384 --accum 1 --debug-steps 1 > /dev/null
 for m in 8 2; do
     for ps in 1f1b zb; do
         $MPIRUN -np 2 ./train_gpt_cpu -e $WIDE/model.bin -i $WIDE/train.bin -t 32 -b 4 -d $((128 * m)) -x 6 -v 0 -s 0 -pp 2 \
