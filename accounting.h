@@ -55,7 +55,15 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
         if (recompute_keeps(model->recompute, t)) a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
-    int block_forwards = model->recompute == 3 ? 2 : 1;  // -r 3 reruns every block's forward, g included
+    // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2
+    // from the layers' weights, which ZeRO-3 gathers again; at -r 3 by a third forward of each block
+    bool w_recomputes = model->weight_slots > 0;
+    if (w_recomputes && model->recompute >= 2 && model->zero.stage == 3) {
+        const Zero& zero = model->zero;
+        size_t layers = zero.full_elements - zero.units[0].padded - zero.units[zero.num_units - 1].padded;
+        a.comm[GROUP_DP][COMM_ALL_GATHER] += grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.dp);
+    }
+    int block_forwards = model->recompute == 3 ? (w_recomputes ? 3 : 2) : 1;  // -r 3 reruns every block's forward, g included
     a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
         tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, is_first_stage(model->layout), is_last_stage(model->layout));
     a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm

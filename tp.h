@@ -156,7 +156,8 @@ inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* 
 // ---------------------------------------------------------------- cost (the formulas above)
 
 // bytes one rank sends in all-reduces over its TP group in one micro-step's forward and
-// backward of N tokens through L layers; block_forwards = 2 when -r 3 reruns every block.
+// backward of N tokens through L layers; block_forwards = 2 when -r 3 reruns every block (3 when
+// ZB-H1's deferred W reruns it again).
 // The embedding's g and the loss's three are on the first and last pipeline stage.
 inline unsigned long long tp_all_reduce_bytes_per_micro_step(int L, size_t N, int C, int tp, int block_forwards,
                                                               bool first_stage, bool last_stage) {

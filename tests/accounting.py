@@ -77,12 +77,15 @@ def comm_bytes(a, s):
     if zero == 1: d["reduce_scatter"] = ring(G * Psi, dp)
     if zero == 2: d["reduce_scatter"] = g * ring(X * Psi, dp)
     if zero in (1, 2): d["all_gather"] = ring(X * Psi, dp)
+    w_recomputes = a.schedule == "zb" and 0 < s   # ZB-H1's deferred W rebuilds what -r dropped again
     if zero == 3:
-        d["all_gather"] = g * (ring(X * Psi, dp) + ring(X * (Psi - E - H), dp))
+        regathers = 2 if w_recomputes and a.recompute >= 2 else 1   # the layers: backward, and W at -r >= 2
+        d["all_gather"] = g * (ring(X * Psi, dp) + regathers * ring(X * (Psi - E - H), dp))
         d["reduce_scatter"] = g * ring(X * Psi, dp)
     d["scalars"] = 2 * ring(8, dp) * (1 if zero == 0 else 2)   # the loss; the norm when sharded
     N = a.B * a.T
-    per_block = 2 * (2 if a.recompute == 3 else 1) + 2          # g twice per forward, f twice backward
+    forwards = 1 + (a.recompute == 3) + (a.recompute == 3 and w_recomputes)
+    per_block = 2 * forwards + 2                                # g twice per forward, f twice backward
     reduces = per_block * Ls + first + last                     # + the embedding's g, the head's f
     t["all_reduce"] = g * (reduces * 2 * ring(N * a.channels * X, a.tp) + (3 * 2 * ring(N * 4, a.tp) if last else 0))
     t["scalars"] = 2 * ring(8, a.tp)                            # the squared norm

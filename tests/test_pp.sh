@@ -140,6 +140,13 @@ for ps in 1f1b gpipe; do $PYTHON tests/identical_steps.py "pp 2 $ps, -r 0 and 3"
 # ZB-H1 recomputes again before each deferred W (at -r 2 and 3 from the gathered weights, ZeRO-3)
 for r in 0 1 2 3; do $MPIRUN -np 4 ./train_gpt_cpu $FLAGS -b 2 -d 512 -x 2 -pp 2 -ps zb -z 3 -r $r -log $D/zb-r$r.jsonl > /dev/null; done
 $PYTHON tests/identical_steps.py "dp 2 x pp 2 zb ZeRO-3, -r 0, 1, 2 and 3" $D/zb-r0.jsonl $D/zb-r1.jsonl $D/zb-r2.jsonl $D/zb-r3.jsonl
+# what that costs in traffic: a third forward of each block at -r 3 (its TP all-reduces), and ZeRO-3's
+# gather of each layer once more: plan = measured = tests/accounting.py at dp 2 x tp 2 x pp 2
+ZB3D="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 512 -x 1 -v 0 -s 0 -tp 2 -pp 2 -ps zb -z 3 -r 3"
+$MPIRUN -np 8 ./train_gpt_cpu $ZB3D -log $D/zb-3d-r3.jsonl > /dev/null
+$MPIRUN -np 8 ./train_gpt_cpu $ZB3D -plan 1 | grep '^{' > $D/zb-3d-r3.plan.jsonl
+$PYTHON tests/accounting.py $D/zb-3d-r3.plan.jsonl $D/zb-3d-r3.jsonl $MODEL --B 2 --accum 4 --dp 2 --tp 2 --pp 2 --schedule zb \
+    --zero 3 --recompute 3
 
 # validation and sampling through the pipeline against one rank
 EVAL="-e $REF/model.bin -i $REF/train.bin -j $REF/train.bin -b 2 -t 32 -d 128 -x 2 -v 2 -m 3 -s 2 -g 12"
