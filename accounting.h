@@ -57,7 +57,7 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2
     // from the layers' weights, which ZeRO-3 gathers again; at -r 3 by a third forward of each block
-    bool w_recomputes = model->weight_slots > 0;
+    bool w_recomputes = model->holds.weight_slots > 0;
     if (w_recomputes && model->recompute >= 2 && model->zero.stage == 3) {
         const Zero& zero = model->zero;
         size_t layers = zero.full_elements - zero.units[0].padded - zero.units[zero.num_units - 1].padded;
@@ -117,9 +117,9 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
            (double)state / model->num_parameters);
     printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
            model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
-    if (model->weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
-        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->weight_slots,
-               (size_t)model->weight_slots * gpt2_layers(model) * B * T * (4 * model->config.channels + 7 * model->config.channels /
+    if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
+        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->holds.weight_slots,
+               (size_t)model->holds.weight_slots * gpt2_layers(model) * B * T * (4 * model->config.channels + 7 * model->config.channels /
                model->layout.tp) * sizeof(floatX));
     printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
@@ -128,7 +128,7 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
            "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
            "\"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->weight_slots,
+           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
            model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }

@@ -297,8 +297,8 @@ struct GPT2 {
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
     std::vector<ActivationTensors> sets;  // one per micro-batch in flight: micro-batch k uses sets[k % size]
-    int head_sets;                  // of the sets, those holding the head's tensors (activation_set)
-    int weight_slots;               // micro-batches whose W waits (-ps zb, pipeline.h), at most; 0: none
+    StageBuffers holds;             // the sets, of them those with the head's tensors (activation_set), and
+                                    // the micro-batches whose W waits (-ps zb), at most: pipeline.h
     floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
@@ -370,9 +370,10 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
 }
 
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
-// same list is allocated for training and summed for -plan. `num_sets` sets of what the
-// forward keeps (one per micro-batch in flight, pipeline.h), one of everything else.
-inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T, const StageBuffers& holds) {
+// same list is allocated for training and summed for -plan. model->holds says how many sets of
+// what the forward keeps (one per micro-batch in flight, pipeline.h), one of everything else.
+inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T) {
+    const StageBuffers& holds = model->holds;
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
@@ -400,7 +401,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
             specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, WORK});
-    model->weight_slots = holds.weight_slots;  // kept from B to W: the layers' output gradients
+    // kept from B to W: the layers' output gradients
     specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * BT * (4 * C + 7 * C_rank), X, KEPT});
     std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
@@ -423,10 +424,9 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T,
 // stage_buffers); allocate = false only books them (-plan)
 inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, const StageBuffers& holds, bool allocate) {
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
-    model->B = B; model->T = T; model->recompute = recompute;
-    model->activation_buffers = activation_buffer_list(model, B, T, holds);
+    model->B = B; model->T = T; model->recompute = recompute; model->holds = holds;
+    model->activation_buffers = activation_buffer_list(model, B, T);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
-    model->head_sets = holds.head_sets;
     for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
             if (!recompute_keeps(recompute, t)) a.layer[t] = model->sets[0].layer[t];
@@ -593,7 +593,7 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
 // ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot...
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
-    floatX* at = model->waiting_grads + ((size_t)(k % model->weight_slots) * gpt2_layers(model) + l) * BT * (4 * C + 7 * C_rank);
+    floatX* at = model->waiting_grads + ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) * BT * (4 * C + 7 * C_rank);
     LayerOutputGradients d;
     d.fcproj = at;                at += BT * C;
     d.fc = at;                    at += BT * 4 * C_rank;
@@ -696,7 +696,7 @@ inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroB
 // micro-batches are between under ZB-H1 (pipeline_backward_sets)
 inline ActivationTensors activation_set(const GPT2* model, int k) {
     ActivationTensors a = model->sets[k % model->sets.size()];
-    const ActivationTensors& head = model->sets[k % model->head_sets];
+    const ActivationTensors& head = model->sets[k % model->holds.head_sets];
     a.lnf = head.lnf; a.lnf_mean = head.lnf_mean; a.lnf_rstd = head.lnf_rstd; a.logits = head.logits; a.losses = head.losses;
     return a;
 }
