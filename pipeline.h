@@ -324,10 +324,6 @@ inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) 
     double idle = (p - 1) * std::max({F + B - W, F, B, W});
     return idle / (m * (F + B + W) + idle);
 }
-// the formula a log row prints beside the measured bubble: equal times (F = B = W under ZB-H1)
-inline double schedule_bubble_formula(ScheduleKind kind, int p, int m) {
-    return kind == SCHEDULE_ZB ? zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0) : pipeline_bubble_fraction(p, m);
-}
 
 // ---------------------------------------------------------------- simulating a schedule
 
@@ -422,6 +418,15 @@ inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, con
     std::vector<std::vector<PipelineAction>> lists(p);
     for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
     return pipeline_simulate_lists(lists, cost);
+}
+
+// the formula a log row prints beside the measured bubble, for equal times (F = B = W under
+// ZB-H1; with fewer micro-batches than stages, where its formula does not hold, the simulator's)
+inline double schedule_bubble_formula(ScheduleKind kind, int p, int m) {
+    if (kind != SCHEDULE_ZB) return pipeline_bubble_fraction(p, m);
+    if (m >= p) return zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0);
+    PipelineSimulation sim = pipeline_simulate(kind, p, m, [](int, PipelineOp op) { return op == BACKWARD ? 2.0 : 1.0; });
+    return 1.0 - sim.busy[0] / sim.step;  // every stage does the same work: they idle alike
 }
 
 // the split of L layers over p stages whose largest stage costs least: a stage of k layers

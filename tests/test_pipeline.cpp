@@ -293,6 +293,8 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
                     }
                 }
     CHECK(zb_h1_bubble_fraction(4, 8, 1, 1, 1) == Approx(3.0 / 27.0));  // the header's table: 3 idle slots of 27
+    CHECK(schedule_bubble_formula(SCHEDULE_ZB, 4, 8) == Approx(3.0 / 27.0));
+    CHECK(schedule_bubble_formula(SCHEDULE_ZB, 4, 2) < pipeline_bubble_fraction(4, 2));  // m < p: the simulator's, below 1F1B's
     // one heavy stage (GPT-2's last, with the LM head) sets the pace: the others idle the difference
     PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
     CHECK(sim.step == Approx(8 * 9.0 + 3.0));  // the last stage's 8 (F + B) of 9, after stage 0's first forward
