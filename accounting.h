@@ -119,8 +119,8 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
            model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
     if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
         printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->holds.weight_slots,
-               (size_t)model->holds.weight_slots * gpt2_layers(model) * B * T * (4 * model->config.channels + 7 * model->config.channels /
-               model->layout.tp) * sizeof(floatX));
+               (size_t)model->holds.weight_slots * gpt2_layers(model) *
+               layer_output_gradient_elements((size_t)B * T, model->config.channels, model->layout.tp) * sizeof(floatX));
     printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
         printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],

@@ -259,6 +259,8 @@ struct LayerOutputGradients {
     floatX* qkv;        // (B,T,3C/tp)
     floatX* ln1;        // (B,T,C)     summed over TP
 };
+// their elements for one layer and BT tokens, on a rank of a TP group of tp
+inline size_t layer_output_gradient_elements(size_t BT, size_t C, int tp) { return BT * (4 * C + 7 * C / tp); }
 
 struct ScratchTensors {  // reused by every layer
     floatX* proj;       // (B,T,C) attproj / fcproj output before the residual add
@@ -402,7 +404,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         if (!recompute_keeps(model->recompute, t))
             specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, WORK});
     // kept from B to W: the layers' output gradients
-    specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * BT * (4 * C + 7 * C_rank), X, KEPT});
+    specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
@@ -593,7 +595,8 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
 // ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot...
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
-    floatX* at = model->waiting_grads + ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) * BT * (4 * C + 7 * C_rank);
+    floatX* at = model->waiting_grads + ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) *
+                                        layer_output_gradient_elements(BT, C, model->layout.tp);
     LayerOutputGradients d;
     d.fcproj = at;                at += BT * C;
     d.fc = at;                    at += BT * 4 * C_rank;
