@@ -214,6 +214,10 @@ tests/build/test_precision_fp16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAI
 tests/build/test_comm: tests/test_comm.cpp comm.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
+# pipeline.h's executor over MPI, every schedule, on a stage whose math is known
+tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h comm.h base.h precision.h
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) $< -o $@
 
 # tensor parallelism's pieces under mpirun: the vocabulary-parallel loss, sharded layers
 tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
@@ -234,7 +238,7 @@ tests/build/test_ops_vs_pytorch_bf16: tests/test_ops_vs_pytorch.cpp dev/pytorch_
 tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
-TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

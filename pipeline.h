@@ -21,6 +21,9 @@ gradient); the training loop executes the list, and the tests check the lists.
   ZB-H1: 1F1B with each backward split in two (zero-bubble, Qi et al. 2024): B, the
          gradient of the stage's input, which the stage before waits for, and W, the
          weights' gradients, which nobody waits for and which fill the bubble.
+  Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each stage holds V chunks of
+         layers instead of one range, so the bubble's slots are a chunk's forward and
+         backward, 1/V as long.
 The two for p = 4, m = 8, one slot per forward (F) or backward (B), numbered by
 micro-batch; a message leaves at the end of its slot (tests/test_pipeline.cpp renders
 these from the schedules and checks them against this comment; ".." is the bubble):
@@ -67,6 +70,35 @@ holds). The peak over the stages, stage 0's p sets, is 1F1B's. The LM head's wei
 not deferred (it would keep the logits' gradient, Vp/tp per token): the head, the final
 LayerNorm and the embedding run whole in B.
 
+Interleaved. With V = 2 the model is cut into p*V = 8 chunks of layers, virtual stages 0..7;
+stage s holds chunks s and s + p (chunk 0 and chunk 1 of the stage), so a micro-batch goes round
+the ring of stages twice, stage p-1 handing chunk 0's output to stage 0's chunk 1. Micro-batches
+go in groups of p: forwards of 0..3 on chunk 0, then 0..3 on chunk 1, then 4..7 on chunk 0, ...;
+backwards the same with the chunks reversed (interleaved_order). The phases are 1F1B's, counted
+in chunk-forwards: stage s warms up with 2(p - s - 1) + (V - 1)p of them, the round trip of the
+first gradient plus the chunk-forwards that come before the first backward. Each cell below is
+one chunk's forward or backward, half a stage's (F and B on chunk 0, f and b on chunk 1), and
+1F1B is drawn at that scale above it:
+
+1F1B, each forward and backward as two chunks'
+  stage 0: F0 F0 F1 F1 F2 F2 F3 F3 .. .. .. .. .. .. B0 B0 F4 F4 B1 B1 F5 F5 B2 B2 F6 F6 B3 B3 F7 F7 B4 B4 .. .. B5 B5 .. .. B6 B6 .. .. B7 B7
+  stage 1: .. .. F0 F0 F1 F1 F2 F2 .. .. .. .. B0 B0 F3 F3 B1 B1 F4 F4 B2 B2 F5 F5 B3 B3 F6 F6 B4 B4 F7 F7 B5 B5 .. .. B6 B6 .. .. B7 B7 .. ..
+  stage 2: .. .. .. .. F0 F0 F1 F1 .. .. B0 B0 F2 F2 B1 B1 F3 F3 B2 B2 F4 F4 B3 B3 F5 F5 B4 B4 F6 F6 B5 B5 F7 F7 B6 B6 .. .. B7 B7 .. .. .. ..
+  stage 3: .. .. .. .. .. .. F0 F0 B0 B0 F1 F1 B1 B1 F2 F2 B2 B2 F3 F3 B3 B3 F4 F4 B4 B4 F5 F5 B5 B5 F6 F6 B6 B6 F7 F7 B7 B7 .. .. .. .. .. ..
+interleaved 1F1B, V = 2
+  stage 0: F0 F1 F2 F3 f0 f1 f2 f3 F4 F5 .. .. .. F6 b0 F7 b1 f4 b2 f5 b3 f6 B0 f7 B1 B2 .. B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7
+  stage 1: .. F0 F1 F2 F3 f0 f1 f2 f3 .. .. F4 b0 F5 b1 F6 b2 F7 b3 f4 B0 f5 B1 f6 B2 f7 B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 ..
+  stage 2: .. .. F0 F1 F2 F3 f0 f1 .. f2 b0 f3 b1 F4 b2 F5 b3 F6 B0 F7 B1 f4 B2 f5 B3 f6 b4 f7 b5 b6 .. b7 B4 B5 B6 B7 .. ..
+  stage 3: .. .. .. F0 F1 F2 F3 f0 b0 f1 b1 f2 b2 f3 b3 F4 B0 F5 B1 F6 B2 F7 B3 f4 b4 f5 b5 f6 b6 f7 b7 B4 B5 B6 B7 .. .. ..
+Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6 of 38 instead of
+12 of 44. With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is
+m(F + B) + (p - 1)(F + B)/V: the bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of
+the real one (interleaved_bubble_fraction; pipeline_simulate checks it for p 1..8, m 1..16,
+V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1 chunks' activations
+(interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p;
+V times the messages, each as large; and m must be a multiple of p (the groups; other m can
+deadlock) with at least one layer per chunk (interleaved_problem). With V = 1 it is 1F1B.
+
 Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
 k = 0..m-1 the other, and both list them in the same order. Where two neighbours
 would each send to the other at the same moment (1F1B's steady phase: s sends
@@ -77,6 +109,13 @@ send matched in order and no two blocking sends facing each other, each stage's
 next message is always one its neighbour will post without waiting on it: no
 schedule here can deadlock (tests/test_pipeline.cpp runs all stages' lists against
 each other with blocking semantics and checks that every list completes).
+Interleaving closes the line into a ring (stage p-1 sends activations to stage 0, which
+sends gradients back), and on a ring a chain of lone blocking sends can close into a cycle
+(at p = 2 the two stages send each other gradients). There every send is paired with the
+next receive in the same direction round the ring (comm_send_recv again): activations
+shift one stage on, SEND_ACTIVATION_RECV_ACTIVATION, then gradients shift one stage
+back, SEND_GRADIENT_RECV_GRADIENT; every stage posts each shift whole, as Megatron-LM
+batches its sends and receives.
 
 Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
 (1F1B) min(p - s, m), (GPipe) m or (ZB-H1, s > 0) min(p, m) micro-batches of its layers'
@@ -106,8 +145,8 @@ the stage's gradient buffer are. It relies on two invariants of every list
     input arrives there before forward k, and nothing reuses the set before the end of
     backward k (its W under ZB-H1), because no more than `sets` micro-batches are ever
     in flight. Likewise a waiting W's output gradients in slot k % pipeline_weight_slots.
-Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split), then
-run_schedule.
+Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
+interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
 Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split),
 pipeline_stage (GPT-2's stage for the executor; block_backward_input and
@@ -118,7 +157,9 @@ bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers).
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name,
-//          PipelineOp, PipelineAction, add_action, gpipe_schedule, one_f_one_b_schedule, zb_h1_schedule,
+//          PipelineOp, PipelineAction, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
+//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_problem,
+//          interleaved_bubble_fraction, interleaved_activation_sets, interleaved_chunk_sets,
 //          pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets, pipeline_weight_slots,
 //          StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
 //          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
@@ -133,7 +174,7 @@ bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers).
 #include <functional>  // defines: std::function
 #include <string>      // defines: std::string, std::to_string
 #include <vector>      // defines: std::vector
-#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan (trace.h)
+#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan (trace.h), device_to_device (base.h)
 
 // layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
 inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
@@ -181,11 +222,11 @@ inline void stage_layer_range(const std::vector<int>& counts, int s, int* begin,
     *end = *begin + counts[s];
 }
 
-enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB };
-// "1f1b", "gpipe" or "zb" (ZB-H1); -1 for anything else
+enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB, SCHEDULE_INTERLEAVED };
+// "1f1b", "gpipe", "zb" (ZB-H1) or "interleaved" (1F1B over V chunks a stage); -1 for anything else
 inline int schedule_kind_from_name(const char* name) {
     return strcmp(name, "1f1b") == 0 ? SCHEDULE_1F1B : strcmp(name, "gpipe") == 0 ? SCHEDULE_GPIPE
-         : strcmp(name, "zb") == 0 ? SCHEDULE_ZB : -1;
+         : strcmp(name, "zb") == 0 ? SCHEDULE_ZB : strcmp(name, "interleaved") == 0 ? SCHEDULE_INTERLEAVED : -1;
 }
 
 enum PipelineOp {
@@ -195,21 +236,44 @@ enum PipelineOp {
     SEND_ACTIVATION_RECV_GRADIENT,              // paired, with stage s+1: activation k out, gradient j in
     SEND_GRADIENT_RECV_ACTIVATION,              // paired, with stage s-1: gradient k out, activation j in
     BACKWARD_INPUT, BACKWARD_WEIGHT,            // k's backward in two (ZB-H1): B, the input gradient; W, the weights'
+    SEND_ACTIVATION_RECV_ACTIVATION,            // paired, round the ring (interleaved): activation k to stage s+1,
+    SEND_GRADIENT_RECV_GRADIENT,                // j from s-1; gradient k to s-1, j from s+1
     NUM_PIPELINE_OPS
 };
 // micro: the micro-batch k the action is about (for a paired one, whose message is sent);
-// received_micro: a paired action's j, whose message comes in (-1 for the others)
-struct PipelineAction { PipelineOp op; int micro, received_micro; };
+// received_micro: a paired action's j, whose message comes in (-1 for the others); chunk and
+// received_chunk: which of the stage's model chunks they belong to (interleaved 1F1B; else 0)
+struct PipelineAction { PipelineOp op; int micro, received_micro; int chunk = 0, received_chunk = 0; };
 
-// appends an action, leaving out the halves that have no neighbour (stage 0 receives no
-// activation and sends no gradient; stage p-1 sends no activation and receives no gradient)
+// appends an action, leaving out the halves that have no neighbour: the model's first virtual
+// stage (stage 0's chunk 0) receives no activation and sends no gradient, its last (stage p-1's
+// chunk V-1) sends no activation and receives no gradient. A paired action that loses one half
+// is the other half alone. Without interleaving (V = 1) that is stage 0 and stage p-1.
+inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int v, int k2, int v2, int s, int p, int V) {
+    auto first = [&](int chunk) { return s == 0 && chunk == 0; };
+    auto last = [&](int chunk) { return s == p - 1 && chunk == V - 1; };
+    if (op == SEND_ACTIVATION_RECV_GRADIENT) {
+        if (last(v)) { add_chunk_action(list, RECV_GRADIENT, k2, v2, -1, 0, s, p, V); return; }
+        if (last(v2)) { add_chunk_action(list, SEND_ACTIVATION, k, v, -1, 0, s, p, V); return; }
+    }
+    if (op == SEND_GRADIENT_RECV_ACTIVATION) {
+        if (first(v)) { add_chunk_action(list, RECV_ACTIVATION, k2, v2, -1, 0, s, p, V); return; }
+        if (first(v2)) { add_chunk_action(list, SEND_GRADIENT, k, v, -1, 0, s, p, V); return; }
+    }
+    if (op == SEND_ACTIVATION_RECV_ACTIVATION) {
+        if (last(v)) { add_chunk_action(list, RECV_ACTIVATION, k2, v2, -1, 0, s, p, V); return; }
+        if (first(v2)) { add_chunk_action(list, SEND_ACTIVATION, k, v, -1, 0, s, p, V); return; }
+    }
+    if (op == SEND_GRADIENT_RECV_GRADIENT) {
+        if (first(v)) { add_chunk_action(list, RECV_GRADIENT, k2, v2, -1, 0, s, p, V); return; }
+        if (last(v2)) { add_chunk_action(list, SEND_GRADIENT, k, v, -1, 0, s, p, V); return; }
+    }
+    if ((op == RECV_ACTIVATION || op == SEND_GRADIENT) && first(v)) return;
+    if ((op == SEND_ACTIVATION || op == RECV_GRADIENT) && last(v)) return;
+    list->push_back(PipelineAction{op, k, k2, v, v2});
+}
 inline void add_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int k2, int s, int p) {
-    bool first = s == 0, last = s == p - 1;
-    if ((op == RECV_ACTIVATION || op == SEND_GRADIENT) && first) return;
-    if ((op == SEND_ACTIVATION || op == RECV_GRADIENT) && last) return;
-    if (op == SEND_ACTIVATION_RECV_GRADIENT && last) return;
-    if (op == SEND_GRADIENT_RECV_ACTIVATION && first) return;
-    list->push_back(PipelineAction{op, k, k2});
+    add_chunk_action(list, op, k, 0, k2, 0, s, p, 1);
 }
 
 // GPipe: all forwards, then all backwards
@@ -280,12 +344,74 @@ inline std::vector<PipelineAction> zb_h1_schedule(int s, int p, int m) {
     return a;
 }
 
+// Interleaved 1F1B (Megatron-LM's): stage s holds V chunks of layers, chunk v being virtual stage
+// v*p + s of the p*V the model is cut into, so a micro-batch goes round the ring of stages V
+// times. The stages run the micro-batches in groups of p: forward of group g on chunk 0, then on
+// chunk 1, ... (the order below); backward in the same groups, chunks in reverse. The phases
+// are 1F1B's, counted in chunk-forwards: warmup is how many a stage runs before the first
+// gradient comes back, the round trip to the last stage and back, 2(p - s - 1), plus the
+// (V - 1) p chunk-forwards that must come before it, at the least. With one chunk, 1F1B itself.
+inline void interleaved_order(int i, int p, int V, bool backward, int* k, int* v) {
+    int group = i / (p * V), in_group = i % (p * V);
+    *v = backward ? V - 1 - in_group / p : in_group / p;
+    *k = group * p + in_group % p;
+}
+inline std::vector<PipelineAction> interleaved_schedule(int s, int p, int m, int V) {
+    if (V == 1) return one_f_one_b_schedule(s, p, m);
+    std::vector<PipelineAction> a;
+    int total = m * V, warmup = std::min(2 * (p - s - 1) + (V - 1) * p, total), steady = total - warmup;
+    // chunk-forward i's and chunk-backward i's (k, v); the add_* helpers leave out missing halves
+    auto f = [&](int i) { int k, v; interleaved_order(i, p, V, false, &k, &v); return std::make_pair(k, v); };
+    auto b = [&](int i) { int k, v; interleaved_order(i, p, V, true, &k, &v); return std::make_pair(k, v); };
+    auto add = [&](PipelineOp op, std::pair<int, int> kv) { add_chunk_action(&a, op, kv.first, kv.second, -1, 0, s, p, V); };
+    auto add_pair = [&](PipelineOp op, std::pair<int, int> out, std::pair<int, int> in) {
+        add_chunk_action(&a, op, out.first, out.second, in.first, in.second, s, p, V);
+    };
+    // Every send is paired with the next receive in its direction of the ring (activations to
+    // s+1, gradients to s-1), so that each exchange is a shift round the ring that all stages
+    // post together: on a ring, unlike a line, lone blocking sends can close a cycle
+    add(RECV_ACTIVATION, f(0));
+    for (int i = 0; i < warmup; i++) {  // warmup: chunk-forwards only
+        add(FORWARD, f(i));
+        if (i + 1 < total) add_pair(SEND_ACTIVATION_RECV_ACTIVATION, f(i), f(i + 1));
+        else add(SEND_ACTIVATION, f(i));
+    }
+    add(RECV_GRADIENT, b(0));
+    for (int j = 0; j < steady; j++) {  // steady: one chunk-forward, one chunk-backward
+        add(FORWARD, f(warmup + j));
+        add(BACKWARD, b(j));
+        if (warmup + j + 1 < total) add_pair(SEND_ACTIVATION_RECV_ACTIVATION, f(warmup + j), f(warmup + j + 1));
+        else add(SEND_ACTIVATION, f(warmup + j));
+        add_pair(SEND_GRADIENT_RECV_GRADIENT, b(j), b(j + 1));
+    }
+    for (int j = steady; j < total; j++) {  // cooldown: the remaining chunk-backwards
+        add(BACKWARD, b(j));
+        if (j + 1 < total) add_pair(SEND_GRADIENT_RECV_GRADIENT, b(j), b(j + 1));
+        else add(SEND_GRADIENT, b(j));
+    }
+    return a;
+}
+
+// what interleaving needs, or "" when the run can use it: m a multiple of p (the micro-batches go
+// round in groups of p; other m can deadlock), and at least one layer in each of the p*V chunks
+inline std::string interleaved_problem(int L, int p, int m, int V) {
+    if (V < 1) return "-vp must be at least 1";
+    if (p > 1 && m % p != 0)
+        return "needs the micro-batches per step (" + std::to_string(m) + ") to be a multiple of -pp " + std::to_string(p);
+    if (L < p * V) return "needs a layer in each of the pp*vp = " + std::to_string(p * V) + " chunks; the model has " + std::to_string(L);
+    return "";
+}
+
 // the one place the schedule is chosen. With one stage there is no pipeline: all are forward
 // k, backward k in turn (1F1B with no warmup), holding one micro-batch.
-inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m) {
+inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m, int chunks = 1) {
     if (p == 1) return one_f_one_b_schedule(s, p, m);
-    return kind == SCHEDULE_GPIPE ? gpipe_schedule(s, p, m) : kind == SCHEDULE_ZB ? zb_h1_schedule(s, p, m)
-                                                                                  : one_f_one_b_schedule(s, p, m);
+    switch (kind) {
+        case SCHEDULE_GPIPE: return gpipe_schedule(s, p, m);
+        case SCHEDULE_ZB: return zb_h1_schedule(s, p, m);
+        case SCHEDULE_INTERLEAVED: return interleaved_schedule(s, p, m, chunks);
+        default: return one_f_one_b_schedule(s, p, m);
+    }
 }
 
 // micro-batches whose activations stage s holds at once, from forward to the end of the backward
@@ -316,6 +442,24 @@ inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m) {
 
 // the idle fraction of a step with equal forward and backward times on every stage (GPipe, 1F1B)
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
+// interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
+// backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
+inline double interleaved_bubble_fraction(int p, int m, int V) { return (double)(p - 1) / (V * m + p - 1); }
+// the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
+inline int interleaved_activation_sets(int s, int p, int m, int V) {
+    if (V == 1) return std::min(p - s, m);  // 1F1B's
+    return std::min(2 * (p - s - 1) + (V - 1) * p + 1, m * V);
+}
+// of those, chunk v's at most, counted on the list: each chunk runs its micro-batches in order,
+// forward and backward, so chunk v's micro-batch k can use set k % sets[v] of that chunk's sets
+inline std::vector<int> interleaved_chunk_sets(int s, int p, int m, int V) {
+    std::vector<int> held(V, 0), most(V, 0);
+    for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
+        if (a.op == FORWARD) most[a.chunk] = std::max(most[a.chunk], ++held[a.chunk]);
+        if (a.op == BACKWARD) held[a.chunk]--;
+    }
+    return most;
+}
 // ZB-H1's, for m >= p, with forward, B and W times F, B, W on every stage: each stage idles
 // (p - 1)(F + B - W) beside its m(F + B + W) of work when W is the shortest of the three (the
 // paper's case), and in general (p - 1) max(F + B - W, F, B, W); (p - 1)/(3m + p - 1) when all
@@ -329,16 +473,29 @@ inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) 
 
 inline bool is_compute(PipelineOp op) { return op == FORWARD || op == BACKWARD || op == BACKWARD_INPUT || op == BACKWARD_WEIGHT; }
 
-// one half of a send or receive action: activation or gradient k, to or from stage `peer`
-struct PipelineMessage { bool send, activation; int micro, peer; };
-inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, int s) {
+// one half of a send or receive action: activation or gradient k, to or from stage `peer`, across
+// `boundary`, the cut between virtual stages boundary and boundary + 1 (virtual stage v*p + s is
+// chunk v of stage s; without interleaving the cut between stages s and s+1). Activations go to
+// the next stage and gradients to the one before, round a ring: stage p-1's chunk v feeds stage
+// 0's chunk v+1.
+struct PipelineMessage { bool send, activation; int micro, peer, boundary; };
+inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, int s, int p) {
+    int next = (s + 1) % p, previous = (s + p - 1) % p;
+    int below = a.chunk * p + s - 1, above = a.chunk * p + s;  // the cuts before and after a.chunk
+    int received_below = a.received_chunk * p + s - 1, received_above = a.received_chunk * p + s;
     switch (a.op) {
-        case RECV_ACTIVATION: return {{false, true, a.micro, s - 1}};
-        case SEND_ACTIVATION: return {{true, true, a.micro, s + 1}};
-        case RECV_GRADIENT: return {{false, false, a.micro, s + 1}};
-        case SEND_GRADIENT: return {{true, false, a.micro, s - 1}};
-        case SEND_ACTIVATION_RECV_GRADIENT: return {{true, true, a.micro, s + 1}, {false, false, a.received_micro, s + 1}};
-        case SEND_GRADIENT_RECV_ACTIVATION: return {{true, false, a.micro, s - 1}, {false, true, a.received_micro, s - 1}};
+        case RECV_ACTIVATION: return {{false, true, a.micro, previous, below}};
+        case SEND_ACTIVATION: return {{true, true, a.micro, next, above}};
+        case RECV_GRADIENT: return {{false, false, a.micro, next, above}};
+        case SEND_GRADIENT: return {{true, false, a.micro, previous, below}};
+        case SEND_ACTIVATION_RECV_GRADIENT:
+            return {{true, true, a.micro, next, above}, {false, false, a.received_micro, next, received_above}};
+        case SEND_GRADIENT_RECV_ACTIVATION:
+            return {{true, false, a.micro, previous, below}, {false, true, a.received_micro, previous, received_below}};
+        case SEND_ACTIVATION_RECV_ACTIVATION:
+            return {{true, true, a.micro, next, above}, {false, true, a.received_micro, previous, received_below}};
+        case SEND_GRADIENT_RECV_GRADIENT:
+            return {{true, false, a.micro, previous, below}, {false, false, a.received_micro, next, received_above}};
         default: return {};
     }
 }
@@ -365,7 +522,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
     std::vector<std::vector<PipelineMessage>> posted(p);
     std::vector<std::vector<bool>> passed(p);
     auto post = [&](int s) {  // stage s reaches its next action at clock[s]
-        posted[s] = pc[s] < lists[s].size() ? pipeline_messages(lists[s][pc[s]], s) : std::vector<PipelineMessage>{};
+        posted[s] = pc[s] < lists[s].size() ? pipeline_messages(lists[s][pc[s]], s, p) : std::vector<PipelineMessage>{};
         passed[s].assign(posted[s].size(), false);
         done_at[s] = clock[s];
     };
@@ -391,7 +548,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
                 for (size_t j = 0; !passed[s][i] && j < posted[mine.peer].size(); j++) {
                     const PipelineMessage& theirs = posted[mine.peer][j];
                     if (passed[mine.peer][j] || theirs.send == mine.send || theirs.activation != mine.activation ||
-                        theirs.micro != mine.micro || theirs.peer != s) continue;
+                        theirs.micro != mine.micro || theirs.boundary != mine.boundary || theirs.peer != s) continue;
                     double t = std::max(clock[s], clock[mine.peer]);  // both have posted it
                     passed[s][i] = passed[mine.peer][j] = true;
                     done_at[s] = std::max(done_at[s], t);
@@ -413,10 +570,11 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
     }
     return sim;
 }
-// the same for the lists of a schedule
-inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost) {
+// the same for the lists of a schedule (of `chunks` chunks a stage, interleaved)
+inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost,
+                                            int chunks = 1) {
     std::vector<std::vector<PipelineAction>> lists(p);
-    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m);
+    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m, chunks);
     return pipeline_simulate_lists(lists, cost);
 }
 
@@ -455,14 +613,16 @@ inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, d
 // ---------------------------------------------------------------- running a schedule
 
 // what the executor needs of the model (GPT-2's in train_gpt.cu: pipeline_stage)
+// Each function takes the chunk v (0 but under interleaved 1F1B) and the micro-batch k.
 struct PipelineStage {
-    std::function<double(int k)> forward;   // micro-batch k through this stage; its loss sum on the last stage, else 0
-    std::function<void(int k)> backward;    // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
-    std::function<void(int k)> backward_input;   // its B: the same, with the weight gradients left for...
-    std::function<void(int k)> backward_weight;  // ...its W, later (ZB-H1)
-    std::function<floatX*(int k)> input;    // where k's input activation is received (not on the first stage)
-    std::function<floatX*(int k)> output;   // where k's output activation is after its forward (sent to s+1)
+    std::function<double(int v, int k)> forward;   // k through chunk v; its loss sum on the model's last chunk, else 0
+    std::function<void(int v, int k)> backward;    // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
+    std::function<void(int v, int k)> backward_input;   // its B: the same, with the weight gradients left for...
+    std::function<void(int v, int k)> backward_weight;  // ...its W, later (ZB-H1)
+    std::function<floatX*(int v, int k)> input;    // where k's input activation is received (not on the first chunk)
+    std::function<floatX*(int v, int k)> output;   // where k's output activation is after its forward (sent on)
     floatX* gradient;                       // the stage's one gradient buffer (the header says why one is enough)
+    floatX* received_gradient;              // where a gradient lands while `gradient` is sent (interleaved only)
     size_t message_elements;                // of every activation and gradient: B*T*C
 };
 
@@ -479,13 +639,18 @@ inline double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-// the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", ...
+// the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", "forward 3
+// (chunk 1)", ...
 inline std::string action_name(const PipelineAction& a) {
     static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
-                                  "send gradient", "send activation", "send gradient", "backward input", "backward weight"};
+                                  "send gradient", "send activation", "send gradient", "backward input", "backward weight",
+                                  "send activation", "send gradient"};
     std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
     if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.received_micro);
-    if (a.op == SEND_GRADIENT_RECV_ACTIVATION) name += " / recv activation " + std::to_string(a.received_micro);
+    if (a.op == SEND_GRADIENT_RECV_ACTIVATION || a.op == SEND_ACTIVATION_RECV_ACTIVATION)
+        name += " / recv activation " + std::to_string(a.received_micro);
+    if (a.op == SEND_GRADIENT_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.received_micro);
+    if (a.chunk > 0 || a.received_chunk > 0) name += " (chunk " + std::to_string(a.chunk) + ")";
     return name;
 }
 
@@ -493,7 +658,7 @@ inline std::string action_name(const PipelineAction& a) {
 // the forwards' losses (the last stage's; 0 elsewhere)
 inline double run_schedule(const PipelineStage& stage, const std::vector<PipelineAction>& actions, Comm* pp,
                            ScheduleTiming* timing) {
-    int s = pp->rank;
+    int s = pp->rank, next = (s + 1) % pp->size, previous = (s + pp->size - 1) % pp->size;  // a ring
     size_t n = stage.message_elements;
     double loss = 0.0;
     auto start = std::chrono::steady_clock::now();
@@ -505,20 +670,27 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
         if (compute) device_synchronize();
         auto began = std::chrono::steady_clock::now();
         TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
+        int v = a.chunk, k = a.micro, received_v = a.received_chunk, received_k = a.received_micro;
         switch (a.op) {
-            case FORWARD: loss += stage.forward(a.micro); break;
-            case BACKWARD: stage.backward(a.micro); break;
-            case BACKWARD_INPUT: stage.backward_input(a.micro); break;
-            case BACKWARD_WEIGHT: stage.backward_weight(a.micro); break;
-            case RECV_ACTIVATION: comm_recv(pp, stage.input(a.micro), n, s - 1); break;
-            case SEND_ACTIVATION: comm_send(pp, stage.output(a.micro), n, s + 1); break;
-            case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, s + 1); break;
-            case SEND_GRADIENT: comm_send(pp, stage.gradient, n, s - 1); break;
-            case SEND_ACTIVATION_RECV_GRADIENT:
-                comm_send_recv(pp, stage.output(a.micro), s + 1, stage.gradient, s + 1, n);
-                break;
+            case FORWARD: loss += stage.forward(v, k); break;
+            case BACKWARD: stage.backward(v, k); break;
+            case BACKWARD_INPUT: stage.backward_input(v, k); break;
+            case BACKWARD_WEIGHT: stage.backward_weight(v, k); break;
+            case RECV_ACTIVATION: comm_recv(pp, stage.input(v, k), n, previous); break;
+            case SEND_ACTIVATION: comm_send(pp, stage.output(v, k), n, next); break;
+            case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, next); break;
+            case SEND_GRADIENT: comm_send(pp, stage.gradient, n, previous); break;
+            case SEND_ACTIVATION_RECV_GRADIENT: comm_send_recv(pp, stage.output(v, k), next, stage.gradient, next, n); break;
             case SEND_GRADIENT_RECV_ACTIVATION:
-                comm_send_recv(pp, stage.gradient, s - 1, stage.input(a.received_micro), s - 1, n);
+                comm_send_recv(pp, stage.gradient, previous, stage.input(received_v, received_k), previous, n);
+                break;
+            case SEND_ACTIVATION_RECV_ACTIVATION:
+                comm_send_recv(pp, stage.output(v, k), next, stage.input(received_v, received_k), previous, n);
+                break;
+            case SEND_GRADIENT_RECV_GRADIENT:  // the next gradient cannot land in the one leaving: beside it, then in
+                if (!stage.received_gradient) fail("run_schedule: an interleaved schedule needs a stage with received_gradient");
+                comm_send_recv(pp, stage.gradient, previous, stage.received_gradient, next, n);
+                device_to_device(stage.gradient, stage.received_gradient, n * sizeof(floatX));
                 break;
             case NUM_PIPELINE_OPS: break;
         }
@@ -539,8 +711,8 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
 // each stage waits for its input, runs, and passes its output on. Returns the loss as run_schedule
 inline double pipeline_forward(const PipelineStage& stage, Comm* pp) {
     int s = pp->rank;
-    if (s > 0) comm_recv(pp, stage.input(0), stage.message_elements, s - 1);
-    double loss = stage.forward(0);
-    if (s < pp->size - 1) comm_send(pp, stage.output(0), stage.message_elements, s + 1);
+    if (s > 0) comm_recv(pp, stage.input(0, 0), stage.message_elements, s - 1);
+    double loss = stage.forward(0, 0);
+    if (s < pp->size - 1) comm_send(pp, stage.output(0, 0), stage.message_elements, s + 1);
     return loss;
 }

@@ -704,28 +704,29 @@ inline ActivationTensors activation_set(const GPT2* model, int k) {
     return a;
 }
 
-// this stage for one step's micro-batches: forward k and backward k, micro-batch k's input and
-// output, and scratch.dresidual as the one gradient buffer (block_backward and head_backward
-// already use it for the gradient of the residual stream). Activations and gradients travel
-// as (B,T,C) floatX.
+// this stage for one step's micro-batches (one chunk: the chunk argument is always 0): forward k
+// and backward k, micro-batch k's input and output, and scratch.dresidual as the one gradient
+// buffer (block_backward and head_backward already use it for the gradient of the residual
+// stream). Activations and gradients travel as (B,T,C) floatX.
 inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
     PipelineStage stage;
-    stage.forward = [=, &batches](int k) { return stage_forward(model, activation_set(model, k), batches[k], B, T, dloss); };
-    stage.backward = [=, &batches](int k) {
+    stage.forward = [=, &batches](int, int k) { return stage_forward(model, activation_set(model, k), batches[k], B, T, dloss); };
+    stage.backward = [=, &batches](int, int k) {
         stage_backward(model, activation_set(model, k), batches[k], k, B, T, false);
         zero_end_micro_step(&model->zero);
     };
-    stage.backward_input = [=, &batches](int k) {  // -ga fp32: each micro-batch's gradients are folded
+    stage.backward_input = [=, &batches](int, int k) {  // -ga fp32: each micro-batch's gradients are folded
         stage_backward(model, activation_set(model, k), batches[k], k, B, T, true);  // into the fp32 sum
         zero_end_micro_step(&model->zero);         // alone, the head's after B, the layers' after W
     };
-    stage.backward_weight = [=](int k) {
+    stage.backward_weight = [=](int, int k) {
         blocks_backward_weights(model, activation_set(model, k), k, B, T);
         zero_end_micro_step(&model->zero);
     };
-    stage.input = [=](int k) { return activation_set(model, k).input; };
-    stage.output = [=](int k) { return stage_output(model, activation_set(model, k), B, T); };
+    stage.input = [=](int, int k) { return activation_set(model, k).input; };
+    stage.output = [=](int, int k) { return stage_output(model, activation_set(model, k), B, T); };
     stage.gradient = model->scratch.dresidual;
+    stage.received_gradient = NULL;  // one chunk a stage: no interleaved schedule runs here (-ps)
     stage.message_elements = (size_t)B * T * model->config.channels;
     return stage;
 }
@@ -876,6 +877,8 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b, gpipe or zb, got '%s'", tc->schedule);
+    if (schedule_kind_from_name(tc->schedule) == SCHEDULE_INTERLEAVED)  // pipeline.h has it; the model holds one chunk
+        comm_fail_all("-ps interleaved: this trainer's stages hold one range of layers, not V chunks, yet; use 1f1b, gpipe or zb");
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);

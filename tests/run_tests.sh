@@ -59,6 +59,9 @@ for np in 2 4; do
 done
 check tensor_parallel bash tests/test_tp.sh $REF
 check pipeline_schedules $BUILD/test_pipeline
+for np in 2 3 4; do
+    check pipeline_executor_np$np timeout 300 mpirun -np $np $BUILD/test_run_schedule
+done
 check pytorch_reference_4_layers $PYTHON tests/reference.py --out $BUILD/ref4 --layers 4 --accum 4,8 --debug-steps 1
 check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF

@@ -33,12 +33,14 @@ static bool runs_without_deadlock(const vector<vector<PipelineAction>>& lists) {
 
 // eager sends (buffered, in order), one slot per forward or backward: each stage's row of
 // "Fk"/"Bk" cells, ".." where it waits; every row padded to the step's length. With
-// split_backward a whole backward takes two slots, "Bk Wk", as B and W do under ZB-H1
-static vector<string> timeline(const vector<vector<PipelineAction>>& lists, bool split_backward = false) {
+// split_backward a whole backward takes two slots, "Bk Wk", as B and W do under ZB-H1; with
+// halves, a forward or backward two, "Fk Fk", as two chunks' do under interleaved 1F1B, whose
+// second chunk's cells are in lower case, "fk", "bk"
+static vector<string> timeline(const vector<vector<PipelineAction>>& lists, bool split_backward = false, bool halves = false) {
     int p = (int)lists.size();
     vector<int> clock(p, 0);
     vector<string> rows(p);
-    std::map<std::pair<int, int>, std::deque<std::pair<int, int>>> channel;  // (from, to*2+activation) -> (micro, sent at)
+    std::map<std::pair<int, int>, std::deque<std::pair<int, int>>> channel;  // (from, to*2+activation) -> (message, sent at)
     vector<size_t> pc(p, 0);
     vector<bool> sent(p, false);  // the current action's sends are out (a paired action posts them first)
     for (bool progress = true; progress;) {
@@ -49,13 +51,15 @@ static vector<string> timeline(const vector<vector<PipelineAction>>& lists, bool
                 if (is_compute(a.op)) {
                     string k = std::to_string(a.micro);
                     string cell = a.op == FORWARD ? "F" + k : a.op == BACKWARD_WEIGHT ? "W" + k : "B" + k;
+                    if (a.chunk == 1) cell[0] = (char)tolower(cell[0]);
                     if (a.op == BACKWARD && split_backward) { cell += " W" + k; clock[s]++; }
+                    if (halves) { cell += " " + cell; clock[s]++; }
                     rows[s] += (rows[s].empty() ? "" : " ") + cell;
                     clock[s]++;
                 } else {
-                    vector<PipelineMessage> ms = pipeline_messages(a, s);
-                    for (const PipelineMessage& m : ms)
-                        if (m.send && !sent[s]) channel[{s, m.peer * 2 + m.activation}].push_back({m.micro, clock[s]});
+                    vector<PipelineMessage> ms = pipeline_messages(a, s, p);
+                    for (const PipelineMessage& m : ms)  // a message is known by its micro-batch and its cut
+                        if (m.send && !sent[s]) channel[{s, m.peer * 2 + m.activation}].push_back({m.micro * 1000 + m.boundary, clock[s]});
                     if (!sent[s]) progress = true;
                     sent[s] = true;
                     bool ready = true;  // every receive's message must have been sent
@@ -65,7 +69,7 @@ static vector<string> timeline(const vector<vector<PipelineAction>>& lists, bool
                     for (const PipelineMessage& m : ms) {
                         if (m.send) continue;
                         auto& q = channel[{m.peer, s * 2 + m.activation}];
-                        REQUIRE(q.front().first == m.micro);  // messages arrive in the order they are expected
+                        REQUIRE(q.front().first == m.micro * 1000 + m.boundary);  // messages arrive in the order they are expected
                         while (clock[s] < q.front().second) { rows[s] += rows[s].empty() ? ".." : " .."; clock[s]++; }
                         q.pop_front();
                     }
@@ -141,10 +145,10 @@ TEST_CASE("schedules over many (p, m): order, memory bound, matched messages, no
                     if (s + 1 < p) {  // what s sends to s+1 is what s+1 receives from s, in order; and back
                         vector<int> sent[2], received[2];
                         for (const PipelineAction& a : lists[s])
-                            for (const PipelineMessage& msg : pipeline_messages(a, s)) if (msg.peer == s + 1) (msg.send ? sent : received)[msg.activation].push_back(msg.micro);
+                            for (const PipelineMessage& msg : pipeline_messages(a, s, p)) if (msg.peer == s + 1) (msg.send ? sent : received)[msg.activation].push_back(msg.micro);
                         vector<int> sent_back[2], received_back[2];
                         for (const PipelineAction& a : lists[s + 1])
-                            for (const PipelineMessage& msg : pipeline_messages(a, s + 1)) if (msg.peer == s) (msg.send ? sent_back : received_back)[msg.activation].push_back(msg.micro);
+                            for (const PipelineMessage& msg : pipeline_messages(a, s + 1, p)) if (msg.peer == s) (msg.send ? sent_back : received_back)[msg.activation].push_back(msg.micro);
                         CHECK(sent[1] == received_back[1]);   // activations s -> s+1
                         CHECK(sent_back[0] == received[0]);   // gradients s+1 -> s
                         CHECK((int)sent[1].size() == m);
@@ -173,7 +177,8 @@ TEST_CASE("the tables in pipeline.h's header are the schedules' timelines for p 
     FILE* f = fopen("pipeline.h", "r");
     REQUIRE(f != nullptr);
     std::map<string, vector<string>> documented;
-    const vector<string> tables = {"GPipe", "1F1B", "1F1B, each backward as B and W", "ZB-H1"};
+    const vector<string> tables = {"GPipe", "1F1B", "1F1B, each backward as B and W", "ZB-H1",
+                                   "1F1B, each forward and backward as two chunks'", "interleaved 1F1B, V = 2"};
     string section;
     char line[512];
     while (fgets(line, sizeof(line), f)) {
@@ -184,11 +189,11 @@ TEST_CASE("the tables in pipeline.h's header are the schedules' timelines for p 
         else section = "";
     }
     fclose(f);
-    const ScheduleKind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_1F1B, SCHEDULE_ZB};
-    for (int t = 0; t < 4; t++) {
+    const ScheduleKind kinds[] = {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_1F1B, SCHEDULE_ZB, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED};
+    for (int t = 0; t < 6; t++) {
         vector<vector<PipelineAction>> lists(4);
-        for (int s = 0; s < 4; s++) lists[s] = pipeline_schedule(kinds[t], s, 4, 8);
-        vector<string> rows = timeline(lists, t >= 2);  // the last two: F, B and W one slot each
+        for (int s = 0; s < 4; s++) lists[s] = pipeline_schedule(kinds[t], s, 4, 8, t == 5 ? 2 : 1);
+        vector<string> rows = timeline(lists, t == 2 || t == 3, t == 4);  // 2, 3: F, B and W one slot each; 4, 5: chunk slots
         for (int s = 0; s < 4; s++) printf("%s stage %d: %s\n", tables[t].c_str(), s, rows[s].c_str());
         CHECK(documented[tables[t]] == rows);
     }
@@ -299,6 +304,107 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
     PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
     CHECK(sim.step == Approx(8 * 9.0 + 3.0));  // the last stage's 8 (F + B) of 9, after stage 0's first forward
     CHECK(1.0 - sim.busy[0] / sim.step == Approx(1.0 - 24.0 / 75.0));
+}
+
+// Interleaved 1F1B: stage s holds chunks 0..V-1 (virtual stages v*p + s); each (chunk, micro-batch)
+// runs forward once, then backward once, each chunk in micro-batch order (so chunk v can put k
+// in set k % interleaved_chunk_sets[v]); what the stage holds at once is the stated bound
+static void check_interleaved_order(const vector<PipelineAction>& list, int s, int p, int m, int V) {
+    vector<int> forwarded(m * V, 0), backwarded(m * V, 0), next_forward(V, 0), next_backward(V, 0);
+    int held = 0, most = 0;
+    for (const PipelineAction& a : list) {
+        if (!is_compute(a.op)) continue;
+        REQUIRE((a.op == FORWARD || a.op == BACKWARD));
+        int id = a.chunk * m + a.micro;
+        if (a.op == FORWARD) { CHECK(forwarded[id]++ == 0); CHECK(a.micro == next_forward[a.chunk]++); most = std::max(most, ++held); }
+        if (a.op == BACKWARD) { CHECK(forwarded[id] == 1); CHECK(backwarded[id]++ == 0); CHECK(a.micro == next_backward[a.chunk]++); held--; }
+    }
+    for (int id = 0; id < m * V; id++) CHECK((forwarded[id] == 1 && backwarded[id] == 1));
+    CHECK(most == interleaved_activation_sets(s, p, m, V));
+    vector<int> sets = interleaved_chunk_sets(s, p, m, V);
+    int sum = 0;
+    for (int v = 0; v < V; v++) { CHECK(sets[v] >= 1); CHECK(sets[v] <= m); sum += sets[v]; }
+    CHECK(sum >= most);
+}
+
+// what stage `from` sends to `to` (activations or gradients), as (micro-batch, cut) in order
+static vector<std::pair<int, int>> messages_between(const vector<vector<PipelineAction>>& lists, int from, int to, bool send, bool activation) {
+    int p = (int)lists.size(), at = send ? from : to, peer = send ? to : from;
+    vector<std::pair<int, int>> out;
+    for (const PipelineAction& a : lists[at])
+        for (const PipelineMessage& msg : pipeline_messages(a, at, p))
+            if (msg.send == send && msg.activation == activation && msg.peer == peer) out.push_back({msg.micro, msg.boundary});
+    return out;
+}
+
+TEST_CASE("interleaved 1F1B over (p, m, V): order, memory, matched messages round the ring, no deadlock, the bubble") {
+    for (int V = 1; V <= 4; V++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++) {
+                INFO("interleaved p=" << p << " m=" << m << " V=" << V);
+                if (V == 1 && p > 1)
+                    for (int s = 0; s < p; s++) {  // one chunk is 1F1B
+                        vector<PipelineAction> a = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, 1), b = one_f_one_b_schedule(s, p, m);
+                        REQUIRE(a.size() == b.size());
+                        for (size_t i = 0; i < a.size(); i++) CHECK((a[i].op == b[i].op && a[i].micro == b[i].micro && a[i].chunk == 0));
+                    }
+                if (!interleaved_problem(p * V, p, m, V).empty()) { CHECK((p > 1 && m % p != 0)); continue; }
+                vector<vector<PipelineAction>> lists(p);
+                for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V);
+                if (p > 1)
+                    for (int s = 0; s < p; s++) {
+                        check_interleaved_order(lists[s], s, p, m, V);
+                        int next = (s + 1) % p;  // round the ring: what s sends, its neighbour receives, in order
+                        CHECK(messages_between(lists, s, next, true, true) == messages_between(lists, s, next, false, true));
+                        CHECK(messages_between(lists, next, s, true, false) == messages_between(lists, next, s, false, false));
+                        if (p > 2) CHECK((int)messages_between(lists, s, next, true, true).size() == (s == p - 1 ? V - 1 : V) * m);
+                    }
+                for (double backward : {1.0, 2.0}) {  // a chunk's forward and backward: 1/V of a stage's
+                    INFO("B=" << backward);
+                    PipelineSimulation sim = pipeline_simulate(SCHEDULE_INTERLEAVED, p, m,
+                                                               [&](int, PipelineOp op) { return (op == FORWARD ? 1.0 : backward) / (p > 1 ? V : 1); }, V);
+                    REQUIRE(sim.completed);
+                    for (int s = 0; s < p; s++)
+                        CHECK(1.0 - sim.busy[s] / sim.step == Approx(interleaved_bubble_fraction(p, m, p > 1 ? V : 1)).margin(1e-12));
+                }
+            }
+    CHECK(interleaved_problem(8, 4, 6, 2) != "");   // m = 6 is not a multiple of p = 4
+    CHECK(interleaved_problem(6, 4, 8, 2) != "");   // 6 layers for 8 chunks
+    CHECK(interleaved_problem(8, 4, 8, 2) == "");
+    CHECK(interleaved_bubble_fraction(4, 8, 2) == Approx(3.0 / 19.0));  // the header's table: 6 idle chunk slots of 38
+}
+
+TEST_CASE("interleaved 1F1B's invariants for run_schedule: a received gradient waits only for forwards") {
+    for (int V = 2; V <= 4; V++)
+        for (int p = 2; p <= 6; p++)
+            for (int m = p; m <= 12; m += p)
+                for (int s = 0; s < p; s++) {
+                    INFO("p=" << p << " m=" << m << " V=" << V << " s=" << s);
+                    vector<PipelineAction> list = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V);
+                    int waiting = -1;  // the (chunk, micro-batch) whose output gradient is in the buffer
+                    for (size_t i = 0; i < list.size(); i++) {
+                        const PipelineAction& a = list[i];
+                        for (const PipelineMessage& msg : pipeline_messages(a, s, p)) {
+                            if (msg.activation) continue;
+                            // a gradient goes out from the buffer and the next comes in (the executor receives it
+                            // beside the buffer, then moves it in); nothing comes in while one waits
+                            if (!msg.send) { CHECK(waiting == -1); waiting = (msg.boundary - s) / p * m + msg.micro; }
+                        }
+                        if (a.op == BACKWARD) {
+                            bool head = s == p - 1 && a.chunk == V - 1;  // its gradient comes from the loss
+                            if (!head) CHECK(waiting == a.chunk * m + a.micro);
+                            if (!head) waiting = -1;
+                            // its input gradient is the next gradient to leave (none from the model's first chunk),
+                            // before any other backward runs
+                            bool first = s == 0 && a.chunk == 0, sends = false;
+                            for (size_t j = i + 1; j < list.size() && !sends && list[j].op != BACKWARD; j++)
+                                for (const PipelineMessage& msg : pipeline_messages(list[j], s, p))
+                                    sends |= msg.send && !msg.activation && msg.micro == a.micro && msg.boundary == a.chunk * p + s - 1;
+                            CHECK(sends == !first);
+                        }
+                    }
+                    CHECK(waiting == -1);
+                }
 }
 
 TEST_CASE("stage_layer_counts and balanced_stage_layers") {
