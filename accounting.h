@@ -70,7 +70,8 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
     int p = model->layout.pp;
     unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
-    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? 0 : 1) + (is_first_stage(model->layout) ? 0 : 1));
+    int V = gpt2_chunks(model);  // each chunk's; none beyond the model's last chunk, none back from its first
+    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? V - 1 : V) + (is_first_stage(model->layout) ? V - 1 : V));
     a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
     // the tied embedding: the unit's gradient shard summed over {first, last} stage
     int ends = model->comm->embedding.size;
@@ -115,8 +116,10 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
     printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
            (double)state / model->num_parameters);
-    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage), layers [%d, %d)\n", g.rank,
-           model->sets.size(), model->layout.layer_begin, model->layout.layer_end);
+    std::string layers;
+    for (const LayerRange& r : model->layout.chunks) layers += " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage; interleaved: chunk-forwards), layers%s\n", g.rank,
+           model->sets.size(), layers.c_str());
     if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
         printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->holds.weight_slots,
                (size_t)model->holds.weight_slots * gpt2_layers(model) *
@@ -175,16 +178,18 @@ inline StageCosts stage_costs(const GPT2* model, int B, int T) {
 // rank 0 under -plan with pp > 1: each stage's cost per micro-batch and its idle fraction as
 // pipeline_simulate predicts it, for this split and for the split balanced against the head
 inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum) {
-    int p = model->layout.pp, L = model->config.num_layers;
+    int p = model->layout.pp, L = model->config.num_layers, V = gpt2_chunks(model);
     StageCosts cost = stage_costs(model, B, T);
     auto print_split = [&](const char* label, const std::vector<int>& split) {
         auto stage_flops = [&](int s) { return split[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
+        // each action's FLOPs; with V chunks a stage each chunk's as 1/V of the stage's (the head's
+        // chunk is heavier than that: the simulator sees the stage's mean chunk)
         PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op) {
-            double forward = stage_flops(s) / 3, weights = split[s] * cost.layer_weights;  // W: the layers' only
+            double forward = stage_flops(s) / 3 / V, weights = split[s] * cost.layer_weights;  // W: the layers' only
             return op == FORWARD ? forward : op == BACKWARD_WEIGHT ? weights : op == BACKWARD_INPUT ? 2 * forward - weights
                                                                                                : 2 * forward;
-        });
-        printf("pipeline, %s: -pl ", label);
+        }, V);
+        printf("pipeline, %s: %s", label, V > 1 ? "layers by stage, over its chunks, " : "-pl ");
         for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", split[s]);
         printf(" | GFLOP per micro-batch by stage:");
         for (int s = 0; s < p; s++) printf(" %.3g", stage_flops(s) / 1e9);
@@ -193,7 +198,7 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
         printf("\n");
     };
     print_split("this run", model->stage_layers);
-    print_split("balanced against the LM head", balanced_stage_layers(L, p, cost.layer, 0.0, cost.head));
+    if (V == 1) print_split("balanced against the LM head", balanced_stage_layers(L, p, cost.layer, 0.0, cost.head));
 }
 
 // -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
@@ -228,13 +233,13 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     std::vector<std::vector<double>> stages = comm_gatherv_to_root(&model->comm->world, mine);
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
-             schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum));
+             schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum, gpt2_chunks(model)));
     if (g.rank != 0) return text;
     std::vector<std::vector<double>> per_stage;  // idle, then the mean ms of each of `computes`, of stage s
     for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
     PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op) {
-        return per_stage[s][1 + (std::find(computes, computes + 4, op) - computes)];
-    });
+        return per_stage[s][1 + (std::find(computes, computes + 4, op) - computes)];  // under interleaving: a chunk's mean
+    }, gpt2_chunks(model));
     std::string measured = ", \"bubble_stages\": [", simulated = ", \"bubble_simulated\": [";
     for (int s = 0; s < g.pp; s++) {
         char a[32], b[32];

@@ -47,7 +47,7 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 #include "loss_scale.h"  // defines: LossScaler
 
 #define STATE_MAGIC 20241122
-#define STATE_VERSION 3
+#define STATE_VERSION 4  // 4: the layers a rank holds (layers_held)
 #define OPTIMIZER_MAGIC 20241123
 
 struct TrainingState {
@@ -65,6 +65,7 @@ struct StateHeader {
     int32_t adam_steps, scaler_clean_steps, epoch, shard_index, micro_batch_tokens, step_tokens;
     float scaler_scale;
     uint64_t shard_elements, sample_index, sample_rng;
+    uint64_t layers_held;  // which of the model's layers the rank holds (-pl, -vp move them at the same sizes)
 };
 
 inline void checkpoint_model_path(char* out, size_t size, const char* dir, int step) {
@@ -77,13 +78,14 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
 // die_midway: a test hook (tests/test_resume.sh): the process kills itself (SIGKILL) with the
 // file half written, as a crash would
 inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
-                                   bool die_midway = false) {
+                                   uint64_t layers_held, bool die_midway = false) {
     char path[4096];
     state_path(path, sizeof(path), dir, s->step, g.rank);
     ZeroOptimizerState opt = zero_optimizer_state(z);
     StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX),
                      opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index,
-                     s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements, s->sample_index, s->sample_rng};
+                     s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements, s->sample_index, s->sample_rng,
+                     layers_held};
     WholeFile w = whole_file_open(path, "checkpoint state");
     whole_file_write(&w, &h, sizeof(h));
     std::vector<float> host(opt.elements);
@@ -106,11 +108,11 @@ inline bool read_state_header(const char* dir, int step, int rank, StateHeader* 
     if (opened) *opened = f; else fclose(f);
     return true;
 }
-// whether the state file's header was written by this layout (rank, grid, ZeRO shard, precision)
-inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g) {
+// whether the state file's header was written by this layout (rank, grid, layers, ZeRO shard, precision)
+inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g, uint64_t layers_held) {
     return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
            h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
-           h.shard_elements == opt.elements;
+           h.shard_elements == opt.elements && h.layers_held == layers_held;
 }
 inline void take_run_state(const StateHeader& h, TrainingState* s) {
     s->step = h.step;
@@ -127,10 +129,10 @@ inline void take_run_state(const StateHeader& h, TrainingState* s) {
 
 // whether this rank's state file of `step` was written by this very layout (then it resumes
 // bit for bit from it; otherwise from the optimizer file, checkpoint_read_optimizer)
-inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g) {
+inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g, uint64_t layers_held) {
     StateHeader h;
     if (!read_state_header(dir, step, g.rank, &h, NULL)) return false;
-    return header_matches_layout(h, zero_optimizer_state(z), g);
+    return header_matches_layout(h, zero_optimizer_state(z), g, layers_held);
 }
 
 // the run state alone (step, scaler, data position), from rank 0's state file: what a resume
@@ -145,17 +147,18 @@ inline void checkpoint_read_run_state(const char* dir, int step, TrainingState* 
 }
 
 // restores this rank's optimizer shard and the run state; every mismatch is one clear error
-inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g) {
+inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g, uint64_t layers_held) {
     char path[4096];
     state_path(path, sizeof(path), dir, step, g.rank);
     StateHeader h;
     FILE* f = NULL;
     if (!read_state_header(dir, step, g.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    if (!header_matches_layout(h, opt, g))
-        fail("checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX); "
+    if (!header_matches_layout(h, opt, g, layers_held))
+        fail("checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX%s); "
              "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX", path, h.world, h.dp, h.tp, h.pp,
-             h.zero_stage, h.floatx_bytes, g.world, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX));
+             h.zero_stage, h.floatx_bytes, h.layers_held == layers_held ? "" : ", other layers", g.world, g.dp, g.tp, g.pp,
+             opt.stage, (int)sizeof(floatX));
     struct stat st;
     stat(path, &st);
     size_t expected = sizeof(h) + opt.num_buffers * opt.elements * sizeof(float);

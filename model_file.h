@@ -21,7 +21,7 @@ another it re-shards the optimizer file. Included by train_gpt.cu after GPT2, wh
 reads and writes.
 */
 #pragma once
-// defines: reorder_part, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
+// defines: reorder_part, layers_held, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
 //          init_model_values, is_depth_init, gather_in_file_order, gpt2_write_file, find_resume_step,
 //          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state
 #include <stdio.h>      // defines: fopen, fread
@@ -37,7 +37,7 @@ inline void reorder_part(const GPT2Config& c, const ModelLayout& lay, const Unit
     TensorShape whole[NUM_PARAMETER_TENSORS], part[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, c, whole_model_layout(c));
     parameter_shapes(part, c, lay);
-    int L = lay.layer_end - lay.layer_begin;
+    int L = layout_layers(lay);
     size_t file_offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         size_t per_layer = (size_t)whole[i].rows * whole[i].cols;
@@ -45,7 +45,7 @@ inline void reorder_part(const GPT2Config& c, const ModelLayout& lay, const Unit
         for (int l = 0; l < part[i].layers && part[i].rows > 0; l++) {
             const Unit& u = units[unit_of(i, l, L)];
             size_t unit_at = u.origin + u.slices[slice_of(i)].offset;
-            size_t file_at = file_offset + (size_t)(per_block ? lay.layer_begin + l : 0) * per_layer;
+            size_t file_at = file_offset + (size_t)(per_block ? model_layer(lay, l) : 0) * per_layer;
             tp_for_each_run(parameter_partition[i], whole[i].rows, whole[i].cols, lay.tp, lay.tp_rank,
                             [&](size_t local, size_t whole_offset, size_t count) {
                 if (file_to_units) memcpy(dst + unit_at + local, src + file_at + whole_offset, count * sizeof(float));
@@ -54,6 +54,15 @@ inline void reorder_part(const GPT2Config& c, const ModelLayout& lay, const Unit
         }
         file_offset += per_layer * whole[i].layers;
     }
+}
+
+// which of the model's layers a rank holds, as one number for its checkpoint state file: the
+// FNV-1a hash of their indices in the rank's order (two layouts with the same shard sizes can
+// still hold other layers: -pl 2,2 and -vp 2 at pp 2 both give stage 0 two layers)
+inline uint64_t layers_held(const ModelLayout& lay) {
+    uint64_t hash = 14695981039346656037ull;
+    for (int l = 0; l < layout_layers(lay); l++) hash = (hash ^ (uint64_t)model_layer(lay, l)) * 1099511628211ull;
+    return hash;
 }
 
 inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
@@ -156,10 +165,10 @@ inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<fl
     std::vector<float> values(parameter_count(whole));
     for (int part = g.tp * g.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
         int tp_rank = part % g.tp, pp_rank = part / g.tp;
-        ModelLayout lay = stage_layout(model->stage_layers, g.tp, tp_rank, pp_rank);
+        ModelLayout lay = stage_layout(model->stage_layers, g.tp, tp_rank, pp_rank, gpt2_chunks(model));
         TensorShape shapes[NUM_PARAMETER_TENSORS];
         parameter_shapes(shapes, c, lay);
-        int L = lay.layer_end - lay.layer_begin;
+        int L = layout_layers(lay);
         Unit* part_units = gpt2_units(shapes, L);
         std::vector<float> part_values(parameter_count(shapes));
         for (int q = 0; q < g.world; q++) {  // the DP ranks holding this part
@@ -263,7 +272,8 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
         TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
                                loader.shard_index, loader.sample_index, sample_rng.state};
         write_optimizer_file(model, tc.output_dir, done);
-        checkpoint_write_state(tc.output_dir, &model->zero, &state, g, done == tc.die_in_checkpoint && g.rank == g.world - 1);
+        checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
+                               done == tc.die_in_checkpoint && g.rank == g.world - 1);
         comm_barrier(&model->comm->world);  // every rank's files are complete: now it counts
         if (g.rank == 0) {
             checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage);
@@ -279,9 +289,10 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
     TrainingState state = {};
     state.scaler = *scaler;
     const ProcessGrid& g = model->comm->grid;
-    bool same = comm_min_over_world(checkpoint_same_layout(tc.output_dir, step, &model->zero, g) ? 1 : 0) == 1;
+    uint64_t layers = layers_held(model->layout);
+    bool same = comm_min_over_world(checkpoint_same_layout(tc.output_dir, step, &model->zero, g, layers) ? 1 : 0) == 1;
     if (same) {
-        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, g);
+        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, g, layers);
     } else {
         checkpoint_read_run_state(tc.output_dir, step, &state);
         if (state.micro_batch_tokens != tc.B * tc.T * g.dp || state.step_tokens != tc.total_batch_tokens)

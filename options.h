@@ -45,7 +45,8 @@ struct TrainConfig {
     const char* grad_accum_type = "floatX";  // floatX | fp32
     int zero_stage = 0;
     int tp = 1, pp = 1;
-    const char* schedule = "1f1b";           // 1f1b | gpipe | zb (pipeline.h)
+    const char* schedule = "1f1b";           // 1f1b | gpipe | zb | interleaved (pipeline.h)
+    int chunks = 1;                          // -vp: model chunks per stage under interleaved 1F1B
     const char* stage_layers = NULL;         // -pl "1,3,3,1": layers per pipeline stage (NULL: even)
     const char* trace_path = NULL;           // -trace: a Chrome trace of the first steps (trace.h)
     int trace_steps = 3;
@@ -95,7 +96,8 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
         {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
         {"-pl", OPT_STRING, &tc->stage_layers, "layers of each pipeline stage, comma-separated, e.g. 1,3,3,1 (none: L/pp each, the first L % pp stages one more); -plan suggests a split balanced against the LM head"},
-        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown), gpipe (all forwards, then all backwards) or zb (ZB-H1: 1F1B with weight gradients deferred into the bubble)"},
+        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown), gpipe (all forwards, then all backwards), zb (ZB-H1: 1F1B with weight gradients deferred into the bubble) or interleaved (1F1B over -vp chunks a stage)"},
+        {"-vp", OPT_INT, &tc->chunks, "interleaved 1F1B (-ps interleaved): model chunks per pipeline stage, stage s holding chunks s, s+pp, ...; micro-batches a multiple of -pp", 1, 64},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
         {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
         {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},

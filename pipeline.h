@@ -97,7 +97,8 @@ the real one (interleaved_bubble_fraction; pipeline_simulate checks it for p 1..
 V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1 chunks' activations
 (interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p;
 V times the messages, each as large; and m must be a multiple of p (the groups; other m can
-deadlock) with at least one layer per chunk (interleaved_problem). With V = 1 it is 1F1B.
+deadlock) with at least one layer per chunk (the trainer refuses others: -ps interleaved -vp V).
+With V = 1 it is 1F1B.
 
 Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
 k = 0..m-1 the other, and both list them in the same order. Where two neighbours
@@ -117,9 +118,12 @@ shift one stage on, SEND_ACTIVATION_RECV_ACTIVATION, then gradients shift one st
 back, SEND_GRADIENT_RECV_GRADIENT; every stage posts each shift whole, as Megatron-LM
 batches its sends and receives.
 
-Cost per stage and step: sends m activations and m gradients of B*T*C*X; holds
-(1F1B) min(p - s, m), (GPipe) m or (ZB-H1, s > 0) min(p, m) micro-batches of its layers'
-activations; the
+Cost per stage and step: sends m activations and m gradients of B*T*C*X (interleaved: V m
+of each, but for the model's two ends); holds (1F1B) min(p - s, m), (GPipe) m or (ZB-H1,
+s > 0) min(p, m) micro-batches of its layers' activations (interleaved: up to
+2(p - s - 1) + (V - 1)p + 1 of a chunk's layers, each set taken at a chunk-forward and given
+back at its backward, interleaved_set_slots, since the chunks' micro-batches do not leave in
+the order they came); the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
 step: the embedding group of comm.h).
 
@@ -148,18 +152,20 @@ the stage's gradient buffer are. It relies on two invariants of every list
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
-Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split),
-pipeline_stage (GPT-2's stage for the executor; block_backward_input and
-block_backward_weights are B and W), train_step (pipeline_schedule, the one
-place the schedule is chosen, then run_schedule), forward_only (pipeline_forward:
-validation and sampling), build_model (stage_buffers); accounting.h:
-bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers).
+Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split; the
+chunks of distribute_layers over p*V under interleaving), pipeline_stage (GPT-2's stage for
+the executor; block_backward_input and block_backward_weights are B and W; a chunk is the
+blocks of one activation set, stage_forward), activation_set (k % sets, or
+interleaved_set_slots), train_step (pipeline_schedule, the one place the schedule is chosen,
+then run_schedule), forward_only (pipeline_forward: validation and sampling, round the ring
+V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage_balance
+(pipeline_simulate, balanced_stage_layers).
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name,
 //          PipelineOp, PipelineAction, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
-//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_problem,
-//          interleaved_bubble_fraction, interleaved_activation_sets, interleaved_chunk_sets,
+//          zb_h1_schedule, interleaved_order, interleaved_schedule,
+//          interleaved_bubble_fraction, interleaved_activation_sets, interleaved_set_slots,
 //          pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets, pipeline_weight_slots,
 //          StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
 //          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
@@ -250,26 +256,21 @@ struct PipelineAction { PipelineOp op; int micro, received_micro; int chunk = 0,
 // chunk V-1) sends no activation and receives no gradient. A paired action that loses one half
 // is the other half alone. Without interleaving (V = 1) that is stage 0 and stage p-1.
 inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int v, int k2, int v2, int s, int p, int V) {
-    auto first = [&](int chunk) { return s == 0 && chunk == 0; };
-    auto last = [&](int chunk) { return s == p - 1 && chunk == V - 1; };
-    if (op == SEND_ACTIVATION_RECV_GRADIENT) {
-        if (last(v)) { add_chunk_action(list, RECV_GRADIENT, k2, v2, -1, 0, s, p, V); return; }
-        if (last(v2)) { add_chunk_action(list, SEND_ACTIVATION, k, v, -1, 0, s, p, V); return; }
+    auto missing = [&](PipelineOp half, int chunk) {  // a half with no neighbour on chunk `chunk`
+        bool first = s == 0 && chunk == 0, last = s == p - 1 && chunk == V - 1;
+        return ((half == RECV_ACTIVATION || half == SEND_GRADIENT) && first) || ((half == SEND_ACTIVATION || half == RECV_GRADIENT) && last);
+    };
+    struct Halves { PipelineOp paired, out, in; };  // a paired action: what it sends (k, v), what it receives (k2, v2)
+    static const Halves pairs[] = {{SEND_ACTIVATION_RECV_GRADIENT, SEND_ACTIVATION, RECV_GRADIENT},
+                                   {SEND_GRADIENT_RECV_ACTIVATION, SEND_GRADIENT, RECV_ACTIVATION},
+                                   {SEND_ACTIVATION_RECV_ACTIVATION, SEND_ACTIVATION, RECV_ACTIVATION},
+                                   {SEND_GRADIENT_RECV_GRADIENT, SEND_GRADIENT, RECV_GRADIENT}};
+    for (const Halves& h : pairs) {
+        if (op != h.paired) continue;
+        if (missing(h.out, v)) { add_chunk_action(list, h.in, k2, v2, -1, 0, s, p, V); return; }
+        if (missing(h.in, v2)) { add_chunk_action(list, h.out, k, v, -1, 0, s, p, V); return; }
     }
-    if (op == SEND_GRADIENT_RECV_ACTIVATION) {
-        if (first(v)) { add_chunk_action(list, RECV_ACTIVATION, k2, v2, -1, 0, s, p, V); return; }
-        if (first(v2)) { add_chunk_action(list, SEND_GRADIENT, k, v, -1, 0, s, p, V); return; }
-    }
-    if (op == SEND_ACTIVATION_RECV_ACTIVATION) {
-        if (last(v)) { add_chunk_action(list, RECV_ACTIVATION, k2, v2, -1, 0, s, p, V); return; }
-        if (first(v2)) { add_chunk_action(list, SEND_ACTIVATION, k, v, -1, 0, s, p, V); return; }
-    }
-    if (op == SEND_GRADIENT_RECV_GRADIENT) {
-        if (first(v)) { add_chunk_action(list, RECV_GRADIENT, k2, v2, -1, 0, s, p, V); return; }
-        if (last(v2)) { add_chunk_action(list, SEND_GRADIENT, k, v, -1, 0, s, p, V); return; }
-    }
-    if ((op == RECV_ACTIVATION || op == SEND_GRADIENT) && first(v)) return;
-    if ((op == SEND_ACTIVATION || op == RECV_GRADIENT) && last(v)) return;
+    if (missing(op, v)) return;
     list->push_back(PipelineAction{op, k, k2, v, v2});
 }
 inline void add_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int k2, int s, int p) {
@@ -392,16 +393,6 @@ inline std::vector<PipelineAction> interleaved_schedule(int s, int p, int m, int
     return a;
 }
 
-// what interleaving needs, or "" when the run can use it: m a multiple of p (the micro-batches go
-// round in groups of p; other m can deadlock), and at least one layer in each of the p*V chunks
-inline std::string interleaved_problem(int L, int p, int m, int V) {
-    if (V < 1) return "-vp must be at least 1";
-    if (p > 1 && m % p != 0)
-        return "needs the micro-batches per step (" + std::to_string(m) + ") to be a multiple of -pp " + std::to_string(p);
-    if (L < p * V) return "needs a layer in each of the pp*vp = " + std::to_string(p * V) + " chunks; the model has " + std::to_string(L);
-    return "";
-}
-
 // the one place the schedule is chosen. With one stage there is no pipeline: all are forward
 // k, backward k in turn (1F1B with no warmup), holding one micro-batch.
 inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, int p, int m, int chunks = 1) {
@@ -414,6 +405,33 @@ inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, i
     }
 }
 
+// interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
+// backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
+inline double interleaved_bubble_fraction(int p, int m, int V) { return (double)(p - 1) / (V * m + p - 1); }
+// the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
+inline int interleaved_activation_sets(int s, int p, int m, int V) {
+    if (V == 1) return std::min(p - s, m);  // 1F1B's
+    return std::min(2 * (p - s - 1) + (V - 1) * p + 1, m * V);
+}
+// which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free at its
+// forward, free again after its backward, walking the list. (k % sets, as the other schedules
+// do, would not do: the chunks take turns, so the micro-batches do not leave in the order they
+// came; sets per chunk would hold more, 12 for stage 1 at p 4, m 8, V 2 where 9 are ever busy)
+inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
+    std::vector<int> slot(m * V, -1);
+    std::vector<bool> busy;
+    for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
+        int id = a.chunk * m + a.micro;
+        if (a.op == FORWARD) {
+            size_t free = std::find(busy.begin(), busy.end(), false) - busy.begin();
+            if (free == busy.size()) busy.push_back(false);
+            busy[free] = true;
+            slot[id] = (int)free;
+        }
+        if (a.op == BACKWARD) busy[slot[id]] = false;
+    }
+    return slot;
+}
 // micro-batches whose activations stage s holds at once, from forward to the end of the backward
 // (W included): micro-batch k uses set k % sets. ZB-H1 holds p on every stage: 1F1B's p - s until
 // B, and s more whose W waits
@@ -433,33 +451,21 @@ inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
     if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
     return s + 1 < m ? s + 1 : m;
 }
-// the three, for the trainer to allocate
-struct StageBuffers { int activation_sets, head_sets, weight_slots; };
-inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m) {
+// the three, for the trainer to allocate, and under interleaved 1F1B the set of each chunk's
+// micro-batch (set_slots; empty otherwise: micro-batch k uses set k % activation_sets). The head's
+// tensors (its chunk's micro-batches, in order) use set k % head_sets under every schedule
+struct StageBuffers { int activation_sets, head_sets, weight_slots; std::vector<int> set_slots; };
+inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m, int V = 1) {
+    if (kind == SCHEDULE_INTERLEAVED && p > 1 && V > 1) {
+        // the head's chunk (the last stage's last) runs each forward's backward right after it: one set
+        return StageBuffers{interleaved_activation_sets(s, p, m, V), 1, 0, interleaved_set_slots(s, p, m, V)};
+    }
     return StageBuffers{pipeline_activation_sets(kind, s, p, m), pipeline_backward_sets(kind, s, p, m),
-                        pipeline_weight_slots(kind, s, p, m)};
+                        pipeline_weight_slots(kind, s, p, m), {}};
 }
 
 // the idle fraction of a step with equal forward and backward times on every stage (GPipe, 1F1B)
 inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
-// interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
-// backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
-inline double interleaved_bubble_fraction(int p, int m, int V) { return (double)(p - 1) / (V * m + p - 1); }
-// the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
-inline int interleaved_activation_sets(int s, int p, int m, int V) {
-    if (V == 1) return std::min(p - s, m);  // 1F1B's
-    return std::min(2 * (p - s - 1) + (V - 1) * p + 1, m * V);
-}
-// of those, chunk v's at most, counted on the list: each chunk runs its micro-batches in order,
-// forward and backward, so chunk v's micro-batch k can use set k % sets[v] of that chunk's sets
-inline std::vector<int> interleaved_chunk_sets(int s, int p, int m, int V) {
-    std::vector<int> held(V, 0), most(V, 0);
-    for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
-        if (a.op == FORWARD) most[a.chunk] = std::max(most[a.chunk], ++held[a.chunk]);
-        if (a.op == BACKWARD) held[a.chunk]--;
-    }
-    return most;
-}
 // ZB-H1's, for m >= p, with forward, B and W times F, B, W on every stage: each stage idles
 // (p - 1)(F + B - W) beside its m(F + B + W) of work when W is the shortest of the three (the
 // paper's case), and in general (p - 1) max(F + B - W, F, B, W); (p - 1)/(3m + p - 1) when all
@@ -579,8 +585,10 @@ inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, con
 }
 
 // the formula a log row prints beside the measured bubble, for equal times (F = B = W under
-// ZB-H1; with fewer micro-batches than stages, where its formula does not hold, the simulator's)
-inline double schedule_bubble_formula(ScheduleKind kind, int p, int m) {
+// ZB-H1; with fewer micro-batches than stages, where its formula does not hold, the simulator's;
+// V chunks a stage under interleaved 1F1B)
+inline double schedule_bubble_formula(ScheduleKind kind, int p, int m, int V = 1) {
+    if (kind == SCHEDULE_INTERLEAVED) return interleaved_bubble_fraction(p, m, V);
     if (kind != SCHEDULE_ZB) return pipeline_bubble_fraction(p, m);
     if (m >= p) return zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0);
     PipelineSimulation sim = pipeline_simulate(kind, p, m, [](int, PipelineOp op) { return op == BACKWARD ? 2.0 : 1.0; });
@@ -708,11 +716,15 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
 }
 
 // micro-batch 0 through every stage in turn, forward only (validation, sampling): no schedule,
-// each stage waits for its input, runs, and passes its output on. Returns the loss as run_schedule
-inline double pipeline_forward(const PipelineStage& stage, Comm* pp) {
-    int s = pp->rank;
-    if (s > 0) comm_recv(pp, stage.input(0, 0), stage.message_elements, s - 1);
-    double loss = stage.forward(0, 0);
-    if (s < pp->size - 1) comm_send(pp, stage.output(0, 0), stage.message_elements, s + 1);
+// each stage waits for its input, runs, and passes its output on; with V chunks a stage, round
+// the ring V times. Returns the loss as run_schedule
+inline double pipeline_forward(const PipelineStage& stage, Comm* pp, int V = 1) {
+    int s = pp->rank, p = pp->size;
+    double loss = 0.0;
+    for (int v = 0; v < V; v++) {
+        if (s > 0 || v > 0) comm_recv(pp, stage.input(v, 0), stage.message_elements, (s + p - 1) % p);
+        loss += stage.forward(v, 0);
+        if (s < p - 1 || v < V - 1) comm_send(pp, stage.output(v, 0), stage.message_elements, (s + 1) % p);
+    }
     return loss;
 }

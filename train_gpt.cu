@@ -34,7 +34,9 @@ Where each technique enters, at a call a reader can see:
                        run_schedule, which runs this stage's list of actions. One stage:
                        forward k, backward k for each micro-batch, and that is all.
                        A block's backward is two halves, block_backward_input (B) and
-                       block_backward_weights (W), which ZB-H1 runs apart.
+                       block_backward_weights (W), which ZB-H1 runs apart. Under
+                       interleaved 1F1B a stage holds V chunks of layers (ModelLayout's
+                       chunks), and an activation set says which chunk it runs.
   loss scaling         train_step: dloss carries the scale S, loss_scaler_update
   (loss_scale.h)       decides, AdamW's grad_scale divides it out.
   recompute            recompute_block, just before each block's backward.
@@ -97,26 +99,48 @@ struct GPT2Config {
 };
 
 // which part of the model this rank holds
+struct LayerRange { int begin, end; };  // layers [begin, end) of the model
 struct ModelLayout {
     int tp, tp_rank;        // tensor parallel: this rank holds 1/tp of every sharded matrix
-    int pp, pp_rank;        // pipeline parallel: this rank holds layers [layer_begin, layer_end)
-    int layer_begin, layer_end;
+    int pp, pp_rank;        // pipeline parallel: this rank holds the layers of its chunks...
+    std::vector<LayerRange> chunks;  // ...one range (chunk 0), or V under interleaved 1F1B (pipeline.h)
 };
 
 // the whole model, as one rank alone holds it and as files store it
-inline ModelLayout whole_model_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, 0, c.num_layers}; }
-// the part of pipeline stage pp_rank and TP rank tp_rank, the stages holding stage_layers[s] layers
-inline ModelLayout stage_layout(const std::vector<int>& stage_layers, int tp, int tp_rank, int pp_rank) {
-    ModelLayout lay = {tp, tp_rank, (int)stage_layers.size(), pp_rank, 0, 0};
-    stage_layer_range(stage_layers, pp_rank, &lay.layer_begin, &lay.layer_end);
+inline ModelLayout whole_model_layout(const GPT2Config& c) { return ModelLayout{1, 0, 1, 0, {{0, c.num_layers}}}; }
+// the part of pipeline stage pp_rank and TP rank tp_rank: the layers of stage_layers[pp_rank]
+// (stage_layer_counts), or with V chunks (interleaved 1F1B) chunk v = virtual stage v*pp + pp_rank
+// of the model cut evenly into pp*V (distribute_layers)
+inline ModelLayout stage_layout(const std::vector<int>& stage_layers, int tp, int tp_rank, int pp_rank, int V) {
+    int p = (int)stage_layers.size(), L = 0;
+    for (int n : stage_layers) L += n;
+    ModelLayout lay = {tp, tp_rank, p, pp_rank, std::vector<LayerRange>(V)};
+    for (int v = 0; v < V; v++) {
+        LayerRange& r = lay.chunks[v];
+        if (V == 1) stage_layer_range(stage_layers, pp_rank, &r.begin, &r.end);
+        else distribute_layers(L, p * V, v * p + pp_rank, &r.begin, &r.end);
+    }
     return lay;
 }
 // this rank's part, from the process grid: the one source of tp, pp and the ranks
-inline ModelLayout model_layout(const ProcessGrid& g, const std::vector<int>& stage_layers) {
-    return stage_layout(stage_layers, g.tp, g.tp_rank, g.pp_rank);
+inline ModelLayout model_layout(const ProcessGrid& g, const std::vector<int>& stage_layers, int V) {
+    return stage_layout(stage_layers, g.tp, g.tp_rank, g.pp_rank, V);
 }
 inline bool is_first_stage(const ModelLayout& lay) { return lay.pp_rank == 0; }
 inline bool is_last_stage(const ModelLayout& lay) { return lay.pp_rank == lay.pp - 1; }
+// the layers this rank holds, numbered 0.. chunk after chunk (local), and the model's number of local l
+inline int layout_layers(const ModelLayout& lay) {
+    int n = 0;
+    for (const LayerRange& r : lay.chunks) n += r.end - r.begin;
+    return n;
+}
+inline int model_layer(const ModelLayout& lay, int l) {
+    for (const LayerRange& r : lay.chunks) {
+        if (l < r.end - r.begin) return r.begin + l;
+        l -= r.end - r.begin;
+    }
+    return -1;
+}
 
 // GPT-2 of depth N as llm.c names them: d12, d24, d36, d48 are 124M, 350M, 774M, 1558M
 inline GPT2Config gpt2_config_for_depth(int depth) {
@@ -164,7 +188,7 @@ inline size_t parameter_count(const TensorShape shapes[NUM_PARAMETER_TENSORS]) {
 
 // the shapes this rank holds; whole_model_layout gives the shapes of the file
 inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GPT2Config& c, const ModelLayout& lay) {
-    int C = c.channels, L = lay.layer_end - lay.layer_begin;
+    int C = c.channels, L = layout_layers(lay);
     bool first = is_first_stage(lay), last = is_last_stage(lay);
     // the embedding unit {wte, wpe} lives on the first stage and, whole, on the last: wte is
     // tied to the LM head, and a whole copy keeps the two copies' ZeRO shards aligned
@@ -236,12 +260,13 @@ inline FinalNormParameters final_norm_parameters(const Unit& u, floatX* base) {
 // ----------------------------------------------------------------------------
 // activations: what the forward of one micro-batch keeps for its backward (recompute.h
 // decides which per-layer tensors exist for every layer), and transient scratch. A
-// pipeline stage holds one ActivationTensors per micro-batch in flight (pipeline.h);
-// without a pipeline there is one.
+// pipeline stage holds one ActivationTensors per micro-batch in flight (pipeline.h; under
+// interleaved 1F1B per chunk-forward in flight); without a pipeline there is one.
 
 struct ActivationTensors {
-    floatX* input;      // (B,T,C) the stage's input: the embeddings (first stage) or the previous stage's output
-    void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: L layers if kept, else 1 layer every set reuses
+    int first_layer, layers;  // the chunk it serves (activation_set): local layers [first_layer, first_layer + layers)
+    floatX* input;      // (B,T,C) the chunk's input: the embeddings (the model's first chunk) or the previous one's output
+    void* layer[NUM_LAYER_ACTIVATIONS];  // per recompute.h: its layers if kept, else 1 layer every set reuses
     floatX* lnf;        // (B,T,C) last stage from here on
     float* lnf_mean;    // (B,T)
     float* lnf_rstd;    // (B,T)
@@ -265,6 +290,7 @@ inline size_t layer_output_gradient_elements(size_t BT, size_t C, int tp) { retu
 struct ScratchTensors {  // reused by every layer
     floatX* proj;       // (B,T,C) attproj / fcproj output before the residual add
     floatX* dresidual;  // (B,T,C) gradient of the residual stream
+    floatX* received_gradient;  // (B,T,C) interleaved 1F1B only: where the next one lands while dresidual leaves
     floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
@@ -298,9 +324,9 @@ struct GPT2 {
     int recompute;                  // -r level, recompute.h
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
-    std::vector<ActivationTensors> sets;  // one per micro-batch in flight: micro-batch k uses sets[k % size]
-    StageBuffers holds;             // the sets, of them those with the head's tensors (activation_set), and
-                                    // the micro-batches whose W waits (-ps zb), at most: pipeline.h
+    std::vector<ActivationTensors> sets;  // one per micro-batch (or chunk-forward) in flight: activation_set
+    StageBuffers holds;             // the sets, of them those with the head's tensors, the micro-batches
+                                    // whose W waits (-ps zb), which set a chunk's micro-batch uses: pipeline.h
     floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
@@ -308,7 +334,13 @@ struct GPT2 {
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 
-inline int gpt2_layers(const GPT2* m) { return m->layout.layer_end - m->layout.layer_begin; }
+inline int gpt2_layers(const GPT2* m) { return layout_layers(m->layout); }
+inline int gpt2_chunks(const GPT2* m) { return (int)m->layout.chunks.size(); }
+// does the chunk of activation set `a` hold the embedding (the model's first chunk) or the head (its last)?
+inline bool chunk_has_embedding(const GPT2* m, const ActivationTensors& a) { return is_first_stage(m->layout) && a.first_layer == 0; }
+inline bool chunk_has_head(const GPT2* m, const ActivationTensors& a) {
+    return is_last_stage(m->layout) && a.first_layer + a.layers == gpt2_layers(m);
+}
 inline int final_norm_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
 inline VocabRange vocab_range(const GPT2* m) { return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank); }
 
@@ -316,7 +348,7 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
     const GPT2Config& c = model->config;
     void* at[NUM_LAYER_ACTIVATIONS];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
-        size_t layer = recompute_keeps(model->recompute, t) ? l : 0;
+        size_t layer = recompute_keeps(model->recompute, t) ? l - a.first_layer : 0;
         at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp);
     }
     return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
@@ -335,7 +367,7 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
 // layout starts from the same values), with ZeRO `stage` over its DP group.
 // allocate = false only lays it out (-plan): no memory, no parameter values.
 inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
-                       bool allocate, const char* stage_layers = NULL) {
+                       bool allocate, const char* stage_layers = NULL, int chunks = 1) {
     *model = GPT2{};
     GPT2Config c;
     float* file_values = NULL;
@@ -355,7 +387,12 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     std::string error;
     model->stage_layers = stage_layer_counts(c.num_layers, pp, stage_layers, &error);
     if (model->stage_layers.empty()) comm_fail_all("-pl %s %s", stage_layers, error.c_str());
-    model->layout = model_layout(comm->grid, model->stage_layers);
+    if (chunks > 1 && c.num_layers < pp * chunks)
+        comm_fail_all("-vp %d: the model has %d layers, fewer than the pp*vp = %d chunks", chunks, c.num_layers, pp * chunks);
+    std::vector<int> over_chunks(pp);  // each stage's layers, over its chunks
+    for (int s = 0; s < pp; s++) over_chunks[s] = layout_layers(stage_layout(model->stage_layers, 1, 0, s, chunks));
+    model->stage_layers = over_chunks;
+    model->layout = model_layout(comm->grid, model->stage_layers, chunks);
     if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
         comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
                       tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
@@ -383,7 +420,9 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
     LayerOutputGradients& g = s.layer_grads;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
-    model->sets.assign(holds.activation_sets, ActivationTensors{});
+    int set_layers = 0;  // a set holds a chunk's layers, whichever chunk it serves (one chunk: the stage's)
+    for (const LayerRange& r : model->layout.chunks) set_layers = std::max(set_layers, r.end - r.begin);
+    model->sets.assign(holds.activation_sets, ActivationTensors{0, set_layers});
     std::vector<BufferSpec> specs;
     for (int i = 0; i < holds.activation_sets; i++) {
         ActivationTensors& a = model->sets[i];
@@ -397,7 +436,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         };
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
-                kept.push_back({&a.layer[t], L * layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, KEPT});
+                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, KEPT});
         specs.insert(specs.end(), kept.begin(), kept.end());
     }
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
@@ -407,6 +446,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
     specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
+        {(void**)&s.received_gradient, gpt2_chunks(model) > 1 ? BT * C : 0, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
         {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
         {(void**)&g.ln2, BT * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
@@ -438,12 +478,14 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, 
 // ----------------------------------------------------------------------------
 // a block: forward and backward
 
-// the input of block l (local index): the stage's input, or the previous block's output
+// the input of block l (local index): the chunk's input, or the previous block's output
 inline floatX* block_input(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
-    return l == 0 ? a.input : layer_activations(model, a, l - 1, B, T).residual3;
+    return l == a.first_layer ? a.input : layer_activations(model, a, l - 1, B, T).residual3;
 }
-// what this stage hands to the next: its last block's output
-inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T) { return block_input(model, a, gpt2_layers(model), B, T); }
+// what this stage (its chunk of set a) hands to the next: its last block's output
+inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T) {
+    return block_input(model, a, a.first_layer + a.layers, B, T);
+}
 inline LayerParameters block_params(GPT2* model, int l) {
     return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
 }
@@ -578,14 +620,14 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
 }
 
 inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
-    for (int l = 0; l < gpt2_layers(model); l++) {
+    for (int l = a.first_layer; l < a.first_layer + a.layers; l++) {
         zero_gather_unit(&model->zero, 1 + l);
         block_forward(model, a, l, B, T);
     }
 }
 // under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done
 inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
-    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+    for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
         block_backward(model, a, l, B, T);
@@ -607,7 +649,7 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     return d;
 }
 inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
-    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+    for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
         block_backward_input(model, a, l, B, T, waiting_grads(model, k, l));
@@ -617,7 +659,7 @@ inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k
 // the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
 // (ZeRO-2/3) after its W, now that it is complete
 inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
-    for (int l = gpt2_layers(model) - 1; l >= 0; l--) {
+    for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
         block_backward_weights(model, a, l, B, T, waiting_grads(model, k, l));
@@ -664,69 +706,78 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T)
     layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C, s.partials);
 }
 
-// one micro-batch through this stage: a.input holds its input unless this is the first stage.
-// Returns the sum of its token losses on the last stage (0 elsewhere, or without targets).
-// A collective under ZeRO-3 (over DP) and TP.
+// one micro-batch through this stage, or through the chunk of it that set `a` is for (interleaved
+// 1F1B): a.input holds its input unless the chunk is the model's first. Returns the sum of its
+// token losses on the model's last chunk (0 elsewhere, or without targets). A collective under
+// ZeRO-3 (over DP) and TP.
 inline double stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
-    zero_gather_unit(&model->zero, 0);                  // ZeRO-3: the embeddings and the final LayerNorm
-    zero_gather_unit(&model->zero, final_norm_unit(model));   // stay gathered through the micro-batch
-    if (is_first_stage(model->layout)) embed_forward(model, a, mb.inputs, B, T);
+    bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
+    if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the embeddings and the final LayerNorm
+    if (head) zero_gather_unit(&model->zero, final_norm_unit(model));  // stay gathered through the micro-batch
+    if (embedding) embed_forward(model, a, mb.inputs, B, T);
     blocks_forward(model, a, B, T);
-    if (!is_last_stage(model->layout)) return 0.0;
+    if (!head) return 0.0;
     head_forward(model, a, B, T);
     return mb.targets ? head_loss(model, a, mb.targets, B, T, dloss) : 0.0;
 }
-// its backward: on the last stage from its loss, elsewhere from the gradient of the stage's
-// output in scratch.dresidual, which ends as the gradient of the stage's input
-// output in scratch.dresidual, which ends as the gradient of the stage's input. With
-// weights_later (ZB-H1) the blocks run only their B, and stage_backward_weights their W; the
-// head and the embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
+// its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
+// output in scratch.dresidual, which ends as the gradient of the input. With weights_later
+// (ZB-H1) the blocks run only their B, and stage_backward_weights their W; the head and the
+// embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
 inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T, bool weights_later) {
-    if (is_last_stage(model->layout)) head_backward(model, a, B, T);
-    zero_reduce_unit(&model->zero, final_norm_unit(model));
+    bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
+    if (head) head_backward(model, a, B, T);
+    if (head) zero_reduce_unit(&model->zero, final_norm_unit(model));
     if (weights_later) blocks_backward_input(model, a, k, B, T);
     else blocks_backward(model, a, B, T);
-    if (is_first_stage(model->layout)) embed_backward(model, mb.inputs, B, T);
-    zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
+    if (embedding) embed_backward(model, mb.inputs, B, T);
+    if (embedding || head) zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
 }
 
 // ----------------------------------------------------------------------------
 // the pipeline: this stage as pipeline.h's executor sees it
 
-// micro-batch k's activations: set k % sets (pipeline_activation_sets), with the head's tensors
-// (lnf, logits, losses) of set k % head_sets: they live from forward to B, which fewer
-// micro-batches are between under ZB-H1 (pipeline_backward_sets)
-inline ActivationTensors activation_set(const GPT2* model, int k) {
-    ActivationTensors a = model->sets[k % model->sets.size()];
+// micro-batch k's activations in chunk v: set k % sets (pipeline_activation_sets), or under
+// interleaved 1F1B the set the schedule gives it (interleaved_set_slots), with the head's tensors
+// (lnf, logits, losses) of set k % head_sets: they live from forward to B, which fewer micro-batches
+// are between under ZB-H1 (pipeline_backward_sets). The set is for chunk v's layers
+inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
+    const std::vector<int>& slots = model->holds.set_slots;  // (chunk, micro-batch) -> set, interleaved
+    int m = (int)slots.size() / gpt2_chunks(model);
+    ActivationTensors a = model->sets[slots.empty() ? k % model->sets.size() : slots[v * m + k]];
+    a.first_layer = 0;
+    for (int u = 0; u < v; u++) a.first_layer += model->layout.chunks[u].end - model->layout.chunks[u].begin;
+    a.layers = model->layout.chunks[v].end - model->layout.chunks[v].begin;
     const ActivationTensors& head = model->sets[k % model->holds.head_sets];
     a.lnf = head.lnf; a.lnf_mean = head.lnf_mean; a.lnf_rstd = head.lnf_rstd; a.logits = head.logits; a.losses = head.losses;
     return a;
 }
 
-// this stage for one step's micro-batches (one chunk: the chunk argument is always 0): forward k
-// and backward k, micro-batch k's input and output, and scratch.dresidual as the one gradient
+// this stage for one step's micro-batches: forward k and backward k of chunk v (0 but under
+// interleaved 1F1B), micro-batch k's input and output, and scratch.dresidual as the one gradient
 // buffer (block_backward and head_backward already use it for the gradient of the residual
-// stream). Activations and gradients travel as (B,T,C) floatX.
+// stream; interleaved schedules land the next one in scratch.received_gradient). Activations
+// and gradients travel as (B,T,C) floatX.
 inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
     PipelineStage stage;
-    stage.forward = [=, &batches](int, int k) { return stage_forward(model, activation_set(model, k), batches[k], B, T, dloss); };
-    stage.backward = [=, &batches](int, int k) {
-        stage_backward(model, activation_set(model, k), batches[k], k, B, T, false);
+    stage.forward = [=, &batches](int v, int k) { return stage_forward(model, activation_set(model, v, k), batches[k], B, T, dloss); };
+    stage.backward = [=, &batches](int v, int k) {
+        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, false);
         zero_end_micro_step(&model->zero);
     };
-    stage.backward_input = [=, &batches](int, int k) {  // -ga fp32: each micro-batch's gradients are folded
-        stage_backward(model, activation_set(model, k), batches[k], k, B, T, true);  // into the fp32 sum
+    stage.backward_input = [=, &batches](int v, int k) {  // -ga fp32: each micro-batch's gradients are folded
+        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, true);  // into the fp32 sum
         zero_end_micro_step(&model->zero);         // alone, the head's after B, the layers' after W
     };
-    stage.backward_weight = [=](int, int k) {
-        blocks_backward_weights(model, activation_set(model, k), k, B, T);
+    stage.backward_weight = [=](int v, int k) {
+        blocks_backward_weights(model, activation_set(model, v, k), k, B, T);
         zero_end_micro_step(&model->zero);
     };
-    stage.input = [=](int, int k) { return activation_set(model, k).input; };
-    stage.output = [=](int, int k) { return stage_output(model, activation_set(model, k), B, T); };
+    stage.input = [=](int v, int k) { return activation_set(model, v, k).input; };
+    stage.output = [=](int v, int k) { return stage_output(model, activation_set(model, v, k), B, T); };
     stage.gradient = model->scratch.dresidual;
-    stage.received_gradient = NULL;  // one chunk a stage: no interleaved schedule runs here (-ps)
+    stage.received_gradient = model->scratch.received_gradient;
     stage.message_elements = (size_t)B * T * model->config.channels;
     return stage;
 }
@@ -735,7 +786,7 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
 // the token losses' sum on the last stage (0 elsewhere, and without targets)
 inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T) {
     std::vector<MicroBatch> one = {mb};
-    return pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp);
+    return pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp, gpt2_chunks(model));
 }
 
 // the squared norm of the whole model's gradient, each parameter counted once: a tensor
@@ -783,7 +834,8 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
         batches[k] = MicroBatch{inputs[k].data(), targets[k].data()};
     }
     zero_begin_step(&model->zero);
-    std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
+    std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum,
+                                                             gpt2_chunks(model));
     double loss_sum = run_schedule(pipeline_stage(model, batches, dloss, B, T), schedule, &model->comm->pp, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
@@ -835,7 +887,8 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
         int context = t < model->T ? t : model->T;
         forward_only(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
         if (is_last_stage(model->layout))
-            comm_all_gather(&model->comm->tp, model->sets[0].logits + (size_t)(context - 1) * columns, model->scratch.logit_row, columns);
+            comm_all_gather(&model->comm->tp, activation_set(model, gpt2_chunks(model) - 1, 0).logits + (size_t)(context - 1) * columns,
+                            model->scratch.logit_row, columns);
         comm_broadcast(&model->comm->pp, model->scratch.logit_row, c.padded_vocab_size, model->layout.pp - 1);
         device_to_host(row, model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
         float maxval = -INFINITY;
@@ -876,9 +929,12 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 // the flags every rank checks alike (one line on every rank, exit 1); returns the
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
-    if (schedule_kind_from_name(tc->schedule) < 0) comm_fail_all("-ps expects 1f1b, gpipe or zb, got '%s'", tc->schedule);
-    if (schedule_kind_from_name(tc->schedule) == SCHEDULE_INTERLEAVED)  // pipeline.h has it; the model holds one chunk
-        comm_fail_all("-ps interleaved: this trainer's stages hold one range of layers, not V chunks, yet; use 1f1b, gpipe or zb");
+    int schedule = schedule_kind_from_name(tc->schedule);
+    if (schedule < 0) comm_fail_all("-ps expects 1f1b, gpipe, zb or interleaved, got '%s'", tc->schedule);
+    if (tc->chunks > 1 && (schedule != SCHEDULE_INTERLEAVED || grid.pp == 1))
+        comm_fail_all("-vp %d: model chunks are for -ps interleaved with -pp > 1", tc->chunks);
+    if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
+        comm_fail_all("-pl with -ps interleaved: its chunks split the layers evenly (pipeline.h)");
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
@@ -887,6 +943,9 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (tc->total_batch_tokens <= 0 || tc->total_batch_tokens % tokens_per_micro != 0)
         comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc->total_batch_tokens, tc->B, tc->T, grid.dp, tokens_per_micro);
     int micro_batches = tc->total_batch_tokens / tokens_per_micro;
+    if (schedule == SCHEDULE_INTERLEAVED && micro_batches % grid.pp != 0)  // pipeline.h: interleaved_schedule
+        comm_fail_all("-ps interleaved needs the micro-batches per step to be a multiple of -pp %d; -d %d gives %d",
+                      grid.pp, tc->total_batch_tokens, micro_batches);
     if (micro_batches < grid.pp && grid.rank == 0)
         printf("note: %d micro-batches for %d pipeline stages: every stage idles at least (p-1)/(m+p-1) = %.0f%% of each step; "
                "raise -d for a smaller bubble\n", micro_batches, grid.pp, 100.0 * pipeline_bubble_fraction(grid.pp, micro_batches));
@@ -905,7 +964,9 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
            model->num_parameters);
     printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.tp, g.pp, tc.zero_stage,
            use_nccl ? "NCCL" : "MPI");
-    if (g.pp > 1) printf(" | %s schedule, bubble (p-1)/(m+p-1) = %.3f", tc.schedule, pipeline_bubble_fraction(g.pp, grad_accum));
+    if (g.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
+        printf(" | %s schedule, %d chunk(s) a stage, bubble %.3f with equal stages", tc.schedule, gpt2_chunks(model),
+               schedule_bubble_formula(model->schedule, g.pp, grad_accum, gpt2_chunks(model)));
     printf("\n");
     printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
            tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
@@ -954,10 +1015,10 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
 // out and books their bytes without allocating (-plan, the memory check)
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
     gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate,
-               tc.stage_layers);
+               tc.stage_layers, tc.chunks);
     if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
-    StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum);
+    StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, tc.chunks);
     gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, holds, allocate);
 }
 

@@ -8,11 +8,12 @@ trainer.
 collectives' ledgers; this checks both against these formulas, rank by rank:
 
     accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
-                  --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe|zb] --zero Z --x X
-                  [--ga-fp32] [--recompute R]
+                  --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe|zb|interleaved
+                  --chunks V] --zero Z --x X [--ga-fp32] [--recompute R]
 
 Rank r sits at pp_rank = r // (dp tp), dp_rank = r // tp % dp, tp_rank = r % tp. Stage s holds
-L_s = L/p layers (the first L % p stages one more); its units (elements): the embedding unit
+L_s = L/p layers (the first L % p stages one more), or with V chunks (interleaved 1F1B) virtual
+stages s, s + p, ..., s + (V-1)p of the model cut the same way into pV; its units (elements): the embedding unit
 E = Vp/tp*C + T0*C on the first and the last stage (the tied wte's two copies), a layer
 12 C^2/tp + 7 C/tp + 6 C (qkv and fc cut by rows with their biases, attproj and fcproj by
 columns, LayerNorms and row-parallel biases whole), the head H = 2 C on the last stage; each
@@ -31,11 +32,37 @@ def padded(n, shards):
     return -(-n // shards) * shards
 
 
-def stage_layers(L, p, s, split=None):
-    """layers of stage s: -pl's split when given, else L // p, the first L % p stages one more"""
+def stage_layers(L, p, s, split=None, V=1):
+    """layers of stage s: -pl's split when given, else L // p, the first L % p stages one more;
+    with V chunks the sum of its virtual stages' (v p + s for v < V) of the model cut into pV"""
     if split:
         return split[s]
-    return L // p + (1 if s < L % p else 0)
+    n = p * V
+    return sum(L // n + (1 if v * p + s < L % n else 0) for v in range(V))
+
+
+def interleaved_held(p, m, V, s):
+    """the most chunk-forwards stage s holds at once under interleaved 1F1B, in all and of its last
+    chunk (the head's on the last stage), from the schedule's rule (Megatron-LM's): chunk-forwards in
+    groups of p micro-batches, chunk 0 first, chunk-backwards in the same groups from the last chunk;
+    a warmup of 2(p - s - 1) + (V - 1)p chunk-forwards, then one forward and one backward in turn,
+    then the remaining backwards. pipeline.h states the first as min(2(p - s - 1) + (V - 1)p + 1, mV)"""
+    total = m * V
+    warmup = min(2 * (p - s - 1) + (V - 1) * p, total)
+    order = [(True, i) for i in range(warmup)]
+    for j in range(total - warmup):
+        order += [(True, warmup + j), (False, j)]
+    order += [(False, j) for j in range(total - warmup, total)]
+    held, most = [0] * V, [0] * V
+    in_all = most_in_all = 0
+    for forward, i in order:
+        v = (i % (p * V)) // p
+        v = v if forward else V - 1 - v
+        held[v] += 1 if forward else -1
+        in_all += 1 if forward else -1
+        most[v], most_in_all = max(most[v], held[v]), max(most_in_all, in_all)
+    assert most_in_all == min(2 * (p - s - 1) + (V - 1) * p + 1, m * V), (p, m, V, s, most_in_all)
+    return most_in_all, most[-1]
 
 
 def units(a, s):
@@ -46,7 +73,7 @@ def units(a, s):
     E = padded(a.vocab // a.tp * C + a.max_seq_len * C, shards) if first or last else 0
     Lu = padded(12 * C * C // a.tp + 7 * C // a.tp + 6 * C, shards)
     H = padded(2 * C, shards) if last else 0
-    return E, Lu, H, stage_layers(a.layers, a.pp, s, a.stage_layers)
+    return E, Lu, H, stage_layers(a.layers, a.pp, s, a.stage_layers, a.chunks)
 
 
 def state_memory(a, s):
@@ -89,7 +116,8 @@ def comm_bytes(a, s):
     reduces = per_block * Ls + first + last                     # + the embedding's g, the head's f
     t["all_reduce"] = g * (reduces * 2 * ring(N * a.channels * X, a.tp) + (3 * 2 * ring(N * 4, a.tp) if last else 0))
     t["scalars"] = 2 * ring(8, a.tp)                            # the squared norm
-    p["send"] = g * N * a.channels * X * ((not last) + (not first))  # activations on, gradients back
+    V = a.chunks  # each chunk's activations on and gradients back, but past the model's last chunk and first
+    p["send"] = g * N * a.channels * X * ((V - last) + (V - first))
     p["scalars"] = 2 * 2 * ring(8, a.pp)                        # the loss and the squared norm
     if a.pp > 1 and (first or last):
         e["all_reduce"] = 2 * ring(G * E // (1 if zero == 0 else dp), 2)  # the tied embedding's gradient shard
@@ -100,12 +128,16 @@ def activation_sets(a, s, schedule=None):
     """micro-batches stage s holds from forward to the end of the backward; ZB-H1: p on every stage"""
     schedule = schedule or a.schedule
     if a.pp == 1: return 1
+    if schedule == "interleaved" and a.chunks > 1: return interleaved_held(a.pp, a.accum, a.chunks, s)[0]
     if schedule == "zb": return min(a.pp, a.accum)
     return a.accum if schedule == "gpipe" else min(a.pp - s, a.accum)
 
 
 def head_sets(a, s):
-    """micro-batches between forward and B, which hold logits: under ZB-H1 as many as under 1F1B"""
+    """micro-batches between forward and B, which hold logits: under ZB-H1 as many as under 1F1B;
+    interleaved: those of the last chunk (the head's)"""
+    if a.schedule == "interleaved" and a.chunks > 1 and a.pp > 1:
+        return interleaved_held(a.pp, a.accum, a.chunks, s)[1]
     return activation_sets(a, s, "1f1b" if a.schedule == "zb" else a.schedule)
 
 
@@ -117,6 +149,7 @@ def main():
         ap.add_argument("--" + k.replace("_", "-"), type=int, required=True)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--chunks", type=int, default=1)
     ap.add_argument("--recompute", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
     ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)

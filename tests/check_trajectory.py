@@ -26,6 +26,7 @@ def main():
     ap.add_argument("--tol", type=float, required=True)
     ap.add_argument("--launcher", default="")
     ap.add_argument("--extra", default="", help="more trainer flags")
+    ap.add_argument("--steps", type=int, default=None, help="run and compare only the first N steps")
     a = ap.parse_args()
     t = TRAJECTORY
     log = os.path.join(a.ref, f"run_accum{a.accum}.jsonl")
@@ -34,11 +35,11 @@ def main():
     cmd = shlex.split(a.launcher) + [a.trainer, "-e", os.path.join(a.ref, "model.bin"), "-i", os.path.join(a.ref, "train.bin"),
            "-b", str(t["B"]), "-t", str(t["T"]), "-d", str(t["B"] * t["T"] * a.accum), "-l", str(t["lr"]),
            "-u", str(t["warmup"]), "-q", str(t["final_frac"]), "-c", str(t["wd"]), "-gc", str(t["clip"]),
-           "-x", str(t["steps"]), "-shuffle", "0", "-v", "0", "-s", "0", "-log", log] + shlex.split(a.extra)
+           "-x", str(a.steps or t["steps"]), "-shuffle", "0", "-v", "0", "-s", "0", "-log", log] + shlex.split(a.extra)
     print(" ".join(cmd))
     subprocess.run(cmd, check=True)
     rows = [json.loads(line) for line in open(log)]
-    ref = [float(x) for x in open(os.path.join(a.ref, f"trajectory_{a.accum}.txt"))]
+    ref = [float(x) for x in open(os.path.join(a.ref, f"trajectory_{a.accum}.txt"))][:a.steps]
     assert [r["step"] for r in rows] == list(range(1, len(ref) + 1)), "log rows must be steps 1..N"
     worst = 0.0
     for r, want in zip(rows, ref):

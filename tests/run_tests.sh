@@ -64,7 +64,8 @@ for np in 2 3 4; do
 done
 check pytorch_reference_4_layers $PYTHON tests/reference.py --out $BUILD/ref4 --layers 4 --accum 4,8 --debug-steps 1
 check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
-check resume_bit_exact bash tests/test_resume.sh $REF
+check pipeline_interleaved bash tests/test_interleaved.sh $BUILD/ref4
+check resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)
 check plot_log bash -c "rm -f $BUILD/plot.png && $PYTHON scripts/plot_log.py $REF/run_accum1.jsonl $REF/run_accum2.jsonl -o $BUILD/plot.png && [ -s $BUILD/plot.png ]"
@@ -76,7 +77,7 @@ check front_door_np8_default_batch bash tests/test_front_door.sh
 check makefile_without_libraries bash tests/test_makefile.sh
 # the CUDA build's own code (kernels, launches, cuBLAS, NCCL, GPU-only host paths) in the emulated build
 check emulated_cuda_contract bash tests/test_emu_contract.sh
-check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops
+check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops $BUILD/ref4
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

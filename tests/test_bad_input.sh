@@ -66,7 +66,6 @@ expect_error "has version 3" $TRAINER $GOOD -i $D/version3.bin
 # flags
 expect_error "not a multiple of B\*T\*dp" $TRAINER $GOOD -d 100
 expect_error "unknown flag '-zz'" $TRAINER $GOOD -zz 1
-expect_error "-ps interleaved: this trainer.s stages hold one range of layers" $TRAINER $GOOD -ps interleaved
 expect_error "expects an integer" $TRAINER $GOOD -b two
 expect_error "needs a value" $TRAINER $GOOD -b
 expect_error "exceeds the model's maximum sequence length" $TRAINER $GOOD -t 4096

@@ -5,14 +5,15 @@
 # sampling RNG (fp32, one rank); sharded master weights and stochastic rounding (bf16, dp 2,
 # ZeRO-2); the loss scaler's state after an overflow and a growth (fp16, dp 2, ZeRO-3); tensor
 # parallelism with ZeRO over each TP rank's DP group (bf16, tp 2 x dp 2, ZeRO-3); 3D (bf16,
-# dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches).
+# dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches); interleaved 1F1B (fp32, pp 2, V 2).
 # Bad checkpoints (truncated, another precision, another global micro-batch) are refused with a
 # message and left untouched. Resuming under another layout (the optimizer file, re-sharded)
 # continues the unbroken fp32 trajectory within 1e-5 in loss: dp 2 ZeRO-1 -> tp 2, and
-# dp 2 x tp 2 x pp 2 ZeRO-3 -> dp 4 ZeRO-1 -> one rank.
-# Usage: test_resume.sh REFERENCE_DIR
+# dp 2 x tp 2 x pp 2 ZeRO-3 -> dp 4 ZeRO-1 -> one rank, and pp 2 1F1B -> pp 2 interleaved (the same
+# shard sizes holding other layers: the state files record which).
+# Usage: test_resume.sh REFERENCE_DIR [REFERENCE_DIR_4_LAYERS] (the interleaved cases need 4 layers)
 set -euo pipefail
-REF=$1
+REF=$1 REF4=${2:-}
 # The trainers: the CPU builds unless TRAINER_FP32, TRAINER_BF16, TRAINER_FP16 name others (make
 # test-gpu: the CUDA builds); TRAINER_FLAGS is added to every run (-comm mpi: ranks sharing a GPU)
 TRAINER_FP32=${TRAINER_FP32:-./train_gpt_cpu} TRAINER_BF16=${TRAINER_BF16:-./train_gpt_cpu_bf16}
@@ -25,6 +26,9 @@ resume_case fp32 "" $TRAINER_FP32 ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-b 1 -z 2"
 resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" $TRAINER_BF16 "-b 1 -tp 2 -z 3"
 resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" $TRAINER_BF16 "-b 1 -tp 2 -pp 2 -z 1"
+if [ -n "$REF4" ]; then
+    resume_case fp32_pp2_interleaved "timeout 300 mpirun -np 2" $TRAINER_FP32 "-e $REF4/model.bin -b 1 -pp 2 -ps interleaved -vp 2"
+fi
 TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" $TRAINER_FP16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
 scales=$(grep -o '"scale": [0-9.]*' $D/fp16_dp2_zero3_scaler-whole.jsonl | awk '{print $2}' | tr '\n' ' ')
@@ -67,7 +71,7 @@ echo "ok: -nk 2 keeps steps 4 and 6"
 # the bar is round-off: the new layout sums gradients in another order (measured ~6e-8)
 relayout_chain() {  # relayout_chain NAME "NP FLAGS" "NP FLAGS" ...: run the first whole, then resume each next at 4, 6
     local name=$1; shift
-    local F="-e $REF/model.bin -i data/tinyshakespeare_train.bin -t 32 -d 256 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 0 -n 2 $TRAINER_FLAGS"
+    local F="-e ${MODEL_FILE:-$REF/model.bin} -i data/tinyshakespeare_train.bin -t 32 -d 256 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 0 -s 0 -n 2 $TRAINER_FLAGS"
     local first=($1); shift
     timeout 300 mpirun -np ${first[0]} $TRAINER_FP32 $F ${first[@]:1} -o $D/$name-whole -log $D/$name-whole.jsonl > /dev/null
     cp -r $D/$name-whole $D/$name
@@ -93,3 +97,7 @@ PY
 PYTHON=${PYTHON:-/usr/bin/python3}
 relayout_chain dp2_zero1_to_tp2 "2 -b 2 -z 1" "2 -b 4 -tp 2"
 relayout_chain 3d_zero3_to_dp4_to_one "8 -b 2 -tp 2 -pp 2 -z 3" "4 -b 1 -z 1" "1 -b 4"
+# the same shard sizes, other layers: 1F1B's stage 0 holds layers 0 and 1, interleaved's (V 2) 0 and 2
+if [ -n "$REF4" ]; then
+    MODEL_FILE=$REF4/model.bin relayout_chain pp2_1f1b_to_interleaved "2 -b 4 -pp 2 -z 1" "2 -b 4 -pp 2 -z 1 -ps interleaved -vp 2"
+fi
