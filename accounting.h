@@ -10,7 +10,7 @@ allocations and of every collective (comm.h). tests/accounting.py checks that pl
 and measure agree. check_memory uses the plan before anything is allocated, so a run
 that does not fit stops with one line instead of an out-of-memory kill. bubble_json
 is the pipeline's measured idle fraction beside (p-1)/(m+p-1), and beside what
-pipeline_simulate predicts from the measured forward and backward times; under -plan,
+pipeline_simulate predicts from the measured forward and backward times of each chunk; under -plan,
 print_stage_balance predicts each stage's idle time from FLOP counts and suggests the
 -pl split that balances the stages against the LM head. Included by train_gpt.cu
 after GPT2.
@@ -181,11 +181,18 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
     int p = model->layout.pp, L = model->config.num_layers, V = gpt2_chunks(model);
     StageCosts cost = stage_costs(model, B, T);
     auto print_split = [&](const char* label, const std::vector<int>& split) {
-        auto stage_flops = [&](int s) { return split[s] * cost.layer + (s == p - 1 ? cost.head : 0.0); };
-        // each action's FLOPs; with V chunks a stage each chunk's as 1/V of the stage's (the head's
-        // chunk is heavier than that: the simulator sees the stage's mean chunk)
-        PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op) {
-            double forward = stage_flops(s) / 3 / V, weights = split[s] * cost.layer_weights;  // W: the layers' only
+        auto chunk_layers = [&](int s, int v) {  // one chunk: the split's; V: the even cut's (stage_layout)
+            LayerRange r = stage_layout(split, 1, 0, s, V).chunks[v];  // a copy: the layout is a temporary
+            return V == 1 ? split[s] : r.end - r.begin;
+        };
+        auto chunk_flops = [&](int s, int v) { return chunk_layers(s, v) * cost.layer + (s == p - 1 && v == V - 1 ? cost.head : 0.0); };
+        auto stage_flops = [&](int s) {
+            double flops = 0.0;
+            for (int v = 0; v < V; v++) flops += chunk_flops(s, v);
+            return flops;
+        };
+        PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op, int v) {
+            double forward = chunk_flops(s, v) / 3, weights = chunk_layers(s, v) * cost.layer_weights;  // W: the layers' only
             return op == FORWARD ? forward : op == BACKWARD_WEIGHT ? weights : op == BACKWARD_INPUT ? 2 * forward - weights
                                                                                                : 2 * forward;
         }, V);
@@ -226,20 +233,22 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0;  // ranks are pp-major: these come in stage order
     std::vector<double> mine;
     const PipelineOp computes[] = {FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT};
+    int V = gpt2_chunks(model);
     if (pipeline_zero) {
         mine = {idle};
-        for (PipelineOp op : computes) mine.push_back(timing.mean_ms(op));
+        for (int v = 0; v < V; v++)
+            for (PipelineOp op : computes) mine.push_back(timing.mean_ms(op, v));
     }
     std::vector<std::vector<double>> stages = comm_gatherv_to_root(&model->comm->world, mine);
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
              schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum, gpt2_chunks(model)));
     if (g.rank != 0) return text;
-    std::vector<std::vector<double>> per_stage;  // idle, then the mean ms of each of `computes`, of stage s
+    std::vector<std::vector<double>> per_stage;  // idle, then the mean ms of each of `computes` on each chunk, of stage s
     for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
-    PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op) {
-        return per_stage[s][1 + (std::find(computes, computes + 4, op) - computes)];  // under interleaving: a chunk's mean
-    }, gpt2_chunks(model));
+    PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op, int v) {
+        return per_stage[s][1 + 4 * v + (std::find(computes, computes + 4, op) - computes)];
+    }, V);
     std::string measured = ", \"bubble_stages\": [", simulated = ", \"bubble_simulated\": [";
     for (int s = 0; s < g.pp; s++) {
         char a[32], b[32];

@@ -507,7 +507,7 @@ inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, i
 }
 
 // What a schedule costs, before running it: every stage's list played against the others,
-// each forward and backward taking cost(s, op), a message passing when both ends have
+// each forward and backward taking cost(s, op, chunk), a message passing when both ends have
 // posted it (blocking sends and receives, MPI's rendezvous; transfers take no time).
 // busy[s]: stage s's compute time; finish[s]: when it ends its list; step: when the last stage
 // ends; idle s = 1 - busy/step (or 1 - busy/finish over its own span, as run_schedule times it);
@@ -519,7 +519,7 @@ struct PipelineSimulation {
     bool completed;
 };
 inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
-                                                  const std::function<double(int, PipelineOp)>& cost) {
+                                                  const std::function<double(int, PipelineOp, int)>& cost) {
     int p = (int)lists.size();
     PipelineSimulation sim = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
     std::vector<size_t> pc(p, 0);
@@ -540,7 +540,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
             if (pc[s] == lists[s].size()) continue;
             const PipelineAction& a = lists[s][pc[s]];
             if (is_compute(a.op)) {
-                double c = cost(s, a.op);
+                double c = cost(s, a.op, a.chunk);
                 clock[s] += c;
                 sim.busy[s] += c;
                 in_flight[s] += a.op == FORWARD ? 1 : a.op == BACKWARD_INPUT ? 0 : -1;  // held until W is done
@@ -577,7 +577,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
     return sim;
 }
 // the same for the lists of a schedule (of `chunks` chunks a stage, interleaved)
-inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp)>& cost,
+inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp, int)>& cost,
                                             int chunks = 1) {
     std::vector<std::vector<PipelineAction>> lists(p);
     for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m, chunks);
@@ -591,7 +591,7 @@ inline double schedule_bubble_formula(ScheduleKind kind, int p, int m, int V = 1
     if (kind == SCHEDULE_INTERLEAVED) return interleaved_bubble_fraction(p, m, V);
     if (kind != SCHEDULE_ZB) return pipeline_bubble_fraction(p, m);
     if (m >= p) return zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0);
-    PipelineSimulation sim = pipeline_simulate(kind, p, m, [](int, PipelineOp op) { return op == BACKWARD ? 2.0 : 1.0; });
+    PipelineSimulation sim = pipeline_simulate(kind, p, m, [](int, PipelineOp op, int) { return op == BACKWARD ? 2.0 : 1.0; });
     return 1.0 - sim.busy[0] / sim.step;  // every stage does the same work: they idle alike
 }
 
@@ -635,12 +635,21 @@ struct PipelineStage {
 };
 
 // time spent computing (forwards, backwards, B's and W's) and in the whole schedule, for the
-// bubble; and each kind of computation's own time, which pipeline_simulate can replay
+// bubble; and each kind of computation's own time on each chunk, which pipeline_simulate can replay
 struct ScheduleTiming {
     double busy_ms, total_ms;
-    double op_ms[NUM_PIPELINE_OPS];
-    int op_count[NUM_PIPELINE_OPS];
-    double mean_ms(PipelineOp op) const { return op_count[op] ? op_ms[op] / op_count[op] : 0.0; }
+    std::vector<double> op_ms;  // [chunk * NUM_PIPELINE_OPS + op]
+    std::vector<int> op_count;
+    void add(PipelineOp op, int chunk, double ms) {
+        size_t at = (size_t)chunk * NUM_PIPELINE_OPS + op;
+        if (op_ms.size() <= at) { op_ms.resize(at + NUM_PIPELINE_OPS - at % NUM_PIPELINE_OPS, 0.0); op_count.resize(op_ms.size(), 0); }
+        op_ms[at] += ms;
+        op_count[at] += 1;
+    }
+    double mean_ms(PipelineOp op, int chunk) const {
+        size_t at = (size_t)chunk * NUM_PIPELINE_OPS + op;
+        return at < op_ms.size() && op_count[at] ? op_ms[at] / op_count[at] : 0.0;
+    }
 };
 
 inline double ms_since(std::chrono::steady_clock::time_point t) {
@@ -706,8 +715,7 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
             device_synchronize();
             double ms = ms_since(began);
             timing->busy_ms += ms;
-            timing->op_ms[a.op] += ms;
-            timing->op_count[a.op] += 1;
+            timing->add(a.op, a.chunk, ms);
         }
     }
     device_synchronize();

@@ -28,7 +28,7 @@ using std::string;
 // rendezvous: a send and its receive complete together, only while both are posted
 // (pipeline_simulate_lists). Returns true when every stage's list runs to its end.
 static bool runs_without_deadlock(const vector<vector<PipelineAction>>& lists) {
-    return pipeline_simulate_lists(lists, [](int, PipelineOp) { return 1.0; }).completed;
+    return pipeline_simulate_lists(lists, [](int, PipelineOp, int) { return 1.0; }).completed;
 }
 
 // eager sends (buffered, in order), one slot per forward or backward: each stage's row of
@@ -272,7 +272,7 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
             for (int m = 1; m <= 16; m++)
                 for (double backward : {1.0, 2.0}) {  // equal stages, a backward as long as a forward or twice
                     INFO((kind == SCHEDULE_GPIPE ? "gpipe" : "1f1b") << " p=" << p << " m=" << m << " B=" << backward);
-                    PipelineSimulation sim = pipeline_simulate(kind, p, m, [&](int, PipelineOp op) { return op == FORWARD ? 1.0 : backward; });
+                    PipelineSimulation sim = pipeline_simulate(kind, p, m, [&](int, PipelineOp op, int) { return op == FORWARD ? 1.0 : backward; });
                     REQUIRE(sim.completed);
                     CHECK(sim.step == Approx((m + p - 1) * (1.0 + backward)));
                     for (int s = 0; s < p; s++) {
@@ -287,7 +287,7 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
             for (double b : {1.0, 2.0})
                 for (double w : {0.5, 1.0, 2.0}) {
                     INFO("zb p=" << p << " m=" << m << " B=" << b << " W=" << w);
-                    auto cost = [&](int, PipelineOp op) { return op == FORWARD ? 1.0 : op == BACKWARD_INPUT ? b : op == BACKWARD_WEIGHT ? w : b + w; };
+                    auto cost = [&](int, PipelineOp op, int) { return op == FORWARD ? 1.0 : op == BACKWARD_INPUT ? b : op == BACKWARD_WEIGHT ? w : b + w; };
                     PipelineSimulation zb = pipeline_simulate(SCHEDULE_ZB, p, m, cost), one = pipeline_simulate(SCHEDULE_1F1B, p, m, cost);
                     REQUIRE(zb.completed);
                     CHECK(zb.step <= one.step + 1e-9);
@@ -301,7 +301,7 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
     CHECK(schedule_bubble_formula(SCHEDULE_ZB, 4, 8) == Approx(3.0 / 27.0));
     CHECK(schedule_bubble_formula(SCHEDULE_ZB, 4, 2) < pipeline_bubble_fraction(4, 2));  // m < p: the simulator's, below 1F1B's
     // one heavy stage (GPT-2's last, with the LM head) sets the pace: the others idle the difference
-    PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
+    PipelineSimulation sim = pipeline_simulate(SCHEDULE_1F1B, 2, 8, [](int s, PipelineOp op, int) { return (s == 1 ? 3.0 : 1.0) * (op == FORWARD ? 1 : 2); });
     CHECK(sim.step == Approx(8 * 9.0 + 3.0));  // the last stage's 8 (F + B) of 9, after stage 0's first forward
     CHECK(1.0 - sim.busy[0] / sim.step == Approx(1.0 - 24.0 / 75.0));
 }
@@ -378,7 +378,7 @@ TEST_CASE("interleaved 1F1B over (p, m, V): order, memory, matched messages roun
                 for (double backward : {1.0, 2.0}) {  // a chunk's forward and backward: 1/V of a stage's
                     INFO("B=" << backward);
                     PipelineSimulation sim = pipeline_simulate(SCHEDULE_INTERLEAVED, p, m,
-                                                               [&](int, PipelineOp op) { return (op == FORWARD ? 1.0 : backward) / (p > 1 ? V : 1); }, V);
+                                                               [&](int, PipelineOp op, int) { return (op == FORWARD ? 1.0 : backward) / (p > 1 ? V : 1); }, V);
                     REQUIRE(sim.completed);
                     for (int s = 0; s < p; s++)
                         CHECK(1.0 - sim.busy[s] / sim.step == Approx(interleaved_bubble_fraction(p, m, p > 1 ? V : 1)).margin(1e-12));
