@@ -149,6 +149,12 @@ the stage's gradient buffer are. It relies on two invariants of every list
     input arrives there before forward k, and nothing reuses the set before the end of
     backward k (its W under ZB-H1), because no more than `sets` micro-batches are ever
     in flight. Likewise a waiting W's output gradients in slot k % pipeline_weight_slots.
+Interleaved lists keep both in their own form: a gradient's receive is paired with the send
+of the one before (the gradient shift), so it lands beside the stage's buffer
+(PipelineStage::received_gradient) and is moved in once the other has left, and only
+forwards, which touch no gradient, come between it and its backward; and a chunk's
+micro-batch takes whichever set is free at its forward (interleaved_set_slots). Both are
+checked for p 2..6, m up to 12, V 2..4.
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
