@@ -181,10 +181,10 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
     int p = model->layout.pp, L = model->config.num_layers, V = gpt2_chunks(model);
     StageCosts cost = stage_costs(model, B, T);
     auto print_split = [&](const char* label, const std::vector<int>& split) {
-        auto chunk_layers = [&](int s, int v) {  // one chunk: the split's; V: the even cut's (stage_layout)
-            LayerRange r = stage_layout(split, 1, 0, s, V).chunks[v];  // a copy: the layout is a temporary
-            return V == 1 ? split[s] : r.end - r.begin;
-        };
+        std::vector<std::vector<int>> layers(p);  // [s][v]: chunk v of stage s (one chunk: the split's)
+        for (int s = 0; s < p; s++)
+            for (const LayerRange& r : stage_layout(split, 1, 0, s, V).chunks) layers[s].push_back(r.end - r.begin);
+        auto chunk_layers = [&](int s, int v) { return layers[s][v]; };
         auto chunk_flops = [&](int s, int v) { return chunk_layers(s, v) * cost.layer + (s == p - 1 && v == V - 1 ? cost.head : 0.0); };
         auto stage_flops = [&](int s) {
             double flops = 0.0;

@@ -411,12 +411,31 @@ inline std::vector<PipelineAction> pipeline_schedule(ScheduleKind kind, int s, i
     }
 }
 
+// micro-batches whose activations stage s holds at once, from forward to the end of the backward
+// (W included): micro-batch k uses set k % sets. ZB-H1 holds p on every stage: 1F1B's p - s until
+// B, and s more whose W waits
+inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
+    if (p == 1) return 1;  // one stage: each backward follows its forward
+    if (kind == SCHEDULE_GPIPE) return m;
+    if (kind == SCHEDULE_ZB && s > 0) return p < m ? p : m;
+    return p - s < m ? p - s : m;
+}
+// of those, the micro-batches between forward and B (the logits live only that long)
+inline int pipeline_backward_sets(ScheduleKind kind, int s, int p, int m) {
+    return pipeline_activation_sets(kind == SCHEDULE_ZB ? SCHEDULE_1F1B : kind, s, p, m);
+}
+// micro-batches whose B is done and W is not, at most: each keeps its layers' output gradients
+// (0: W follows B at once, as in 1F1B and on ZB-H1's stage 0)
+inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
+    if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
+    return s + 1 < m ? s + 1 : m;
+}
 // interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
 // backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
 inline double interleaved_bubble_fraction(int p, int m, int V) { return (double)(p - 1) / (V * m + p - 1); }
 // the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
 inline int interleaved_activation_sets(int s, int p, int m, int V) {
-    if (V == 1) return std::min(p - s, m);  // 1F1B's
+    if (V == 1) return pipeline_activation_sets(SCHEDULE_1F1B, s, p, m);
     return std::min(2 * (p - s - 1) + (V - 1) * p + 1, m * V);
 }
 // which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free at its
@@ -437,25 +456,6 @@ inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
         if (a.op == BACKWARD) busy[slot[id]] = false;
     }
     return slot;
-}
-// micro-batches whose activations stage s holds at once, from forward to the end of the backward
-// (W included): micro-batch k uses set k % sets. ZB-H1 holds p on every stage: 1F1B's p - s until
-// B, and s more whose W waits
-inline int pipeline_activation_sets(ScheduleKind kind, int s, int p, int m) {
-    if (p == 1) return 1;  // one stage: each backward follows its forward
-    if (kind == SCHEDULE_GPIPE) return m;
-    if (kind == SCHEDULE_ZB && s > 0) return p < m ? p : m;
-    return p - s < m ? p - s : m;
-}
-// of those, the micro-batches between forward and B (the logits live only that long)
-inline int pipeline_backward_sets(ScheduleKind kind, int s, int p, int m) {
-    return pipeline_activation_sets(kind == SCHEDULE_ZB ? SCHEDULE_1F1B : kind, s, p, m);
-}
-// micro-batches whose B is done and W is not, at most: each keeps its layers' output gradients
-// (0: W follows B at once, as in 1F1B and on ZB-H1's stage 0)
-inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
-    if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
-    return s + 1 < m ? s + 1 : m;
 }
 // the three, for the trainer to allocate, and under interleaved 1F1B the set of each chunk's
 // micro-batch (set_slots; empty otherwise: micro-batch k uses set k % activation_sets). The head's
