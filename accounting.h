@@ -52,7 +52,8 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     Accounting a = {};
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
-        if (recompute_keeps(model->recompute, t)) a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp);
+        if (recompute_keeps(model->recompute, t))
+            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2
@@ -64,18 +65,22 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
         a.comm[GROUP_DP][COMM_ALL_GATHER] += grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.dp);
     }
     int block_forwards = model->recompute == 3 ? (w_recomputes ? 3 : 2) : 1;  // -r 3 reruns every block's forward, g included
-    a.comm[GROUP_TP][COMM_ALL_REDUCE] = (unsigned long long)grad_accum *
-        tp_all_reduce_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, block_forwards, is_first_stage(model->layout), is_last_stage(model->layout));
+    TensorParallelTraffic t = tp_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, model->layout.sequence_parallel, block_forwards,
+                                                      is_first_stage(model->layout), is_last_stage(model->layout));
+    a.comm[GROUP_TP][COMM_ALL_REDUCE] = grad_accum * t.all_reduce;
+    a.comm[GROUP_TP][COMM_ALL_GATHER] = grad_accum * t.all_gather;
+    a.comm[GROUP_TP][COMM_REDUCE_SCATTER] = grad_accum * t.reduce_scatter;
+    size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
+    for_each_layernorm_gradient(model, [&](size_t, size_t n) { a.comm[GROUP_TP][COMM_ALL_REDUCE] += 2 * ring_bytes(G * n, tp); });
     a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
     // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
     int p = model->layout.pp;
-    unsigned long long message = (unsigned long long)B * T * c.channels * sizeof(floatX);
+    unsigned long long message = (unsigned long long)tokens_held(model, B * T) * c.channels * sizeof(floatX);
     int V = gpt2_chunks(model);  // each chunk's; none beyond the model's last chunk, none back from its first
     a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? V - 1 : V) + (is_first_stage(model->layout) ? V - 1 : V));
     a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
     // the tied embedding: the unit's gradient shard summed over {first, last} stage
     int ends = model->comm->embedding.size;
-    size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
     a.comm[GROUP_EMBEDDING][COMM_ALL_REDUCE] = ends > 1 ? 2 * ring_bytes(G * unit_shard(&model->zero, 0), ends) : 0;
     return a;
 }
@@ -123,15 +128,16 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
         printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->holds.weight_slots,
                (size_t)model->holds.weight_slots * gpt2_layers(model) *
-               layer_output_gradient_elements((size_t)B * T, model->config.channels, model->layout.tp) * sizeof(floatX));
+               layer_output_gradient_elements((size_t)B * T, tokens_held(model, B * T), model->config.channels, model->layout.tp) *
+                   sizeof(floatX));
     printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
         printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
                a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
+    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"sp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
            "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
            "\"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.tp, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
+           g.rank, g.dp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
            model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }

@@ -19,6 +19,8 @@ per tensor-parallel rank NH/tp and C/tp, stats (mean, rstd) in fp32:
     -r 1: X*(4*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
     -r 2: X*(2*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
     -r 3: X*N*C
+With -sp (tp.h) the terms in N*C and N hold N/tp tokens: -r 0 keeps X*(4*N*C/tp + 12*N*C/tp + ...)
++ 16*N/tp, every tensor of the layer divided by tp but the attention scores.
 plus, once, one layer of every tensor that is not kept. Read recompute_keeps first.
 
 Applied in train_gpt.cu: activation_buffer_list (what is allocated per layer or once),
@@ -47,19 +49,20 @@ inline bool recompute_keeps(int level, int t) {
 
 inline bool is_statistic(int t) { return t == LN1_MEAN || t == LN1_RSTD || t == LN2_MEAN || t == LN2_RSTD; }
 
-// elements of tensor t for one layer on one rank
-inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int tp) {
-    size_t N = (size_t)B * T;
+// elements of tensor t for one layer on one rank; with sequence parallelism (tp.h, -sp) the rank
+// holds N/tp tokens of the LayerNorms and the residual stream
+inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel) {
+    size_t N = (size_t)B * T, N_held = sequence_parallel ? N / tp : N;
     switch (t) {
         case QKV: return 3 * N * C / tp;
         case ATTY: return N * C / tp;
         case ATT: return (size_t)B * (NH / tp) * T * T;
         case FCH: case FCH_GELU: return 4 * N * C / tp;
-        case LN1_MEAN: case LN1_RSTD: case LN2_MEAN: case LN2_RSTD: return N;
-        default: return N * C;  // LN1, RESIDUAL2, LN2, RESIDUAL3
+        case LN1_MEAN: case LN1_RSTD: case LN2_MEAN: case LN2_RSTD: return N_held;
+        default: return N_held * C;  // LN1, RESIDUAL2, LN2, RESIDUAL3
     }
 }
 
-inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp) {
-    return layer_activation_elements(t, B, T, C, NH, tp) * (is_statistic(t) ? sizeof(float) : sizeof(floatX));
+inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel) {
+    return layer_activation_elements(t, B, T, C, NH, tp, sequence_parallel) * (is_statistic(t) ? sizeof(float) : sizeof(floatX));
 }

@@ -85,17 +85,44 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 
 // ---------------------------------------------------------------- Megatron's f and g
 
-// f, before a column-parallel matrix. Forward: the identity, every rank already holds the
-// whole input. Backward: the input's gradient, summed over the TP group `tp`, since each
-// rank's rows of the matrix gave only their part of it.
-inline void tp_f_forward(Comm* tp, const floatX* input, size_t n) { (void)tp, (void)input, (void)n; }
-inline void tp_f_backward(Comm* tp, floatX* dinput, size_t n) { comm_all_reduce_sum(tp, dinput, n); }
+// the TP group, and whether it also splits the tokens between the pairs (-sp)
+struct TensorParallel { Comm* group; bool sequence_parallel; };
 
-// g, after a row-parallel matrix. Forward: the output, summed over the TP group, since each
-// rank's columns gave a partial sum. Backward: the identity, every rank needs the whole
-// output gradient, and has it.
-inline void tp_g_forward(Comm* tp, floatX* output, size_t n) { comm_all_reduce_sum(tp, output, n); }
-inline void tp_g_backward(Comm* tp, const floatX* doutput, size_t n) { (void)tp, (void)doutput, (void)n; }
+// the tokens of a (tokens, C) tensor outside the pairs that this rank holds: N/tp with -sp, else all N
+inline size_t tp_tokens_held(TensorParallel tp, size_t N) { return tp.sequence_parallel ? N / tp.group->size : N; }
+// where a tensor's N tokens live beside the N/tp this rank holds (-sp: in `whole`), and the other way
+// round; without -sp the rank holds all N, and the two are one buffer
+inline floatX* tp_whole(TensorParallel tp, floatX* held, floatX* whole) { return tp.sequence_parallel ? whole : held; }
+inline floatX* tp_held(TensorParallel tp, floatX* whole, floatX* held) { return tp.sequence_parallel ? held : whole; }
+
+// The two collectives under f and g, each moving a tensor between the tokens this rank holds
+// (`held`, n_held elements) and all N tokens (`whole`); without -sp held and whole are the same
+// tokens, usually the same buffer.
+// Gather: -sp all-gathers every rank's tokens into whole; else the identity (a copy when the
+// caller wants the tokens in another buffer)
+inline void tp_gather_tokens(TensorParallel tp, const floatX* held, floatX* whole, size_t n_held) {
+    if (tp.sequence_parallel) comm_all_gather(tp.group, held, whole, n_held);
+    else if (whole != held) device_to_device(whole, held, n_held * sizeof(floatX));
+}
+// Sum: whole holds this rank's part of a sum over the group. -sp reduce-scatters it, this rank
+// receiving its tokens' sums in held; else all-reduces it in place (and copies into held)
+inline void tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t n_held) {
+    if (tp.sequence_parallel) { comm_reduce_scatter_sum(tp.group, whole, held, n_held); return; }
+    comm_all_reduce_sum(tp.group, whole, n_held);
+    if (held != whole) device_to_device(held, whole, n_held * sizeof(floatX));
+}
+
+// f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
+// (identity), or under -sp gathers it. Backward: the input's gradient summed over the group,
+// since each rank's rows of the matrix gave only their part of it (-sp: only its tokens' sums).
+inline void tp_f_forward(TensorParallel tp, const floatX* input, floatX* whole, size_t n_held) { tp_gather_tokens(tp, input, whole, n_held); }
+inline void tp_f_backward(TensorParallel tp, floatX* dwhole, floatX* dinput, size_t n_held) { tp_sum_tokens(tp, dwhole, dinput, n_held); }
+
+// g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
+// columns gave a partial sum (-sp: only its tokens' sums). Backward: every rank needs the whole
+// output gradient; it has it (identity), or under -sp gathers it.
+inline void tp_g_forward(TensorParallel tp, floatX* whole, floatX* output, size_t n_held) { tp_sum_tokens(tp, whole, output, n_held); }
+inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) { tp_gather_tokens(tp, doutput, dwhole, n_held); }
 
 // ---------------------------------------------------------------- how a tensor is cut
 
@@ -155,14 +182,21 @@ inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* 
 
 // ---------------------------------------------------------------- cost (the formulas above)
 
-// bytes one rank sends in all-reduces over its TP group in one micro-step's forward and
-// backward of N tokens through L layers; block_forwards = 2 when -r 3 reruns every block (3 when
-// ZB-H1's deferred W reruns it again).
-// The embedding's g and the loss's three are on the first and last pipeline stage.
-inline unsigned long long tp_all_reduce_bytes_per_micro_step(int L, size_t N, int C, int tp, int block_forwards,
-                                                              bool first_stage, bool last_stage) {
-    unsigned long long activation = 2 * ring_bytes(N * C * sizeof(floatX), tp);
-    unsigned long long statistic = 2 * ring_bytes(N * sizeof(float), tp);
-    unsigned long long activations = 2ull * block_forwards * L + 2ull * L + (first_stage ? 1 : 0) + (last_stage ? 1 : 0);
-    return activations * activation + (last_stage ? 3 : 0) * statistic;
+// bytes one rank sends over its TP group in one micro-step's forward and backward of N tokens
+// through L layers, by kind; block_forwards = 2 when -r 3 reruns every block (3 when ZB-H1's
+// deferred W reruns it again). The embedding's g is on the first pipeline stage, the head's f
+// and the loss's three all-reduces on the last. Without -sp every f and g moves an all-reduce;
+// with it each moves an all-gather or a reduce-scatter (half an all-reduce each), and the
+// backward gathers each LayerNorm output once more for the weight gradients (3 per block)
+struct TensorParallelTraffic { unsigned long long all_reduce, all_gather, reduce_scatter; };
+inline TensorParallelTraffic tp_bytes_per_micro_step(int L, size_t N, int C, int tp, bool sequence_parallel, int block_forwards,
+                                                     bool first_stage, bool last_stage) {
+    unsigned long long activation = ring_bytes(N * C * sizeof(floatX), tp);  // an all-gather or reduce-scatter of N tokens
+    unsigned long long statistics = (last_stage ? 3 : 0) * 2 * ring_bytes(N * sizeof(float), tp);
+    unsigned long long forwards = 2ull * block_forwards * L, first = first_stage ? 1 : 0, last = last_stage ? 1 : 0;
+    if (!sequence_parallel)  // f's backward and g's forward: 2 per block forward and 2 per backward
+        return TensorParallelTraffic{(forwards + 2ull * L + first + last) * 2 * activation + statistics, 0, 0};
+    unsigned long long gathers = forwards + 4ull * L + first + 2 * last;  // f forward, g backward, the gathers again
+    unsigned long long scatters = forwards + 2ull * L + first + last;     // g forward, f backward
+    return TensorParallelTraffic{statistics, gathers * activation, scatters * activation};
 }

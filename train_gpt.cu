@@ -56,6 +56,7 @@ pipeline_stage, train_step, train_loop, main.
 #include <math.h>      // defines: sqrt, exp, fmaxf
 #include <stdint.h>    // defines: uint64_t
 #include <sys/stat.h>  // defines: mkdir
+#include <algorithm>   // defines: std::copy, std::max
 #include <chrono>      // defines: std::chrono::steady_clock
 #include <string>      // defines: std::string, std::to_string
 #include <vector>      // defines: std::vector
@@ -104,6 +105,7 @@ struct ModelLayout {
     int tp, tp_rank;        // tensor parallel: this rank holds 1/tp of every sharded matrix
     int pp, pp_rank;        // pipeline parallel: this rank holds the layers of its chunks...
     std::vector<LayerRange> chunks;  // ...one range (chunk 0), or V under interleaved 1F1B (pipeline.h)
+    bool sequence_parallel = false;  // -sp: outside the TP pairs this rank holds 1/tp of the tokens (tp.h)
 };
 
 // the whole model, as one rank alone holds it and as files store it
@@ -221,6 +223,7 @@ inline int unit_of(int tensor, int layer, int L) {
     return tensor <= WPE ? 0 : tensor >= LNFW ? L + 1 : 1 + layer;
 }
 inline int slice_of(int tensor) { return tensor <= WPE ? tensor : tensor >= LNFW ? tensor - LNFW : tensor - LN1W; }
+inline int tensor_of(int unit, int slice, int L) { return unit == 0 ? WTE + slice : unit == L + 1 ? LNFW + slice : LN1W + slice; }
 
 // the units of this rank's part of the model; origins are unit-major, unpadded
 inline Unit* gpt2_units(const TensorShape shapes[NUM_PARAMETER_TENSORS], int L) {
@@ -279,19 +282,21 @@ struct ActivationTensors {
 struct LayerOutputGradients {
     floatX* fcproj;     // (B,T,C)     = the block's output gradient
     floatX* fc;         // (B,T,4C/tp) after the GELU's backward
-    floatX* ln2;        // (B,T,C)     summed over TP (f's backward)
+    floatX* ln2;        // (B,T,C)     summed over TP (f's backward); -sp: this rank's B*T/tp tokens
     floatX* attproj;    // (B,T,C)     = the gradient of residual2
     floatX* qkv;        // (B,T,3C/tp)
-    floatX* ln1;        // (B,T,C)     summed over TP
+    floatX* ln1;        // (B,T,C)     summed over TP; -sp: this rank's tokens
 };
-// their elements for one layer and BT tokens, on a rank of a TP group of tp
-inline size_t layer_output_gradient_elements(size_t BT, size_t C, int tp) { return BT * (4 * C + 7 * C / tp); }
+// their elements for one layer and BT tokens, on a rank of a TP group of tp (holding BT_held tokens of ln1 and ln2)
+inline size_t layer_output_gradient_elements(size_t BT, size_t BT_held, size_t C, int tp) { return BT * (2 * C + 7 * C / tp) + BT_held * 2 * C; }
 
-struct ScratchTensors {  // reused by every layer
-    floatX* proj;       // (B,T,C) attproj / fcproj output before the residual add
-    floatX* dresidual;  // (B,T,C) gradient of the residual stream
-    floatX* received_gradient;  // (B,T,C) interleaved 1F1B only: where the next one lands while dresidual leaves
-    floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output
+struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank's B*T/tp tokens, else all B*T
+    floatX* proj;       // (B,T,C) attproj / fcproj output before the residual add (before g's sum)
+    floatX* dresidual;  // (held,C) gradient of the residual stream
+    floatX* received_gradient;  // (held,C) interleaved 1F1B only: where the next one lands while dresidual leaves
+    floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output (before f's sum)
+    floatX* gathered;   // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: tp_whole)
+    floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_held)
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
     floatX* attention;  // attention_scratch_elements
@@ -335,6 +340,9 @@ struct GPT2 {
 };
 
 inline int gpt2_layers(const GPT2* m) { return layout_layers(m->layout); }
+inline TensorParallel tensor_parallel(GPT2* m) { return TensorParallel{&m->comm->tp, m->layout.sequence_parallel}; }
+// the tokens of a micro-batch of N that this rank's LayerNorms and residual stream hold: N/tp under -sp
+inline int tokens_held(const GPT2* m, int N) { return m->layout.sequence_parallel ? N / m->layout.tp : N; }
 inline int gpt2_chunks(const GPT2* m) { return (int)m->layout.chunks.size(); }
 // does the chunk of activation set `a` hold the embedding (the model's first chunk) or the head (its last)?
 inline bool chunk_has_embedding(const GPT2* m, const ActivationTensors& a) { return is_first_stage(m->layout) && a.first_layer == 0; }
@@ -349,12 +357,25 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
     void* at[NUM_LAYER_ACTIVATIONS];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t layer = recompute_keeps(model->recompute, t) ? l - a.first_layer : 0;
-        at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp);
+        at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp,
+                                                                    model->layout.sequence_parallel);
     }
     return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
                             (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
                             (floatX*)at[RESIDUAL3], (float*)at[LN1_MEAN], (float*)at[LN1_RSTD],
                             (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
+}
+
+// -sp: a LayerNorm's weight and bias gradients (ln1, ln2, lnf) are sums over the tokens, and each
+// TP rank saw only its own; visit(at, n) each range of them in the step's gradient (the part this
+// rank holds after the DP reduction, the same part on every rank of the TP group)
+template <typename Visit> inline void for_each_layernorm_gradient(const GPT2* model, Visit visit) {
+    if (!model->layout.sequence_parallel) return;
+    int L = gpt2_layers(model);
+    zero_for_each_shard_slice(&model->zero, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t at) {
+        int t = tensor_of(u, (int)(&slice - model->zero.units[u].slices), L);
+        if (t == LN1W || t == LN1B || t == LN2W || t == LN2B || t == LNFW || t == LNFB) visit(at, hi - lo);
+    });
 }
 
 // ----------------------------------------------------------------------------
@@ -415,7 +436,8 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
     const StageBuffers& holds = model->holds;
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
-    size_t BT = (size_t)B * T, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
+    bool sp = model->layout.sequence_parallel;
+    size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
     LayerOutputGradients& g = s.layer_grads;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
@@ -429,28 +451,29 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         // lnf, logits and losses: on the last stage, in the first head_sets sets (activation_set)
         size_t head = is_last_stage(model->layout) && i < holds.head_sets ? 1 : 0;
         std::vector<BufferSpec> kept = {
-            {(void**)&a.input, BT * C, X, KEPT},
-            {(void**)&a.lnf, head * BT * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT, FP32, KEPT},
-            {(void**)&a.lnf_rstd, head * BT, FP32, KEPT}, {(void**)&a.losses, head * BT, FP32, KEPT},
+            {(void**)&a.input, BT_held * C, X, KEPT},
+            {(void**)&a.lnf, head * BT_held * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT_held, FP32, KEPT},
+            {(void**)&a.lnf_rstd, head * BT_held, FP32, KEPT}, {(void**)&a.losses, head * BT, FP32, KEPT},
             {(void**)&a.logits, head * BT * c.padded_vocab_size / tp, X, MEM_LOGITS},
         };
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
-                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, KEPT});
+                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, KEPT});
         specs.insert(specs.end(), kept.begin(), kept.end());
     }
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
-            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp), 1, WORK});
+            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, WORK});
     // kept from B to W: the layers' output gradients
-    specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, C, tp), X, KEPT});
+    specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, BT_held, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = {
-        {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT * C, X, WORK},
-        {(void**)&s.received_gradient, gpt2_chunks(model) > 1 ? BT * C : 0, X, WORK},
+        {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT_held * C, X, WORK},
+        {(void**)&s.received_gradient, gpt2_chunks(model) > 1 ? BT_held * C : 0, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
+        {(void**)&s.gathered, sp ? BT * C : 0, X, WORK}, {(void**)&s.summed, sp ? BT_held * C : 0, X, WORK},
         {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
-        {(void**)&g.ln2, BT * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
-        {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT * C, X, WORK},
+        {(void**)&g.ln2, BT_held * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
+        {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT_held * C, X, WORK},
         {(void**)&s.attention, attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
         {(void**)&s.loss_max, BT, FP32, WORK}, {(void**)&s.loss_sum, BT, FP32, WORK}, {(void**)&s.loss_target, BT, FP32, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
@@ -495,12 +518,13 @@ inline LayerParameters block_params(GPT2* model, int l) {
 inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T), w.ln1w, w.ln1b, B * T, model->config.channels);
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T), w.ln1w, w.ln1b, tokens_held(model, B * T),
+                      model->config.channels);
 }
 inline void block_ln2(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, B * T, model->config.channels);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, tokens_held(model, B * T), model->config.channels);
 }
 inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerActivations la = layer_activations(model, a, l, B, T);
@@ -508,32 +532,37 @@ inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, in
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
-// Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h).
+// Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h). The
+// LayerNorms and the residual adds run on the tokens this rank holds (N_held: all N, or N/tp
+// under -sp, when f gathers the LayerNorm's output and g scatters the sum); the pair on all N.
 inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
-    Comm* tp_group = &model->comm->tp;
+    int tp_size = model->layout.tp, C = c.channels, C_rank = C / tp_size, NH_rank = c.num_heads / tp_size, N = B * T;
+    size_t held = (size_t)tokens_held(model, N) * C;
+    TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
+    floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);  // each's N tokens
+    floatX* proj = tp_held(tp, s.proj, s.summed);  // the tokens this rank holds of g's sum
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T);
-    tp_f_forward(tp_group, la.ln1, (size_t)N * C);
-    matmul_forward(la.qkv, la.ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
+    tp_f_forward(tp, la.ln1, ln1, held);
+    matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, C_rank, NH_rank);
     matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
-    tp_g_forward(tp_group, s.proj, (size_t)N * C);
-    bias_forward(s.proj, w.attprojb, N, C);  // after the sum over TP ranks: added once
-    residual_forward(la.residual2, block_input(model, a, l, B, T), s.proj, (size_t)N * C);
+    tp_g_forward(tp, s.proj, proj, held);
+    bias_forward(proj, w.attprojb, held / C, C);  // after the sum over TP ranks: added once
+    residual_forward(la.residual2, block_input(model, a, l, B, T), proj, held);
     // MLP: fc column-parallel, fcproj row-parallel
     block_ln2(model, a, l, B, T);
-    tp_f_forward(tp_group, la.ln2, (size_t)N * C);
-    matmul_forward(la.fch, la.ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
+    tp_f_forward(tp, la.ln2, ln2, held);
+    matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
     block_gelu(model, a, l, B, T);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * C_rank, C);
-    tp_g_forward(tp_group, s.proj, (size_t)N * C);
-    bias_forward(s.proj, w.fcprojb, N, C);
-    residual_forward(la.residual3, la.residual2, s.proj, (size_t)N * C);
+    tp_g_forward(tp, s.proj, proj, held);
+    bias_forward(proj, w.fcprojb, held / C, C);
+    residual_forward(la.residual3, la.residual2, proj, held);
 }
 
 // rebuilds what recompute level r did not keep of block l, just before its backward
@@ -547,46 +576,55 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
 // block l's backward in two halves (pipeline.h's ZB-H1 runs them apart). B: model->scratch.dresidual
 // holds the gradient of the block's output and becomes the gradient of its input; on the way, the
 // gradients of the six weighted ops' outputs land in `d`. The mirror of block_forward: g's backward,
-// then f's, around each pair. Two copies keep what the residual stream's gradient was before a
-// LayerNorm's backward adds to it: W needs it as the gradient of fcproj's and attproj's outputs.
+// then f's, around each pair. g's backward puts the residual stream's gradient in d.fcproj and
+// d.attproj (a copy, or under -sp all N tokens gathered) before a LayerNorm's backward adds to
+// it: W needs them as the gradients of fcproj's and attproj's outputs.
 inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
     const GPT2Config& c = model->config;
-    int tp = model->layout.tp, C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp, N = B * T;
-    Comm* tp_group = &model->comm->tp;
+    int tp_size = model->layout.tp, C = c.channels, C_rank = C / tp_size, NH_rank = c.num_heads / tp_size, N = B * T;
+    int N_held = tokens_held(model, N);
+    size_t held = (size_t)N_held * C;
+    TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
+    floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
-    tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
-    device_to_device(d.fcproj, s.dresidual, (size_t)N * C * sizeof(floatX));
-    matmul_backward_input(d.fc, s.dresidual, w.fcprojw, N, 4 * C_rank, C);
+    tp_g_backward(tp, s.dresidual, d.fcproj, held);
+    matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
     gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
-    matmul_backward_input(d.ln2, d.fc, w.fcw, N, C, 4 * C_rank);
-    tp_f_backward(tp_group, d.ln2, (size_t)N * C);
-    layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N, C);
+    matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
+    tp_f_backward(tp, dln2, d.ln2, held);
+    layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N_held, C);
     // attention; s.dresidual is now the gradient of residual2
-    tp_g_backward(tp_group, s.dresidual, (size_t)N * C);
-    device_to_device(d.attproj, s.dresidual, (size_t)N * C * sizeof(floatX));
-    matmul_backward_input(s.datty, s.dresidual, w.attprojw, N, C_rank, C);
+    tp_g_backward(tp, s.dresidual, d.attproj, held);
+    matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
     attention_backward(d.qkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
-    matmul_backward_input(d.ln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
-    tp_f_backward(tp_group, d.ln1, (size_t)N * C);
-    layernorm_backward_input(s.dresidual, d.ln1, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N, C);
+    matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
+    tp_f_backward(tp, dln1, d.ln1, held);
+    layernorm_backward_input(s.dresidual, d.ln1, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C);
 }
 // W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
-// recompute_block rebuilt). No weight is read and nothing crosses a rank: weight gradient = output
-// gradient^T x input, LayerNorm's = sums over the tokens
+// recompute_block rebuilt). No weight is read: weight gradient = output gradient^T x input,
+// LayerNorm's = sums over the tokens. Nothing crosses a rank but under -sp, where f gathers the
+// LayerNorms' outputs again (the forward kept only this rank's tokens of them) and a LayerNorm's
+// gradient sums over this rank's tokens only (train_step sums it over TP: sum_layernorm_gradients)
 inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
-    int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T;
-    float* partials = model->scratch.partials;
+    int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T, N_held = tokens_held(model, N);
+    TensorParallel tp = tensor_parallel(model);
+    ScratchTensors& s = model->scratch;
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T);
-    matmul_backward_weight(dw.fcprojw, dw.fcprojb, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, partials);
-    matmul_backward_weight(dw.fcw, dw.fcb, d.fc, la.ln2, N, C, 4 * C_rank, partials);
-    layernorm_backward_params(dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd, N, C, partials);
-    matmul_backward_weight(dw.attprojw, dw.attprojb, d.attproj, la.atty, N, C_rank, C, partials);
-    matmul_backward_weight(dw.qkvw, dw.qkvb, d.qkv, la.ln1, N, C, 3 * C_rank, partials);
-    layernorm_backward_params(dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd, N, C, partials);
+    floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);
+    matmul_backward_weight(dw.fcprojw, dw.fcprojb, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
+    tp_f_forward(tp, la.ln2, ln2, (size_t)N_held * C);
+    matmul_backward_weight(dw.fcw, dw.fcb, d.fc, ln2, N, C, 4 * C_rank, s.partials);
+    layernorm_backward_params(dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd, N_held, C, s.partials);
+    matmul_backward_weight(dw.attprojw, dw.attprojb, d.attproj, la.atty, N, C_rank, C, s.partials);
+    tp_f_forward(tp, la.ln1, ln1, (size_t)N_held * C);
+    matmul_backward_weight(dw.qkvw, dw.qkvb, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
+    layernorm_backward_params(dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd, N_held, C,
+                              s.partials);
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
 // schedule but ZB-H1's later stages
@@ -601,22 +639,26 @@ inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B
 
 struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B,T); targets NULL: no loss
 
-// vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only), then g
+// vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only) for all B*T
+// tokens, then g: summed (-sp: this rank's tokens of the sum)
 inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
+    TensorParallel tp = tensor_parallel(model);
     host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
-    encoder_forward(a.input, model->scratch.inputs, e.wte, positions, B, T, model->config.channels, vocab_range(model));
-    tp_g_forward(&model->comm->tp, a.input, (size_t)B * T * model->config.channels);
+    floatX* whole = tp_whole(tp, a.input, model->scratch.proj);
+    encoder_forward(whole, model->scratch.inputs, e.wte, positions, B, T, model->config.channels, vocab_range(model));
+    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T) * model->config.channels);
 }
-// the embedding's backward (g's is the identity): this rank's wte rows, and wpe
+// the embedding's backward (g's: the identity, or -sp's gather): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
+    TensorParallel tp = tensor_parallel(model);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    tp_g_backward(&model->comm->tp, model->scratch.dresidual, (size_t)B * T * model->config.channels);
-    encoder_backward(de.wte, de.wpe, model->scratch.dresidual, tokens, model->scratch.token_buckets, B, T,
-                     model->config.channels, vocab_range(model));
+    floatX* dwhole = tp_whole(tp, model->scratch.dresidual, model->scratch.gathered);
+    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T) * model->config.channels);
+    encoder_backward(de.wte, de.wpe, dwhole, tokens, model->scratch.token_buckets, B, T, model->config.channels, vocab_range(model));
 }
 
 inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
@@ -637,12 +679,13 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
 // ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot...
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
+    size_t BT_held = tokens_held(model, model->B * model->T);
     floatX* at = model->waiting_grads + ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) *
-                                        layer_output_gradient_elements(BT, C, model->layout.tp);
+                                        layer_output_gradient_elements(BT, BT_held, C, model->layout.tp);
     LayerOutputGradients d;
     d.fcproj = at;                at += BT * C;
     d.fc = at;                    at += BT * 4 * C_rank;
-    d.ln2 = at;                   at += BT * C;
+    d.ln2 = at;                   at += BT_held * C;
     d.attproj = at;               at += BT * C;
     d.qkv = at;                   at += BT * 3 * C_rank;
     d.ln1 = at;
@@ -667,15 +710,18 @@ inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int
     }
 }
 
-// final LayerNorm and the tied LM head, column-parallel (f: identity): this rank's Vp/tp logit columns
+// final LayerNorm (this rank's tokens) and the tied LM head, column-parallel (f: identity, or -sp's
+// gather): this rank's Vp/tp logit columns of all B*T tokens
 inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
-    int norm_unit = final_norm_unit(model), C = model->config.channels;
+    int norm_unit = final_norm_unit(model), C = model->config.channels, N_held = tokens_held(model, B * T);
+    TensorParallel tp = tensor_parallel(model);
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, B * T, C);
-    tp_f_forward(&model->comm->tp, a.lnf, (size_t)B * T * C);
-    matmul_forward(a.logits, a.lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, N_held, C);
+    floatX* lnf = tp_whole(tp, a.lnf, model->scratch.gathered);
+    tp_f_forward(tp, a.lnf, lnf, (size_t)N_held * C);
+    matmul_forward(a.logits, lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
 // dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
@@ -691,19 +737,24 @@ inline double head_loss(GPT2* model, const ActivationTensors& a, const int* targ
     return sum;
 }
 // the head's backward from dlogits (in a.logits): f sums d(lnf) over TP; dresidual becomes the
-// gradient of the stage's output
+// gradient of the stage's output. Under -sp, lnf is gathered again for wte's gradient
 inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
     Zero* z = &model->zero;
-    int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T;
+    int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T, N_held = tokens_held(model, N);
+    size_t held = (size_t)N_held * C;
+    TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
-    matmul_backward(s.dln, de.wte, NULL, a.logits, a.lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
-    tp_f_backward(&model->comm->tp, s.dln, (size_t)N * C);
-    device_zero(s.dresidual, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, s.dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N, C, s.partials);
+    floatX *lnf = tp_whole(tp, a.lnf, s.gathered), *dln = tp_held(tp, s.dln, s.summed);
+    tp_f_forward(tp, a.lnf, lnf, held);
+    matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
+    tp_f_backward(tp, s.dln, dln, held);
+    device_zero(s.dresidual, held * sizeof(floatX));
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd, N_held, C,
+                       s.partials);
 }
 
 // one micro-batch through this stage, or through the chunk of it that set `a` is for (interleaved
@@ -758,7 +809,7 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
 // interleaved 1F1B), micro-batch k's input and output, and scratch.dresidual as the one gradient
 // buffer (block_backward and head_backward already use it for the gradient of the residual
 // stream; interleaved schedules land the next one in scratch.received_gradient). Activations
-// and gradients travel as (B,T,C) floatX.
+// and gradients travel as (B,T,C) floatX, under -sp (B*T/tp, C): each TP rank's own tokens.
 inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
     PipelineStage stage;
     stage.forward = [=, &batches](int v, int k) { return stage_forward(model, activation_set(model, v, k), batches[k], B, T, dloss); };
@@ -778,7 +829,7 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
     stage.output = [=](int v, int k) { return stage_output(model, activation_set(model, v, k), B, T); };
     stage.gradient = model->scratch.dresidual;
     stage.received_gradient = model->scratch.received_gradient;
-    stage.message_elements = (size_t)B * T * model->config.channels;
+    stage.message_elements = (size_t)tokens_held(model, B * T) * model->config.channels;  // -sp: each TP rank its tokens
     return stage;
 }
 
@@ -799,6 +850,11 @@ inline double gpt2_grad_norm_squared(GPT2* model) {
     comm_all_reduce_scalars(&model->comm->tp, &sum, 1);  // each TP rank holds a part of each tensor
     comm_all_reduce_scalars(&model->comm->pp, &sum, 1);  // each stage its layers
     return sum;
+}
+
+// ...summed over TP, as Megatron-LM sums its sequence-parallel parameters' gradients
+inline void sum_layernorm_gradients(GPT2* model) {
+    for_each_layernorm_gradient(model, [&](size_t at, size_t n) { zero_sum_gradient_range(&model->zero, at, n, &model->comm->tp); });
 }
 
 inline void gpt2_free(GPT2* model) {
@@ -840,6 +896,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
+    sum_layernorm_gradients(model);  // -sp: each TP rank's tokens
     comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);  // the last stage has it
     comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;
@@ -875,17 +932,23 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
 // samples `n` tokens after EOT at `temperature`, one full forward per token over the last
 // T tokens (simple, not fast: no KV cache). A collective: every rank calls it with the
 // same Rng state and so draws the same tokens. The last stage all-gathers the last
-// position's logit columns from its TP ranks and broadcasts them to the other stages.
+// position's logit columns from its TP ranks and broadcasts them to the other stages. Under -sp
+// the window is padded with EOT to a multiple of tp tokens: attention is causal, so what follows
+// the last real position does not change its logits.
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
     int* tokens = (int*)malloc((n + 1) * sizeof(int));
+    std::vector<int> window(model->T);
     floatX* row = (floatX*)malloc(c.padded_vocab_size * sizeof(floatX));
     std::vector<double> weights(c.vocab_size);
     int columns = vocab_range(model).rows;
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
-        int context = t < model->T ? t : model->T;
-        forward_only(model, MicroBatch{tokens + (t - context), NULL}, 1, context);
+        int context = t < model->T ? t : model->T, tp = model->layout.sequence_parallel ? model->layout.tp : 1;
+        int padded = (context + tp - 1) / tp * tp;  // <= T, a multiple of tp (check_batch_flags)
+        window.assign(padded, GPT2_EOT);
+        std::copy(tokens + (t - context), tokens + t, window.begin());
+        forward_only(model, MicroBatch{window.data(), NULL}, 1, padded);
         if (is_last_stage(model->layout))
             comm_all_gather(&model->comm->tp, activation_set(model, gpt2_chunks(model) - 1, 0).logits + (size_t)(context - 1) * columns,
                             model->scratch.logit_row, columns);
@@ -935,6 +998,9 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
         comm_fail_all("-vp %d: model chunks are for -ps interleaved with -pp > 1", tc->chunks);
     if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
         comm_fail_all("-pl with -ps interleaved: its chunks split the layers evenly (pipeline.h)");
+    if (tc->sequence_parallel && grid.tp == 1) comm_fail_all("-sp 1 splits the tokens over the TP ranks; it needs -tp > 1");
+    if (tc->sequence_parallel && tc->T % grid.tp != 0)  // micro-batches and sampling's windows of up to T tokens
+        comm_fail_all("-sp 1: -t %d must be a multiple of -tp %d, each TP rank holding 1/tp of the tokens", tc->T, grid.tp);
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
@@ -1016,6 +1082,7 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
     gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate,
                tc.stage_layers, tc.chunks);
+    model->layout.sequence_parallel = tc.sequence_parallel;
     if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
     StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, tc.chunks);

@@ -77,7 +77,7 @@ and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 //          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params,
 //          zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step,
 //          zero_end_micro_step, zero_reduce_step, norm_squared_of_range, zero_grad_norm_squared,
-//          zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
+//          zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
 //          zero_params_to_host, ZeroPlan, zero_plan,
 //          MAX_UNIT_SLICES
 #include <algorithm>               // defines: std::max, std::min
@@ -350,13 +350,14 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
     return sum;
 }
 
-// after the step's reductions: unit u's gradient, as the optimizer reads it, summed over
-// `group` (the first and last stage's copies of the tied embedding, pipeline.h). Both
+// after the step's reductions: elements [at, at + n) of the gradient as the optimizer reads it
+// (the step's shard), or unit u's, summed over `group`: the first and last stage's copies of the
+// tied embedding (pipeline.h), or under -sp the TP ranks' LayerNorm gradients (tp.h). Both
 // copies have the same units and shards, so the sum is elementwise.
-inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
-    size_t at = z->units[u].shard_offset, n = unit_shard(z, u);
+inline void zero_sum_gradient_range(Zero* z, size_t at, size_t n, Comm* group) {
     with_gradient(z->step_grad, [&](auto* g) { comm_all_reduce_sum(group, g + at, n); });
 }
+inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) { zero_sum_gradient_range(z, z->units[u].shard_offset, unit_shard(z, u), group); }
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
 inline void zero_poison_gradients(Zero* z) {

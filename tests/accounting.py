@@ -9,7 +9,7 @@ collectives' ledgers; this checks both against these formulas, rank by rank:
 
     accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
                   --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe|zb|interleaved
-                  --chunks V] --zero Z --x X [--ga-fp32] [--recompute R]
+                  --chunks V] --zero Z --x X [--ga-fp32] [--recompute R] [--sp 1] [--heads NH]
 
 Rank r sits at pp_rank = r // (dp tp), dp_rank = r // tp % dp, tp_rank = r % tp. Stage s holds
 L_s = L/p layers (the first L % p stages one more), or with V chunks (interleaved 1F1B) virtual
@@ -18,6 +18,13 @@ E = Vp/tp*C + T0*C on the first and the last stage (the tied wte's two copies), 
 12 C^2/tp + 7 C/tp + 6 C (qkv and fc cut by rows with their biases, attproj and fcproj by
 columns, LayerNorms and row-parallel biases whole), the head H = 2 C on the last stage; each
 padded to a multiple of the ZeRO shards (dp from stage 1 on).
+
+Sequence parallelism (--sp 1, tp.h): the LayerNorms and the residual stream hold N/tp of a
+micro-batch's N tokens (a layer's activations, the stage's input and output, the pipeline's
+messages); f and g move an all-gather or a reduce-scatter of N tokens each in place of an
+all-reduce, the backward gathers each LayerNorm output once more, and the LayerNorms' gradients
+(each TP rank's tokens) are all-reduced over TP once a step, slice by slice of the part this rank
+holds. With --heads, each layer's kept activation bytes are checked against recompute.h's table.
 """
 import argparse
 import json
@@ -92,7 +99,38 @@ def state_memory(a, s):
             "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.dp if zero >= 2 else 0}
 
 
-def comm_bytes(a, s):
+def layernorm_slices(a, s, dp_rank):
+    """elements of each LayerNorm weight or bias that a rank of stage s and DP rank dp_rank holds of
+    the step's gradient: ln1w, ln1b, ln2w, ln2b of each layer unit, lnfw, lnfb of the head's unit"""
+    E, Lu, H, Ls = units(a, s)
+    shards, C, tp = (1 if a.zero == 0 else a.dp), a.channels, a.tp
+    ln2 = 2 * C + 3 * C * C // tp + 3 * C // tp + C * C // tp + C   # after ln1, qkvw, qkvb, attprojw, attprojb
+    def held(unit, begin, n):
+        lo, hi = max(begin, dp_rank * unit // shards), min(begin + n, (dp_rank + 1) * unit // shards)
+        return [hi - lo] if hi > lo else []
+    out = []
+    for _ in range(Ls):
+        for begin in (0, C, ln2, ln2 + C): out += held(Lu, begin, C)
+    if H:
+        for begin in (0, C): out += held(H, begin, C)
+    return out
+
+
+def layer_activation_bytes(a, NH):
+    """what one layer keeps (recompute.h's table); -sp: the LayerNorms' and residuals' N/tp tokens"""
+    N, C, tp, X = a.B * a.T, a.channels, a.tp, a.x
+    Nh = N // tp if a.sp else N
+    region = {"ln1": Nh * C * X, "residual2": Nh * C * X, "ln2": Nh * C * X, "residual3": Nh * C * X, "stats": 4 * Nh * 4}
+    pairs = {"qkv": 3 * N * C // tp * X, "atty": N * C // tp * X, "att": a.B * (NH // tp) * a.T * a.T * X,
+             "fch": 4 * N * C // tp * X, "fch_gelu": 4 * N * C // tp * X}
+    r = a.recompute
+    dropped = {1: {"fch_gelu"}, 2: {"fch_gelu", "ln1", "ln2"}}.get(r, set())
+    if r == 3: dropped = (set(region) | set(pairs)) - {"residual3"}
+    kept = {k: v for k, v in {**region, **pairs}.items() if k not in dropped}
+    return sum(kept.values()), sum(v for k, v in kept.items() if k in region)
+
+
+def comm_bytes(a, s, dp_rank=0):
     """bytes a rank of stage s sends per step over its DP (zero.h), TP (tp.h), PP and embedding groups"""
     E, Lu, H, Ls = units(a, s)
     first, last = s == 0, s == a.pp - 1
@@ -114,10 +152,17 @@ def comm_bytes(a, s):
     forwards = 1 + (a.recompute == 3) + (a.recompute == 3 and w_recomputes)
     per_block = 2 * forwards + 2                                # g twice per forward, f twice backward
     reduces = per_block * Ls + first + last                     # + the embedding's g, the head's f
-    t["all_reduce"] = g * (reduces * 2 * ring(N * a.channels * X, a.tp) + (3 * 2 * ring(N * 4, a.tp) if last else 0))
+    loss = 3 * 2 * ring(N * 4, a.tp) if last else 0            # max, sum of exponentials, target logit
+    activation = ring(N * a.channels * X, a.tp)                 # an all-gather or reduce-scatter of N tokens
+    if a.sp:  # f and g: all-gather and reduce-scatter; the backward gathers ln1, ln2 and lnf again
+        t["all_gather"] = g * (2 * forwards * Ls + 4 * Ls + first + 2 * last) * activation
+        t["reduce_scatter"] = g * reduces * activation          # where the all-reduces were
+        t["all_reduce"] = g * loss + sum(2 * ring(G * n, a.tp) for n in layernorm_slices(a, s, dp_rank))
+    else:
+        t["all_reduce"] = g * (reduces * 2 * activation + loss)
     t["scalars"] = 2 * ring(8, a.tp)                            # the squared norm
     V = a.chunks  # each chunk's activations on and gradients back, but past the model's last chunk and first
-    p["send"] = g * N * a.channels * X * ((V - last) + (V - first))
+    p["send"] = g * (N // a.tp if a.sp else N) * a.channels * X * ((V - last) + (V - first))
     p["scalars"] = 2 * 2 * ring(8, a.pp)                        # the loss and the squared norm
     if a.pp > 1 and (first or last):
         e["all_reduce"] = 2 * ring(G * E // (1 if zero == 0 else dp), 2)  # the tied embedding's gradient shard
@@ -151,6 +196,8 @@ def main():
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--chunks", type=int, default=1)
     ap.add_argument("--recompute", type=int, default=0)
+    ap.add_argument("--sp", type=int, default=0)
+    ap.add_argument("--heads", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
     ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)
     a = ap.parse_args()
@@ -171,10 +218,16 @@ def main():
             assert measured["memory"][k] == v, f"rank {r} {k}: {measured['memory'][k]}, formula {v}"
         logits = N * a.vocab // a.tp * a.x * head_sets(a, s) if s == a.pp - 1 else 0
         assert measured["memory"]["logits"] == logits, (r, measured["memory"]["logits"], logits)
-        want = comm_bytes(a, s)
+        want = comm_bytes(a, s, r // a.tp % a.dp)
         assert measured["comm"] == want, (r, measured["comm"], want)
+        if a.heads:
+            per_layer, region = layer_activation_bytes(a, a.heads)
+            assert plan["activations_per_layer"] == per_layer, (r, plan["activations_per_layer"], per_layer)
     m = first["measured"][0]
-    print(f"dp {a.dp} tp {a.tp} pp {a.pp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
+    if a.heads:
+        print(f"kept per layer: {per_layer} bytes, of them LayerNorms and residual stream {region}"
+              + (f" (-sp: 1/{a.tp} of the tokens)" if a.sp else ""))
+    print(f"dp {a.dp} tp {a.tp}{' -sp' if a.sp else ''} pp {a.pp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
           f"rank 0: state {sum(m['memory'][k] for k in ('parameters', 'gradients', 'optimizer'))} bytes, "
           f"sent {dict((g, {k: v for k, v in c.items() if v}) for g, c in m['comm'].items())}")
 

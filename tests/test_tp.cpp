@@ -7,7 +7,12 @@ tests/test_tp.cpp: tensor parallelism's pieces (tp.h) under mpirun, every rank o
     Padded columns (>= V) fall in the last rank's range and targets fall in every rank's;
   - an MLP pair cut as Megatron cuts it: fc column-parallel (its bias cut with it), fcproj
     row-parallel with g after it and its bias added once; forward output, input gradient
-    (through f) and every weight and bias gradient shard equal the unsharded layer's.
+    (through f) and every weight and bias gradient shard equal the unsharded layer's;
+  - the same pair under sequence parallelism (-sp): each rank holds N/tp of the tokens, f
+    all-gathers them and g reduce-scatters; each rank's output and input-gradient rows equal the
+    unsharded layer's rows of its tokens, the weight gradients as without -sp;
+  - sequence parallelism's two collectives against TP's all-reduce on the same data: the
+    reduce-scatter is this rank's rows of the all-reduce, the all-gather every rank's rows in order.
 Prints "N passed, M failed" on rank 0; exit 1 on any failure.
 */
 #include <stdio.h>
@@ -85,8 +90,16 @@ static void vocab_parallel_crossentropy(Collectives* comm, int tp, int r) {
     if (r == tp - 1) for (int i = 0; i < N; i++) for (int j = V - vocab.begin; j < vocab.rows; j++) EXPECT(mine[(size_t)i * vocab.rows + j] == 0.0f);
 }
 
-static void megatron_mlp(Collectives* comm, int tp, int r) {
-    const int N = 5, C = 4 * tp, H = 4 * C;  // fc: (H, C), fcproj: (C, H)
+// rows [r N/tp, (r+1) N/tp) of an (N, C) matrix: the tokens TP rank r holds under -sp
+static std::vector<float> held_rows(const std::vector<float>& whole, int N, int C, int tp, int r) {
+    return std::vector<float>(whole.begin() + (size_t)r * (N / tp) * C, whole.begin() + (size_t)(r + 1) * (N / tp) * C);
+}
+
+static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_parallel) {
+    const int N = 3 * tp, C = 4 * tp, H = 4 * C;  // fc: (H, C), fcproj: (C, H)
+    const TensorParallel group = {&comm->tp, sequence_parallel};
+    const int parts = sequence_parallel ? tp : 1, part = sequence_parallel ? r : 0;  // this rank's tokens outside the pair:
+    const int Nh = N / parts;                                                          // all, or its 1/tp
     auto x = random_normal((size_t)N * C, 1, 1.0f), dy = random_normal((size_t)N * C, 2, 1.0f);
     auto fcw = random_normal((size_t)H * C, 3, 0.3f), fcb = random_normal(H, 4, 0.1f);
     auto projw = random_normal((size_t)C * H, 5, 0.3f), projb = random_normal(C, 6, 0.1f);
@@ -103,26 +116,46 @@ static void megatron_mlp(Collectives* comm, int tp, int r) {
     const int Hr = H / tp;
     auto fcw_r = shard(fcw, {SPLIT_ROWS, 1}, H, C, tp, r), fcb_r = shard(fcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
     auto projw_r = shard(projw, {SPLIT_COLUMNS, 1}, C, H, tp, r);
-    std::vector<float> h_r(N * Hr), a_r(N * Hr), y_r(N * C), da_r(N * Hr), dh_r(N * Hr), dx_r(N * C);
+    std::vector<float> h_r(N * Hr), a_r(N * Hr), y_whole(N * C), y_r(Nh * C), da_r(N * Hr), dh_r(N * Hr);
+    std::vector<float> x_whole(N * C), dy_whole(N * C), dx_whole(N * C), dx_r(Nh * C);
     std::vector<float> dfcw_r(Hr * C, 0.0f), dfcb_r(Hr, 0.0f), dprojw_r(C * Hr, 0.0f), dprojb_r(C, 0.0f);
-    matmul_forward(h_r.data(), x.data(), fcw_r.data(), fcb_r.data(), N, C, Hr);  // f: identity
+    std::vector<float> x_r = held_rows(x, N, C, parts, part), dy_r = held_rows(dy, N, C, parts, part);
+    tp_f_forward(group, x_r.data(), x_whole.data(), x_r.size());  // the identity (a copy), or -sp's all-gather
+    matmul_forward(h_r.data(), x_whole.data(), fcw_r.data(), fcb_r.data(), N, C, Hr);
     gelu_forward(a_r.data(), h_r.data(), h_r.size());
-    matmul_forward(y_r.data(), a_r.data(), projw_r.data(), NULL, N, Hr, C);
-    tp_g_forward(&comm->tp, y_r.data(), y_r.size());
-    bias_forward(y_r.data(), projb.data(), N, C);  // once, after the sum
-    matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
+    matmul_forward(y_whole.data(), a_r.data(), projw_r.data(), NULL, N, Hr, C);
+    tp_g_forward(group, y_whole.data(), y_r.data(), y_r.size());
+    bias_forward(y_r.data(), projb.data(), Nh, C);  // once, after the sum
+    tp_g_backward(group, dy_r.data(), dy_whole.data(), dy_r.size());
+    matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy_whole.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
     gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());
-    matmul_backward(dx_r.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x.data(), fcw_r.data(), N, C, Hr, nullptr);
-    tp_f_backward(&comm->tp, dx_r.data(), dx_r.size());
+    matmul_backward(dx_whole.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x_whole.data(), fcw_r.data(), N, C, Hr, nullptr);
+    tp_f_backward(group, dx_whole.data(), dx_r.data(), dx_r.size());
     const double tol = 1e-5;  // fp32: the sharded sums add the same products in another grouping
-    EXPECT(max_abs_diff(y_r.data(), y.data(), y.size()) < tol);
-    EXPECT(max_abs_diff(dx_r.data(), dx.data(), dx.size()) < tol);
+    std::vector<float> want_y = held_rows(y, N, C, parts, part), want_dx = held_rows(dx, N, C, parts, part);
+    EXPECT(max_abs_diff(y_r.data(), want_y.data(), want_y.size()) < tol);
+    EXPECT(max_abs_diff(dx_r.data(), want_dx.data(), want_dx.size()) < tol);
     auto want_dfcw = shard(dfcw, {SPLIT_ROWS, 1}, H, C, tp, r), want_dfcb = shard(dfcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
     auto want_dprojw = shard(dprojw, {SPLIT_COLUMNS, 1}, C, H, tp, r);
     EXPECT(max_abs_diff(dfcw_r.data(), want_dfcw.data(), want_dfcw.size()) < tol);
     EXPECT(max_abs_diff(dfcb_r.data(), want_dfcb.data(), want_dfcb.size()) < tol);
     EXPECT(max_abs_diff(dprojw_r.data(), want_dprojw.data(), want_dprojw.size()) < tol);
     EXPECT(dprojb_r == dprojb);  // replicated: each rank computes the whole bias gradient itself, exactly
+}
+
+// -sp's reduce-scatter and all-gather against the all-reduce that TP without -sp does
+static void sequence_parallel_collectives(Collectives* comm, int tp, int r) {
+    const int N = 2 * tp, C = 3;
+    std::vector<float> mine = random_normal((size_t)N * C, 100 + r, 1.0f), summed = mine;  // this rank's partial sums
+    tp_sum_tokens(TensorParallel{&comm->tp, false}, summed.data(), summed.data(), summed.size());  // all-reduce
+    std::vector<float> scattered((size_t)N / tp * C), gathered((size_t)N * C);
+    tp_sum_tokens(TensorParallel{&comm->tp, true}, mine.data(), scattered.data(), scattered.size());
+    std::vector<float> want = held_rows(summed, N, C, tp, r);
+    EXPECT(max_abs_diff(scattered.data(), want.data(), want.size()) < 1e-6);  // MPI may add in another order
+    tp_gather_tokens(TensorParallel{&comm->tp, true}, scattered.data(), gathered.data(), scattered.size());
+    EXPECT(max_abs_diff(gathered.data(), summed.data(), summed.size()) < 1e-6);
+    std::vector<float> back = held_rows(gathered, N, C, tp, r);  // this rank's rows come back as they left
+    EXPECT(back == scattered);
 }
 
 int main(int argc, char** argv) {
@@ -132,7 +165,9 @@ int main(int argc, char** argv) {
     comm_init(&comm, world, rank, local_rank, world, 1, false);  // every rank one TP rank
     runs_cover_once(world);
     vocab_parallel_crossentropy(&comm, world, comm.grid.tp_rank);
-    megatron_mlp(&comm, world, comm.grid.tp_rank);
+    megatron_mlp(&comm, world, comm.grid.tp_rank, false);
+    megatron_mlp(&comm, world, comm.grid.tp_rank, true);
+    sequence_parallel_collectives(&comm, world, comm.grid.tp_rank);
     int totals[2] = {checks, failures};
     MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("tp %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
