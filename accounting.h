@@ -104,8 +104,8 @@ inline std::string accounting_json(const Accounting& a) {
 inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     const ProcessGrid& g = model->comm->grid;
     const Zero& z = model->zero;
-    printf("[rank %d] grid dp=%d tp=%d pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
-           g.rank, g.dp, g.tp, g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    printf("[rank %d] grid dp=%d tp=%d%s pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
+           g.rank, g.dp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
     if (g.rank == 0) {
         printf("parameter tensors held by this rank (layers x rows x cols):\n");
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)

@@ -54,6 +54,31 @@ LayerNorms and the row-parallel biases see the same inputs and output gradients 
 every rank (f and g make them so), so every rank computes the same gradient and
 applies the same update. The gradient norm counts them once (zero.h).
 
+Sequence parallelism (-sp 1; Korthikanti et al. 2022, "Reducing Activation Recomputation in
+Large Transformer Models"). Between g and the next f every rank computes the same thing: the
+LayerNorms, the residual adds, the bias of a row-parallel matrix. Those work token by token, so
+the TP ranks can split the tokens there instead: rank r holds tokens [r N/tp, (r+1) N/tp) of the
+micro-batch's N = B*T (flattened, so a rank holds whole sequences when B >= tp, and 1/tp of one
+sequence when B = 1, Megatron's case). g's all-reduce becomes a reduce-scatter (each rank keeps
+its tokens' sums) and f's identity an all-gather (the matrix needs every token), for tp = 2:
+
+    N = 4 tokens, tp = 2: outside the pair rank 0 holds t0 t1, rank 1 holds t2 t3
+      rank 0  x[t0 t1] -> LayerNorm -> f: all-gather -> ln[t0 t1 t2 t3] -> qkv, attention, attproj
+      rank 1  x[t2 t3] -> LayerNorm ->                  ln[t0 t1 t2 t3] -> (each rank its heads)
+         -> partial[t0 t1 t2 t3] -> g: reduce-scatter -> rank 0: sum[t0 t1] -> + x[t0 t1]
+                                                         rank 1: sum[t2 t3] -> + x[t2 t3]
+                                    forward                    backward
+    f  before a column-parallel     all-gather the tokens      reduce-scatter the input's gradient
+    g  after a row-parallel         reduce-scatter the output  all-gather the output's gradient
+An all-reduce is a reduce-scatter followed by an all-gather, so f and g move the bytes they moved
+before, and every activation outside the pairs (ln1, ln2, the residual stream, the LayerNorm
+statistics, the stage's input and the pipeline's messages) is 1/tp of what it was. Costs: the
+weight gradients of qkv, fc and the LM head need their whole LayerNorm input, which the backward
+gathers again (ln1 and ln2 in every block, lnf on the last stage), and a LayerNorm's weight
+and bias gradient, a sum over the tokens, now sums only this rank's: train_gpt.cu sums them over
+TP once per step (sum_layernorm_gradients, as Megatron-LM does). tp_gather_tokens and
+tp_sum_tokens are the two collectives; without -sp they are the identity and the all-reduce.
+
 Vocabulary-parallel embedding and loss: rank r holds wte rows [r Vp/tp, (r+1) Vp/tp).
     embedding  each rank looks up the tokens in its rows (zero elsewhere), rank 0 adds
                wpe, then g: one all-reduce of (B,T,C)
@@ -66,20 +91,27 @@ Vocabulary-parallel embedding and loss: rank r holds wte rows [r Vp/tp, (r+1) Vp
 Per-rank memory, against one rank holding the whole model (Psi parameters):
     parameters, gradients, optimizer state: (Psi - R)/tp + R, R the replicated elements
     (wpe, LayerNorms, row-parallel biases: small); activations of q, k, v, attention,
-    fc and GELU: 1/tp; logits: 1/tp; the residual stream and LayerNorm outputs: whole.
+    fc and GELU: 1/tp; logits: 1/tp; the residual stream and LayerNorm outputs: whole,
+    and under -sp 1/tp (recompute.h's table).
 Bytes one rank sends per micro-step (ring all-reduce, 2 S (tp-1)/tp for S bytes):
     (4 L + 2) all-reduces of B*T*C*X (+ 2 L more when -r 3 reruns each block's forward)
     + 3 all-reduces of B*T*4 (the loss), and per step one of the squared norm.
+    -sp: (4 L + 2) reduce-scatters and (6 L + 3) all-gathers of B*T*C*X, S (tp-1)/tp each
+    (+ 2 L of each per extra forward at -r 3; a stage without the embedding: one of each fewer,
+    without the head: 1 reduce-scatter and 2 all-gathers fewer), the loss's 3 all-reduces,
+    and per step an all-reduce of the LayerNorm gradients.
 Read the four f and g functions first, then tp_crossentropy.
 Applied in train_gpt.cu: block_forward, block_backward (f and g around each pair),
 embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy);
-parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reorder_part.
+parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reorder_part;
+-sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
 */
 #pragma once
-// defines: tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
-//          tp_vocab_range, LossStatistics, tp_crossentropy, tp_all_reduce_bytes_per_micro_step
+// defines: TensorParallel, tp_whole, tp_held, tp_gather_tokens, tp_sum_tokens,
+//          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
+//          tp_vocab_range, LossStatistics, tp_crossentropy, TensorParallelTraffic, tp_bytes_per_micro_step
 #include <algorithm>                 // defines: std::min, std::max
-#include "comm.h"                    // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max
+#include "comm.h"                    // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
 
@@ -88,8 +120,6 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 // the TP group, and whether it also splits the tokens between the pairs (-sp)
 struct TensorParallel { Comm* group; bool sequence_parallel; };
 
-// the tokens of a (tokens, C) tensor outside the pairs that this rank holds: N/tp with -sp, else all N
-inline size_t tp_tokens_held(TensorParallel tp, size_t N) { return tp.sequence_parallel ? N / tp.group->size : N; }
 // where a tensor's N tokens live beside the N/tp this rank holds (-sp: in `whole`), and the other way
 // round; without -sp the rank holds all N, and the two are one buffer
 inline floatX* tp_whole(TensorParallel tp, floatX* held, floatX* whole) { return tp.sequence_parallel ? whole : held; }

@@ -1028,8 +1028,8 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
     printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
            PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
            model->num_parameters);
-    printf("grid: %d ranks = dp %d x tp %d x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.tp, g.pp, tc.zero_stage,
-           use_nccl ? "NCCL" : "MPI");
+    printf("grid: %d ranks = dp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.tp,
+           tc.sequence_parallel ? " (sequence-parallel)" : "", g.pp, tc.zero_stage, use_nccl ? "NCCL" : "MPI");
     if (g.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
         printf(" | %s schedule, %d chunk(s) a stage, bubble %.3f with equal stages", tc.schedule, gpt2_chunks(model),
                schedule_bubble_formula(model->schedule, g.pp, grad_accum, gpt2_chunks(model)));

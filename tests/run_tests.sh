@@ -65,6 +65,7 @@ done
 check pytorch_reference_4_layers $PYTHON tests/reference.py --out $BUILD/ref4 --layers 4 --accum 4,8 --debug-steps 1
 check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
 check pipeline_interleaved bash tests/test_interleaved.sh $BUILD/ref4
+check sequence_parallel bash tests/test_sp.sh $REF $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)
