@@ -606,7 +606,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
 }
 // W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
 // recompute_block rebuilt). No weight is read: weight gradient = output gradient^T x input,
-// LayerNorm's = sums over the tokens. Nothing crosses a rank but under -sp, where f gathers the
+// LayerNorm's = sums over the tokens. Nothing crosses a rank except under -sp, where f gathers the
 // LayerNorms' outputs again (the forward kept only this rank's tokens of them) and a LayerNorm's
 // gradient sums over this rank's tokens only (train_step sums it over TP: sum_layernorm_gradients)
 inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
