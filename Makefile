@@ -224,6 +224,11 @@ tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 
+# context parallelism's ring attention under mpirun against one rank's attention
+tests/build/test_cp: tests/test_cp.cpp $(HEADERS)
+	@mkdir -p tests/build
+	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
+
 tests/build/test_pipeline: tests/test_pipeline.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -o $@
 
@@ -238,7 +243,7 @@ tests/build/test_ops_vs_pytorch_bf16: tests/test_ops_vs_pytorch.cpp dev/pytorch_
 tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
-TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_cp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 

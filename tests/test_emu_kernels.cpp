@@ -17,6 +17,7 @@ stored in 16 bits, then used again, differs by a rounding or two of 2^-9 relativ
 #include "../kernels/layernorm.cuh"
 #include "../kernels/matmul.cuh"
 #include "../kernels/attention.cuh"
+#include "../kernels/attention_block.cuh"
 #include "../kernels/gelu.cuh"
 #include "../kernels/crossentropy.cuh"
 #include "../kernels/gradients.cuh"
@@ -168,6 +169,48 @@ static void attention(int B, int T, int C, int NH) {
     for (void* p : {(void*)d_qkv, (void*)d_out, (void*)d_att, (void*)scratch, (void*)d_dout, (void*)d_dqkv}) device_free(p);
 }
 
+// ring attention's pieces (cp.h): chunk 1 of each sequence's queries against chunk 0's keys (whole,
+// the first block), then against its own (causal, merged into the first), and their backward
+static vector<float> randf(size_t n, uint64_t seed) {
+    vector<float> v(n);
+    Rng r = {seed};
+    for (float& x : v) x = (float)rng_normal(&r);
+    return v;
+}
+static void attention_block(int B, int chunk, int C, int NH) {
+    int rows = 2 * chunk;  // each sequence: chunk 0, then chunk 1
+    size_t n = (size_t)B * rows * C, stats = (size_t)B * NH * rows;
+    vector<floatX> qkv = randx(3 * n, 40), dout = randx(n, 41), out(n), dqkv(3 * n);
+    vector<float> acc(n), lse(stats), D(stats), dq = randf(n, 42), dkv = randf(2 * n, 43);
+    floatX *d_qkv = upload(qkv), *d_dout = upload(dout), *d_out = upload(out), *d_dqkv = upload(dqkv);
+    float *d_acc = upload(acc), *d_lse = upload(lse), *d_D = upload(D), *d_dq = upload(dq), *d_dkv = upload(dkv);
+    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, false, true},
+                                {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, true, false}};
+    for (const AttentionBlock& a : blocks) {
+        attention_block_forward(a, d_qkv, d_qkv, d_acc, d_lse);
+        attention_block_forward_host(a, qkv.data(), qkv.data(), acc.data(), lse.data());
+    }
+    check("attention_block_forward out (two blocks merged)", download(d_acc, n), acc);
+    check("attention_block_forward lse", download(d_lse, stats), lse);
+    attention_block_output(d_out, d_acc, n);
+    attention_block_output_host(out.data(), acc.data(), n);
+    attention_block_row_dot(d_D, d_dout, d_out, B, rows, C, NH);
+    attention_block_row_dot_host(D.data(), dout.data(), out.data(), B, rows, C, NH);
+    check("attention_block_row_dot", download(d_D, stats), D);
+    for (const AttentionBlock& a : blocks) {
+        attention_block_backward(a, d_qkv, d_qkv, d_dq, d_dkv, d_dout, d_lse, d_D);
+        attention_block_backward_host(a, qkv.data(), qkv.data(), dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
+    }
+    check("attention_block_backward dq", download(d_dq, n), dq);
+    check("attention_block_backward dk dv", download(d_dkv, 2 * n), dkv);
+    attention_block_gradients(d_dqkv, d_dq, d_dkv, (size_t)B * rows, C);
+    attention_block_gradients_host(dqkv.data(), dq.data(), dkv.data(), (size_t)B * rows, C);
+    check("attention_block_gradients dqkv", download(d_dqkv, 3 * n), dqkv);
+    for (void* p : {(void*)d_qkv, (void*)d_dout, (void*)d_out, (void*)d_dqkv, (void*)d_acc, (void*)d_lse, (void*)d_D, (void*)d_dq,
+                    (void*)d_dkv})
+        device_free(p);
+}
+
 static void elementwise(size_t n) {
     vector<floatX> a = randx(n, 22), b = randx(n, 23), out(n), dinp(n);
     floatX *d_a = upload(a), *d_b = upload(b), *d_out = upload(out);
@@ -261,6 +304,12 @@ static void zero_sizes() {
     c.weight_decay = 0.0f;
     adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
     column_partials_finish(x, f, 0);
+    AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, true, true};  // no sequences
+    attention_block_forward(none, x, x, f, f);
+    attention_block_backward(none, x, x, f, f, x, f, f);
+    attention_block_row_dot(f, x, x, 0, 4, 8, 2);
+    attention_block_output(x, f, 0);
+    attention_block_gradients(x, f, f, 0, 8);
     bool ok = cudaGetLastError() == cudaSuccess;
     printf("%s %-52s\n", ok ? "ok  " : "FAIL", "zero sizes launch nothing");
     failures += !ok;
@@ -278,6 +327,8 @@ int main() {
     matmul(21, 40, 37);
     attention(2, 7, 40, 5);
     attention(1, 33, 21, 3);
+    attention_block(2, 7, 40, 5);
+    attention_block(3, 5, 21, 3);
     elementwise(1000);
     crossentropy(13, 53, 50, 0);
     crossentropy(13, 27, 23, 27);  // the second TP rank of a padded vocabulary

@@ -1,0 +1,128 @@
+/*
+cp.h: context parallelism: each sequence's tokens split over c ranks, attention passed round a ring.
+
+Everything in a transformer block but attention works token by token, so c ranks can each take
+1/c of every sequence and run the block on their tokens alone; attention is where a token needs
+the others (every earlier key and value of its sequence). Ring attention (Liu et al. 2023;
+Megatron-LM's context parallelism, picotron's context_parallel) keeps each rank's queries at home
+and passes the keys and values round the ring: c steps, each merging one rank's block into every
+query's softmax with the online rescaling of kernels/attention_block.cuh (running max and sum).
+
+Causal masking makes an even split uneven: with the sequence cut into c contiguous parts, the
+last rank's queries see every key and the first rank's only their own, so the last rank works c
+times longer while the others wait. Cut it into 2c chunks instead and give rank r chunks r and
+2c-1-r (the zig-zag layout Megatron-LM uses): every rank holds one early and one late chunk. Chunk
+i's queries need chunk j's keys whole when j < i and causally when j = i, so rank r's two chunks
+need r + (2c-1-r) = 2c-1 whole chunk-pairs and 2 diagonal ones: the same on every rank, 1/c of
+the c(2c-1) + 2c the mask leaves. For c = 4:
+
+    sequence:  | c0 | c1 | c2 | c3 | c4 | c5 | c6 | c7 |       rank r holds chunks r and 7-r
+    rank:        r0   r1   r2   r3   r3   r2   r1   r0
+
+    ring step s: rank r holds the keys and values of rank r-s, then passes them on to r+1
+        r0 -> r1 -> r2 -> r3 -> r0
+    step 0 (its own):   both chunks against themselves (causal), the late one against the early
+    step s > 0:         visitor v = r-s (mod 4); the late chunk 7-r against the visitor's early
+                        chunk v, and against its late one 7-v too when v > r; the early chunk r
+                        against the visitor's early chunk v when v < r: 2 whole chunk-pairs a step
+Rank r holds tokens [r T/2c, (r+1) T/2c) and [(2c-1-r) T/2c, (2c-r) T/2c) of each sequence, in that
+order (its T/c local positions): a local token's position in the sequence is cp_position.
+
+The backward recomputes the scores block by block from the forward's log-sum-exp, and passes
+the keys and values round the ring again, each block with the sum of its dk and dv so far
+(fp32); after c steps every block's gradient is back at its owner.
+
+Per rank and layer, with T_c = T/c local tokens, C and NH of this TP rank, X = sizeof(floatX):
+    activations   q, k, v, the output and everything outside attention: 1/c of one rank's;
+                  the (B, NH, T, T) probabilities are not kept: lse, B*NH*T_c floats, instead
+    scratch       two blocks in flight (2 B T_c 3C X), their dk dv sums (2 B T_c 2C 4), the
+                  fp32 output and dq (B T_c C 4 each), D (B NH T_c 4)
+    sent          forward (c-1) blocks of B T_c 3C X (q travels along: one layout for every
+                  block; a faster ring sends k and v only); backward the same, and c sums of
+                  dk, dv of B T_c 2C 4 bytes
+Read ring_attention_forward first. Applied in train_gpt.cu: the attention of block_forward and
+block_backward when -cp > 1 (the grid's cp group), the token positions of the embedding.
+*/
+#pragma once
+// defines: cp_chunk, cp_position, RingBuffers, ring_attention_forward, ring_attention_backward,
+//          cp_ring_bytes_per_layer, cp_for_each_block
+#include "comm.h"                       // defines: Comm, comm_send_recv
+#include "kernels/attention_block.cuh"  // defines: AttentionBlock, attention_block_forward, attention_block_backward, ...
+
+// the chunk of the sequence (of 2c) that half `half` (0: early, 1: late) of rank r's tokens is
+inline int cp_chunk(int c, int r, int half) { return half == 0 ? r : 2 * c - 1 - r; }
+// the position in the sequence of rank r's local token t of T_local = T/c
+inline int cp_position(int c, int r, int t, int T_local) {
+    int chunk_tokens = T_local / 2;
+    return cp_chunk(c, r, t / chunk_tokens) * chunk_tokens + t % chunk_tokens;
+}
+
+// the scratch of a ring (cp.h's header: sizes): blocks of qkv rows in flight, their dk dv sums,
+// and this rank's fp32 output, dq and D
+struct RingBuffers { floatX* block[2]; float* dkv[2]; float *out, *dq, *D; };
+
+// visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting
+// rank's key chunks (rows of the block it sent) that the causal mask leaves: chunk i's queries see chunk j's keys whole when j < i, causally when j == i
+template <typename Visit> inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
+    int chunk_tokens = T_local / 2;
+    for (int q_half = 0; q_half < 2; q_half++)
+        for (int k_half = 0; k_half < 2; k_half++) {
+            int i = cp_chunk(c, r, q_half), j = cp_chunk(c, visitor, k_half);
+            if (j > i) continue;
+            visit(q_half, AttentionBlock{T_local, q_half * chunk_tokens, T_local, k_half * chunk_tokens,
+                                         B, chunk_tokens, chunk_tokens, C, NH, j == i, false});
+        }
+}
+
+// attention of this rank's tokens (qkv: B sequences of T_local rows) against every rank's, round
+// the ring `cp`: out (B, T_local, C) and lse (B, NH, T_local), which the backward reads
+inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floatX* qkv, const RingBuffers& s, int B,
+                                   int T_local, int C, int NH) {
+    int c = cp->size, r = cp->rank;
+    size_t block_elements = (size_t)B * T_local * 3 * C;
+    bool started[2] = {false, false};  // has a block been merged into this query half yet?
+    const floatX* visiting = qkv;       // step 0: this rank's own keys and values
+    for (int step = 0; step < c; step++) {
+        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionBlock a) {
+            a.first = !started[q_half];
+            attention_block_forward(a, qkv, visiting, s.out, lse);
+            started[q_half] = true;
+        });
+        if (step == c - 1) break;
+        comm_send_recv(cp, visiting, (r + 1) % c, s.block[step % 2], (r - 1 + c) % c, block_elements);
+        visiting = s.block[step % 2];
+    }
+    attention_block_output(out, s.out, (size_t)B * T_local * C);
+}
+
+// its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
+// values go round the ring again, each block with its dk, dv summed so far, home after c steps
+inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
+                                    const floatX* qkv, const RingBuffers& s, int B, int T_local, int C, int NH) {
+    int c = cp->size, r = cp->rank;
+    size_t block_elements = (size_t)B * T_local * 3 * C, dkv_elements = (size_t)B * T_local * 2 * C;
+    attention_block_row_dot(s.D, dout, out, B, T_local, C, NH);
+    device_zero(s.dq, (size_t)B * T_local * C * sizeof(float));
+    device_zero(s.dkv[0], dkv_elements * sizeof(float));
+    const floatX* visiting = qkv;
+    float* dkv = s.dkv[0];  // the visiting block's dk, dv so far
+    for (int step = 0; step < c; step++) {
+        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionBlock a) {
+            attention_block_backward(a, qkv, visiting, s.dq, dkv, dout, lse, s.D);
+        });
+        if (c == 1) break;
+        if (step < c - 1) comm_send_recv(cp, visiting, (r + 1) % c, s.block[step % 2], (r - 1 + c) % c, block_elements);
+        comm_send_recv(cp, dkv, (r + 1) % c, s.dkv[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);  // the last: home
+        visiting = s.block[step % 2];
+        dkv = s.dkv[(step + 1) % 2];
+    }
+    attention_block_gradients(dqkv, s.dq, dkv, (size_t)B * T_local, C);
+}
+
+// bytes one rank sends round its ring per layer for a micro-batch: forward and backward
+inline unsigned long long cp_ring_bytes_per_layer(int c, int B, int T_local, int C, int forwards) {
+    if (c <= 1) return 0;
+    unsigned long long block = (unsigned long long)B * T_local * 3 * C * sizeof(floatX);
+    unsigned long long dkv = (unsigned long long)B * T_local * 2 * C * sizeof(float);
+    return (unsigned long long)forwards * (c - 1) * block + (c - 1) * block + c * dkv;
+}

@@ -1,0 +1,92 @@
+/*
+tests/test_cp.cpp: ring attention (cp.h) under mpirun, every rank one rank of the ring (c = world),
+against one rank's causal attention (kernels/attention.cuh's host twin, which tests/test_kernels.cpp
+and the PyTorch comparisons prove) on the same whole sequences:
+  - each rank's zig-zag tokens (chunks r and 2c-1-r of 2c) taken out of B whole sequences; the ring's
+    output and its q, k, v gradients equal the whole attention's rows at those positions (causal);
+  - cp_position maps every local token of every rank to a distinct position of the sequence;
+  - one rank alone (a ring of one) through the same code, at several chunk sizes: the same result.
+Prints "N passed, M failed" on rank 0; exit 1 on any failure.
+*/
+#include <stdio.h>
+#include <math.h>
+#include <vector>
+#include "../cp.h"
+#include "../kernels/attention.cuh"
+#include "../random.h"
+
+static int checks = 0, failures = 0, rank = 0;
+#define EXPECT(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[rank %d] failed: %s (line %d)\n", rank, #cond, __LINE__); } } while (0)
+
+static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
+    Rng rng = {seed};
+    std::vector<float> v(n);
+    for (auto& x : v) x = scale * (float)rng_normal(&rng);
+    return v;
+}
+
+// rank r's local rows of (B, T, width) whole rows: its T/c tokens of each sequence, in cp.h's order
+static std::vector<float> local_rows(const std::vector<float>& whole, int B, int T, int width, int c, int r) {
+    int T_local = T / c;
+    std::vector<float> mine((size_t)B * T_local * width);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T_local; t++)
+            for (int i = 0; i < width; i++)
+                mine[((size_t)b * T_local + t) * width + i] = whole[((size_t)b * T + cp_position(c, r, t, T_local)) * width + i];
+    return mine;
+}
+static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = a.size() == b.size() ? 0.0 : INFINITY;
+    for (size_t i = 0; i < a.size() && i < b.size(); i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+// the ring of `ring` (c ranks) on B sequences of T tokens against the whole attention
+static void ring_equals_whole(Comm* ring, int B, int T, int C, int NH) {
+    int c = ring->size, r = ring->rank, T_local = T / c;
+    std::vector<float> qkv = random_normal((size_t)B * T * 3 * C, 7, 1.0f), dout = random_normal((size_t)B * T * C, 8, 1.0f);
+    std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv((size_t)B * T * 3 * C);
+    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    // this rank's part, round the ring
+    std::vector<float> my_qkv = local_rows(qkv, B, T, 3 * C, c, r), my_dout = local_rows(dout, B, T, C, c, r);
+    size_t rows = (size_t)B * T_local;
+    std::vector<float> my_out(rows * C), lse((size_t)B * NH * T_local), my_dqkv(rows * 3 * C);
+    std::vector<float> blocks(2 * rows * 3 * C), dkv(2 * rows * 2 * C), acc(rows * C), dq(rows * C), D((size_t)B * NH * T_local);
+    RingBuffers s = {{blocks.data(), blocks.data() + rows * 3 * C}, {dkv.data(), dkv.data() + rows * 2 * C}, acc.data(), dq.data(), D.data()};
+    ring_attention_forward(ring, my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
+    ring_attention_backward(ring, my_dqkv.data(), my_dout.data(), my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
+    const double tol = 2e-5;  // fp32: the same sums, merged block by block in another order
+    double out_diff = max_abs_diff(my_out, local_rows(out, B, T, C, c, r));
+    double grad_diff = max_abs_diff(my_dqkv, local_rows(dqkv, B, T, 3 * C, c, r));
+    EXPECT(out_diff < tol);
+    EXPECT(grad_diff < tol);
+    if (r == 0) printf("ring of %d, B %d T %d C %d NH %d: output max |diff| %.2e, dq dk dv %.2e\n", c, B, T, C, NH, out_diff, grad_diff);
+}
+
+// every position of the sequence held by exactly one (rank, local token)
+static void positions_cover_once(int c, int T) {
+    std::vector<int> seen(T, 0);
+    for (int r = 0; r < c; r++)
+        for (int t = 0; t < T / c; t++) seen[cp_position(c, r, t, T / c)]++;
+    for (int n : seen) EXPECT(n == 1);
+}
+
+int main(int argc, char** argv) {
+    int world, local_rank;
+    comm_start(&argc, &argv, &world, &rank, &local_rank);
+    Collectives comm;
+    comm_init(&comm, world, rank, local_rank, 1, 1, false);  // the DP group is every rank: the ring
+    for (int c = 1; c <= 8; c++) positions_cover_once(c, 2 * c * 3);
+    ring_equals_whole(&comm.dp, 2, 4 * world, 8, 2);
+    ring_equals_whole(&comm.dp, 1, 2 * world, 12, 3);  // one token a chunk
+    if (rank == 0) {  // a ring of one: the zig-zag's two chunks, nothing sent
+        Collectives alone = comm_single_process();
+        for (int T : {2, 8, 14}) ring_equals_whole(&alone.dp, 2, T, 8, 2);
+    }
+    int totals[2] = {checks, failures};
+    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("cp %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
+    comm_finalize(&comm);
+    return totals[1] != 0;
+}
