@@ -62,7 +62,7 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     if (w_recomputes && model->recompute >= 2 && model->zero.stage == 3) {
         const Zero& zero = model->zero;
         size_t layers = zero.full_elements - zero.units[0].padded - zero.units[zero.num_units - 1].padded;
-        a.comm[GROUP_DP][COMM_ALL_GATHER] += grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.dp);
+        a.comm[GROUP_DP][COMM_ALL_GATHER] += grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.replicas);
     }
     int block_forwards = model->recompute == 3 ? (w_recomputes ? 3 : 2) : 1;  // -r 3 reruns every block's forward, g included
     TensorParallelTraffic t = tp_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, model->layout.sequence_parallel, block_forwards,
@@ -236,7 +236,7 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     double idle = timing.total_ms > 0 ? 1.0 - timing.busy_ms / timing.total_ms : 0.0;
     double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
     const ProcessGrid& g = model->comm->grid;
-    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0;  // ranks are pp-major: these come in stage order
+    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0 && g.cp_rank == 0;  // ranks are pp-major: these come in stage order
     std::vector<double> mine;
     const PipelineOp computes[] = {FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT};
     int V = gpt2_chunks(model);

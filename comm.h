@@ -1,12 +1,19 @@
 /*
 comm.h: the processes of a run, the groups they form, and the collectives between them.
 
-Process grid: world = dp * tp * pp, with rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
-TP is fastest-varying, so a tensor-parallel group is tp consecutive ranks (one node);
-PP slowest. Each rank belongs to one group of each kind: its DP group (same tp_rank
-and pp_rank), TP group and PP group; a Comm is one such group. The first and last
-rank of each PP group also form an embedding group (pipeline.h: they both hold the
-tied wte); the stages between belong to none (size 0).
+Process grid: world = dp * cp * tp * pp, with
+    rank = ((pp_rank * dp + dp_rank) * cp + cp_rank) * tp + tp_rank.
+TP is fastest-varying, so a tensor-parallel group is tp consecutive ranks (one node),
+then CP (context parallelism, cp.h: the ring of ranks that share each sequence), then DP;
+PP slowest. Each rank belongs to one group of each kind; a Comm is one such group:
+    dp  the ranks that hold the same parameters: same tp_rank and pp_rank, dp x cp of
+        them (data parallelism's replicas, and the cp ranks, which see other tokens of
+        the same sequences: ZeRO shards over them and sums their gradients, as Megatron-LM's
+        data-parallel group with context parallelism does)
+    cp  the ring: same dp_rank, tp_rank and pp_rank (size 1 without -cp)
+    tp, pp  same everything else
+The first and last rank of each PP group also form an embedding group (pipeline.h: they
+both hold the tied wte); the stages between belong to none (size 0).
 
 Collectives on device buffers, two backends:
   NCCL  GPU build default: device buffers directly
@@ -39,7 +46,7 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 //          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind,
 //          HostView, ReduceOp, comm_abort_job, comm_all_reduce, comm_group_init, comm_kind_names,
 //          comm_nccl_async_error, comm_set_trace, comm_single_process, comm_span_name, comm_staging,
-//          floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes
+//          comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
@@ -56,16 +63,20 @@ enum CommKind { COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROA
 
 struct ProcessGrid {
     int world, rank, local_rank;
-    int dp, tp, pp;
-    int dp_rank, tp_rank, pp_rank;
+    int dp, tp, pp, cp;
+    int dp_rank, tp_rank, pp_rank, cp_rank;
+    int replicas, replica_rank;  // the dp group: dp * cp ranks holding the same parameters, and this one's place
 };
 
-// rank = (pp_rank * dp + dp_rank) * tp + tp_rank
-inline ProcessGrid make_grid(int world, int rank, int tp, int pp) {
-    ProcessGrid g = {world, rank, 0, world / (tp * pp), tp, pp, 0, 0, 0};
+// rank = ((pp_rank * dp + dp_rank) * cp + cp_rank) * tp + tp_rank
+inline ProcessGrid make_grid(int world, int rank, int tp, int pp, int cp = 1) {
+    ProcessGrid g = {world, rank, 0, world / (tp * pp * cp), tp, pp, cp, 0, 0, 0, 0, 0, 0};
     g.tp_rank = rank % tp;
-    g.dp_rank = (rank / tp) % g.dp;
-    g.pp_rank = rank / (tp * g.dp);
+    g.cp_rank = (rank / tp) % cp;
+    g.dp_rank = (rank / (tp * cp)) % g.dp;
+    g.pp_rank = rank / (tp * cp * g.dp);
+    g.replicas = g.dp * cp;
+    g.replica_rank = g.dp_rank * cp + g.cp_rank;
     return g;
 }
 
@@ -88,8 +99,10 @@ struct Comm {
 
 struct Collectives {
     ProcessGrid grid;
-    Comm world, dp, tp, pp, embedding;
+    Comm world, dp, tp, pp, cp, embedding;
 };
+// every group, to set or free them all alike
+inline std::vector<Comm*> comm_groups(Collectives* c) { return {&c->world, &c->dp, &c->tp, &c->pp, &c->cp, &c->embedding}; }
 
 // ---------------------------------------------------------------- start-up
 
@@ -198,9 +211,8 @@ inline int comm_ranks_on_node() { return comm_ranks_on_node_with(0); }
 // an asynchronous error (a peer gone, a link down), as a line; NULL while all is well
 inline const char* comm_nccl_async_error(void* context) {
     Collectives* c = (Collectives*)context;
-    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
     static char message[256];
-    for (Comm* g : groups) {
+    for (Comm* g : comm_groups(c)) {
         ncclResult_t state = ncclSuccess;
         if (!g->use_nccl || ncclCommGetAsyncError(g->nccl, &state) != ncclSuccess) continue;
         if (state == ncclSuccess || state == ncclInProgress) continue;
@@ -211,28 +223,30 @@ inline const char* comm_nccl_async_error(void* context) {
 }
 #endif
 
-// the grid's groups; every rank must call it with the same tp, pp and backend
-inline void comm_init(Collectives* c, int world, int rank, int local_rank, int tp, int pp, bool use_nccl) {
-    if (tp < 1 || pp < 1 || world % (tp * pp) != 0)
-        comm_fail_all("the grid does not fit the world: %d ranks is not a multiple of tp * pp = %d * %d", world, tp, pp);
-    c->grid = make_grid(world, rank, tp, pp);
+// the grid's groups; every rank must call it with the same tp, pp, cp and backend
+inline void comm_init(Collectives* c, int world, int rank, int local_rank, int tp, int pp, bool use_nccl, int cp = 1) {
+    if (tp < 1 || pp < 1 || cp < 1 || world % (tp * pp * cp) != 0)
+        comm_fail_all("the grid does not fit the world: %d ranks is not a multiple of tp * pp * cp = %d * %d * %d", world, tp, pp, cp);
+    c->grid = make_grid(world, rank, tp, pp, cp);
     c->grid.local_rank = local_rank;
     const ProcessGrid& g = c->grid;
-    MPI_Comm dp, tpc, ppc, emb;
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.dp_rank, &dp);   // same (pp, tp)
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.dp + g.dp_rank, g.tp_rank, &tpc);  // same (pp, dp)
-    MPI_Comm_split(MPI_COMM_WORLD, g.dp_rank * tp + g.tp_rank, g.pp_rank, &ppc);   // same (dp, tp)
-    bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                              // first and last stage
-    MPI_Comm_split(MPI_COMM_WORLD, ends ? g.dp_rank * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
+    int data = g.dp_rank * cp + g.cp_rank;  // the ranks of a pipeline and a TP group see one sequence slice
+    MPI_Comm dp, tpc, ppc, cpc, emb;
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.replica_rank, &dp);    // same (pp, tp): dp x cp
+    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.replicas + data, g.tp_rank, &tpc);      // same (pp, dp, cp)
+    MPI_Comm_split(MPI_COMM_WORLD, data * tp + g.tp_rank, g.pp_rank, &ppc);              // same (dp, cp, tp)
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * g.dp + g.dp_rank) * tp + g.tp_rank, g.cp_rank, &cpc);  // same (pp, dp, tp)
+    bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                                   // first and last stage
+    MPI_Comm_split(MPI_COMM_WORLD, ends ? data * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
     comm_group_init(&c->world, MPI_COMM_WORLD, false, "world");  // host data only (files, logs, scalars): MPI
     comm_group_init(&c->dp, dp, use_nccl, "dp");
     comm_group_init(&c->tp, tpc, use_nccl, "tp");
     comm_group_init(&c->pp, ppc, use_nccl, "pp");
+    comm_group_init(&c->cp, cpc, use_nccl, "cp");
     comm_group_init(&c->embedding, emb, use_nccl, "embedding");
     MPI_Op sum_floatX;  // one MPI operation, which every group's 16-bit sums use
     MPI_Op_create(floatX_sum_op, 1, &sum_floatX);
-    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
-    for (Comm* group : groups) group->sum_floatX = sum_floatX;
+    for (Comm* group : comm_groups(c)) group->sum_floatX = sum_floatX;
 #ifdef __CUDACC__
     async_error_watch() = AsyncErrorWatch{comm_nccl_async_error, c};  // waits on the GPU poll NCCL's errors
 #endif
@@ -240,8 +254,7 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
 
 // -trace: every group's collectives record spans into `trace` (NULL: none)
 inline void comm_set_trace(Collectives* c, Trace* trace) {
-    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
-    for (Comm* g : groups) g->trace = trace;
+    for (Comm* g : comm_groups(c)) g->trace = trace;
 }
 inline std::string comm_span_name(const Comm* c, const char* what) { return std::string(what) + " " + (c->name ? c->name : ""); }
 
@@ -251,8 +264,7 @@ inline void comm_shutdown() { MPI_Finalize(); }
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
     async_error_watch() = AsyncErrorWatch{nullptr, nullptr};
-    Comm* groups[] = {&c->world, &c->dp, &c->tp, &c->pp, &c->embedding};
-    for (Comm* g : groups) {
+    for (Comm* g : comm_groups(c)) {
         if (g->use_nccl) ncclCommDestroy(g->nccl);
         for (void* s : g->staging) pinned_host_free(s);
     }
@@ -265,8 +277,7 @@ inline void comm_finalize(Collectives* c) {
 inline Collectives comm_single_process() {
     Collectives c = {};
     c.grid = make_grid(1, 0, 1, 1);
-    Comm* groups[] = {&c.world, &c.dp, &c.tp, &c.pp, &c.embedding};
-    for (Comm* g : groups) { *g = Comm{}; g->size = 1; g->chunk_bytes = (size_t)1 << 30; }
+    for (Comm* g : comm_groups(&c)) { *g = Comm{}; g->size = 1; g->chunk_bytes = (size_t)1 << 30; }
     return c;
 }
 

@@ -25,8 +25,10 @@ the c(2c-1) + 2c the mask leaves. For c = 4:
     step s > 0:         visitor v = r-s (mod 4); the late chunk 7-r against the visitor's early
                         chunk v, and against its late one 7-v too when v > r; the early chunk r
                         against the visitor's early chunk v when v < r: 2 whole chunk-pairs a step
-Rank r holds tokens [r T/2c, (r+1) T/2c) and [(2c-1-r) T/2c, (2c-r) T/2c) of each sequence, in that
-order (its T/c local positions): a local token's position in the sequence is cp_position.
+Rank r holds tokens [r T/2c, (r+1) T/2c) and [(2c-1-r) T/2c, (2c-r) T/2c) of each sequence: the
+early chunk of every sequence of the micro-batch, then the late chunk of every sequence
+(cp_batch_index), so each half is a (B, T/2c) batch of consecutive positions: the embedding adds
+wpe's rows from the chunk's first position on, and an attention block is a half's rows.
 
 The backward recomputes the scores block by block from the forward's log-sum-exp, and passes
 the keys and values round the ring again, each block with the sum of its dk and dv so far
@@ -44,17 +46,19 @@ Read ring_attention_forward first. Applied in train_gpt.cu: the attention of blo
 block_backward when -cp > 1 (the grid's cp group), the token positions of the embedding.
 */
 #pragma once
-// defines: cp_chunk, cp_position, RingBuffers, ring_attention_forward, ring_attention_backward,
+// defines: cp_chunk, cp_batch_index, RingBuffers, ring_attention_forward, ring_attention_backward,
 //          cp_ring_bytes_per_layer, cp_for_each_block
 #include "comm.h"                       // defines: Comm, comm_send_recv
 #include "kernels/attention_block.cuh"  // defines: AttentionBlock, attention_block_forward, attention_block_backward, ...
 
 // the chunk of the sequence (of 2c) that half `half` (0: early, 1: late) of rank r's tokens is
 inline int cp_chunk(int c, int r, int half) { return half == 0 ? r : 2 * c - 1 - r; }
-// the position in the sequence of rank r's local token t of T_local = T/c
-inline int cp_position(int c, int r, int t, int T_local) {
-    int chunk_tokens = T_local / 2;
-    return cp_chunk(c, r, t / chunk_tokens) * chunk_tokens + t % chunk_tokens;
+// where rank r's local token i (of B*T/c) is in the (B, T) micro-batch: its tokens are every
+// sequence's early chunk, then every sequence's late chunk, so each half is a (B, T/2c) batch
+inline size_t cp_batch_index(int c, int r, int B, int T, size_t i) {
+    size_t chunk_tokens = T / (2 * c), half_tokens = (size_t)B * chunk_tokens;
+    size_t half = i / half_tokens, b = i % half_tokens / chunk_tokens;
+    return b * T + cp_chunk(c, r, (int)half) * chunk_tokens + i % chunk_tokens;
 }
 
 // the scratch of a ring (cp.h's header: sizes): blocks of qkv rows in flight, their dk dv sums,
@@ -69,13 +73,13 @@ template <typename Visit> inline void cp_for_each_block(int c, int r, int visito
         for (int k_half = 0; k_half < 2; k_half++) {
             int i = cp_chunk(c, r, q_half), j = cp_chunk(c, visitor, k_half);
             if (j > i) continue;
-            visit(q_half, AttentionBlock{T_local, q_half * chunk_tokens, T_local, k_half * chunk_tokens,
+            visit(q_half, AttentionBlock{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens,
                                          B, chunk_tokens, chunk_tokens, C, NH, j == i, false});
         }
 }
 
-// attention of this rank's tokens (qkv: B sequences of T_local rows) against every rank's, round
-// the ring `cp`: out (B, T_local, C) and lse (B, NH, T_local), which the backward reads
+// attention of this rank's tokens (qkv: B*T_local rows in cp_batch_index's order) against every
+// rank's, round the ring `cp`: out (B*T_local, C) and lse (B*T_local, NH), which the backward reads
 inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floatX* qkv, const RingBuffers& s, int B,
                                    int T_local, int C, int NH) {
     int c = cp->size, r = cp->rank;
@@ -101,7 +105,7 @@ inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, 
                                     const floatX* qkv, const RingBuffers& s, int B, int T_local, int C, int NH) {
     int c = cp->size, r = cp->rank;
     size_t block_elements = (size_t)B * T_local * 3 * C, dkv_elements = (size_t)B * T_local * 2 * C;
-    attention_block_row_dot(s.D, dout, out, B, T_local, C, NH);
+    attention_block_row_dot(s.D, dout, out, B * T_local, C, NH);
     device_zero(s.dq, (size_t)B * T_local * C * sizeof(float));
     device_zero(s.dkv[0], dkv_elements * sizeof(float));
     const floatX* visiting = qkv;

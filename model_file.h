@@ -172,7 +172,7 @@ inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<fl
         Unit* part_units = gpt2_units(shapes, L);
         std::vector<float> part_values(parameter_count(shapes));
         for (int q = 0; q < g.world; q++) {  // the DP ranks holding this part
-            ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
+            ProcessGrid other = make_grid(g.world, q, g.tp, g.pp, g.cp);
             if (other.tp_rank == tp_rank && other.pp_rank == pp_rank && !received[q].empty())
                 add_to_part(other, part_units, L + 2, received[q], part_values.data());
         }
@@ -190,7 +190,7 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
     const ProcessGrid& g = model->comm->grid;
     std::vector<float> units(model->num_parameters);
     zero_params_to_host(&model->zero, units.data());
-    if (g.dp_rank != 0) units.clear();  // the whole model is the parts of one DP replica
+    if (g.replica_rank != 0) units.clear();  // the whole model is the parts of one DP replica (and of one cp rank)
     std::vector<float> values = gather_in_file_order(model, units, [](const ProcessGrid&, const Unit*, int,
                                                                        const std::vector<float>& part, float* out) {
         memcpy(out, part.data(), part.size() * sizeof(float));
@@ -234,13 +234,13 @@ inline void write_optimizer_file(GPT2* model, const char* dir, int step) {
     for (int k = 0; k < opt.num_buffers; k++) {
         std::vector<float> shard(opt.elements);
         device_to_host(shard.data(), opt.buffers[k], opt.elements * sizeof(float));
-        if (z->stage == 0 && model->comm->grid.dp_rank != 0) shard.clear();  // stage 0: every DP rank holds it all
+        if (z->stage == 0 && model->comm->grid.replica_rank != 0) shard.clear();  // stage 0: every DP rank holds it all
         buffers.push_back(gather_in_file_order(model, shard, [&](const ProcessGrid& other, const Unit* units, int n,
                                                                  const std::vector<float>& part, float* out) {
             std::vector<Unit> laid(units, units + n);  // that rank's shard layout, as zero_init made it
             size_t full, shard_elements;
             zero_lay_out_units(laid.data(), n, z->shards, &full, &shard_elements);
-            zero_shard_to_units(laid.data(), n, z->shards, z->stage == 0 ? 0 : other.dp_rank, part.data(), out);
+            zero_shard_to_units(laid.data(), n, z->shards, z->stage == 0 ? 0 : other.replica_rank, part.data(), out);
         }));
     }
     if (model->comm->grid.rank == 0) checkpoint_write_optimizer(dir, step, buffers);

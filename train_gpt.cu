@@ -1070,7 +1070,7 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
     if (g.rank != 0) return;
     std::vector<std::string> names;
     for (int q = 0; q < g.world; q++) {
-        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp);
+        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp, g.cp);
         names.push_back("rank " + std::to_string(q) + ": stage " + std::to_string(other.pp_rank) + ", dp " +
                         std::to_string(other.dp_rank) + ", tp " + std::to_string(other.tp_rank));
     }

@@ -165,8 +165,8 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     *z = Zero{};
     z->stage = stage;
     z->comm = comm;
-    z->shards = stage == 0 ? 1 : comm->grid.dp;
-    z->shard_rank = stage == 0 ? 0 : comm->grid.dp_rank;
+    z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (comm.h)
+    z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
     z->units = units;
     z->num_units = num_units;
     z->grads_fp32 = grads_fp32;
@@ -416,7 +416,7 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     ZeroPlan plan = {};
     size_t Psi = z->full_elements, X = sizeof(floatX);
     size_t E = z->units[0].padded, H = z->units[z->num_units - 1].padded;
-    int p = z->comm->grid.dp, s = z->stage;
+    int p = z->comm->grid.replicas, s = z->stage;
     size_t G = z->grads_fp32 ? 4 : X;
     unsigned long long g = grad_accum;
     if (s == 0) plan.comm[COMM_ALL_REDUCE] = 2 * ring_bytes(G * Psi, p);

@@ -17,8 +17,9 @@ of the (T,T) probabilities; the backward recomputes each probability from it:
 
 Rows: q, k and v are read from qkv-layout rows ([q | k | v], 3C each, head h at h*hs); sequence b's
 query t is row b * q_rows + q_first + t, its key j row b * kv_rows + kv_first + j, so a block can be
-a chunk of each sequence of a (B, q_rows) batch (cp.h's zig-zag chunks) without copying it out.
-Output, lse, dq and dout follow the queries' rows; dkv ([dk | dv], 2C fp32 per row) the keys'.
+one chunk of each of B sequences (cp.h's zig-zag chunks: q_rows = the chunk's tokens, q_first = where
+the B chunks start) without copying it out.
+Output, lse (NH per row), dq and dout follow the queries' rows; dkv ([dk | dv], 2C fp32 per row) the keys'.
 
 Host twin: a loop over rows (the specification). GPU: version 1, a thread per query row (forward,
 dq) or key row (dk, dv), each looping over the other block: plain and slow, as llm.c's first
@@ -40,8 +41,8 @@ attention kernels are; tiles in shared memory are a later lab's work.
 // on this rank's C channels and NH heads. The pointers travel beside it, as arguments of their own:
 // the emulated CUDA build (tests/emu) translates a kernel's pointer arguments, not a struct's fields
 struct AttentionBlock {
-    int q_rows, q_first;   // sequence b's query t at row b * q_rows + q_first + t of q
-    int kv_rows, kv_first; // its key j at row b * kv_rows + kv_first + j of kv
+    int q_rows, q_first;   // sequence b's query t at row b * q_rows + q_first + t of q (and of out, lse, dq, dout)
+    int kv_rows, kv_first; // its key j at row b * kv_rows + kv_first + j of kv (and of dkv)
     int B, Tq, Tk, C, NH;  // Tq queries and Tk keys of each of B sequences
     bool causal;           // the diagonal block: query t sees keys j <= t only (Tq == Tk)
     bool first;            // forward: no block before this one (what the output and lse hold is ignored)
@@ -68,7 +69,7 @@ HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, con
     int hs = a.C / a.NH;
     size_t row = attention_block_q_row(a, b, t);
     float* o = out + row * a.C + h * hs;
-    float* row_lse = lse + ((size_t)b * a.NH + h) * a.q_rows + a.q_first + t;
+    float* row_lse = lse + row * a.NH + h;
     float m = a.first ? -INFINITY : *row_lse, l = a.first ? 0.0f : 1.0f;  // the blocks so far: weight 1 at m = lse
     if (a.first) for (int i = 0; i < hs; i++) o[i] = 0.0f;
     for (int j = 0; j < attention_block_keys(a, t); j++) {
@@ -83,20 +84,19 @@ HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, con
     *row_lse = m + logf(l);
 }
 
-// D = dout . out for query t of head h (out: what the forward returned, floatX)
-HOST_DEVICE inline void attention_block_row_dot_row(int row, int h, float* D, const floatX* dout, const floatX* out, int rows,
-                                                    int C, int NH) {
-    int hs = C / NH, b = row / rows, t = row % rows;
+// D = dout . out for one query row and head h (out: what the forward returned, floatX)
+HOST_DEVICE inline void attention_block_row_dot_row(size_t row, int h, float* D, const floatX* dout, const floatX* out, int C, int NH) {
+    int hs = C / NH;
     float d = 0.0f;
-    for (int i = 0; i < hs; i++) d += to_float(dout[(size_t)row * C + h * hs + i]) * to_float(out[(size_t)row * C + h * hs + i]);
-    D[((size_t)b * NH + h) * rows + t] = d;
+    for (int i = 0; i < hs; i++) d += to_float(dout[row * C + h * hs + i]) * to_float(out[row * C + h * hs + i]);
+    D[row * NH + h] = d;
 }
 
 // dq of query t, head h: the block's keys' share
 HOST_DEVICE inline void attention_block_dq_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t,
                                                float* dq, const floatX* dout, const float* lse, const float* D) {
     int hs = a.C / a.NH;
-    size_t row = attention_block_q_row(a, b, t), stat = ((size_t)b * a.NH + h) * a.q_rows + a.q_first + t;
+    size_t row = attention_block_q_row(a, b, t), stat = row * a.NH + h;
     const floatX* dy = dout + row * a.C + h * hs;
     float* dq_row = dq + row * a.C + h * hs;
     float scale = 1.0f / sqrtf((float)hs);
@@ -118,7 +118,7 @@ HOST_DEVICE inline void attention_block_dkv_row(const AttentionBlock& a, const f
     float* dv = dk + a.C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int t = a.causal ? j : 0; t < a.Tq; t++) {
-        size_t row = attention_block_q_row(a, b, t), stat = ((size_t)b * a.NH + h) * a.q_rows + a.q_first + t;
+        size_t row = attention_block_q_row(a, b, t), stat = row * a.NH + h;
         const floatX* dy = dout + row * a.C + h * hs;
         const floatX* query = q + row * 3 * a.C + h * hs;
         float p = expf(attention_block_score(a, q, kv, b, h, t, j) - lse[stat]), dp = 0.0f;
@@ -149,9 +149,9 @@ inline void attention_block_backward_host(const AttentionBlock& a, const floatX*
         for (int h = 0; h < a.NH; h++)
             for (int j = 0; j < a.Tk; j++) attention_block_dkv_row(a, q, kv, b, h, j, dkv, dout, lse, D);
 }
-inline void attention_block_row_dot_host(float* D, const floatX* dout, const floatX* out, int B, int rows, int C, int NH) {
+inline void attention_block_row_dot_host(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     #pragma omp parallel for
-    for (int i = 0; i < B * rows * NH; i++) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, rows, C, NH);
+    for (int i = 0; i < rows * NH; i++) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, C, NH);
 }
 inline void attention_block_output_host(floatX* out, const float* acc, size_t n) {
     #pragma omp parallel for
@@ -178,9 +178,9 @@ __global__ void attention_block_dkv_kernel(AttentionBlock a, const floatX* q, co
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (b, h, j)
     if (i < a.B * a.NH * a.Tk) attention_block_dkv_row(a, q, kv, i / (a.NH * a.Tk), (i / a.Tk) % a.NH, i % a.Tk, dkv, dout, lse, D);
 }
-__global__ void attention_block_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int rows, int C, int NH) {
+__global__ void attention_block_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (row, h)
-    if (i < B * rows * NH) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, rows, C, NH);
+    if (i < rows * NH) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, C, NH);
 }
 __global__ void attention_block_output_kernel(floatX* out, const float* acc, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -191,7 +191,7 @@ __global__ void attention_block_gradients_kernel(floatX* dqkv, const float* dq, 
     if (row < rows) dqkv[i] = from_float(c < (size_t)C ? dq[row * C + c] : dkv[row * 2 * C + c - C]);
 }
 
-// the block's keys merged into out (B rows of q_rows, C fp32) and lse (B, NH, q_rows)
+// the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
 inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
     if (a.B * a.NH * a.Tq == 0) return;  // a grid of 0 blocks is a launch error (so in every launcher below)
     attention_block_forward_kernel<<<ceil_div(a.B * a.NH * a.Tq, 128), 128>>>(a, q, kv, out, lse);
@@ -206,10 +206,10 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
     attention_block_dkv_kernel<<<ceil_div(a.B * a.NH * a.Tk, 128), 128>>>(a, q, kv, dkv, dout, lse, D);
     launchCheck();
 }
-// D (B, NH, rows) = dout . out per query row and head, for every block's backward
-inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int B, int rows, int C, int NH) {
-    if (B * rows * NH == 0) return;
-    attention_block_row_dot_kernel<<<ceil_div(B * rows * NH, 256), 256>>>(D, dout, out, B, rows, C, NH);
+// D (rows, NH) = dout . out per query row and head, for every block's backward
+inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+    if (rows * NH == 0) return;
+    attention_block_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
     launchCheck();
 }
 // the fp32 output of the last block, in floatX
@@ -232,8 +232,8 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
                                      const floatX* dout, const float* lse, const float* D) {
     attention_block_backward_host(a, q, kv, dq, dkv, dout, lse, D);
 }
-inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int B, int rows, int C, int NH) {
-    attention_block_row_dot_host(D, dout, out, B, rows, C, NH);
+inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+    attention_block_row_dot_host(D, dout, out, rows, C, NH);
 }
 inline void attention_block_output(floatX* out, const float* acc, size_t n) { attention_block_output_host(out, acc, n); }
 inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {

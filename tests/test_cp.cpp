@@ -4,7 +4,7 @@ against one rank's causal attention (kernels/attention.cuh's host twin, which te
 and the PyTorch comparisons prove) on the same whole sequences:
   - each rank's zig-zag tokens (chunks r and 2c-1-r of 2c) taken out of B whole sequences; the ring's
     output and its q, k, v gradients equal the whole attention's rows at those positions (causal);
-  - cp_position maps every local token of every rank to a distinct position of the sequence;
+  - cp_batch_index maps every local token of every rank to a distinct token of the micro-batch;
   - one rank alone (a ring of one) through the same code, at several chunk sizes: the same result.
 Prints "N passed, M failed" on rank 0; exit 1 on any failure.
 */
@@ -27,12 +27,9 @@ static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
 
 // rank r's local rows of (B, T, width) whole rows: its T/c tokens of each sequence, in cp.h's order
 static std::vector<float> local_rows(const std::vector<float>& whole, int B, int T, int width, int c, int r) {
-    int T_local = T / c;
-    std::vector<float> mine((size_t)B * T_local * width);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T_local; t++)
-            for (int i = 0; i < width; i++)
-                mine[((size_t)b * T_local + t) * width + i] = whole[((size_t)b * T + cp_position(c, r, t, T_local)) * width + i];
+    std::vector<float> mine((size_t)B * (T / c) * width);
+    for (size_t row = 0; row < (size_t)B * (T / c); row++)
+        for (int i = 0; i < width; i++) mine[row * width + i] = whole[cp_batch_index(c, r, B, T, row) * width + i];
     return mine;
 }
 static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -51,8 +48,8 @@ static void ring_equals_whole(Comm* ring, int B, int T, int C, int NH) {
     // this rank's part, round the ring
     std::vector<float> my_qkv = local_rows(qkv, B, T, 3 * C, c, r), my_dout = local_rows(dout, B, T, C, c, r);
     size_t rows = (size_t)B * T_local;
-    std::vector<float> my_out(rows * C), lse((size_t)B * NH * T_local), my_dqkv(rows * 3 * C);
-    std::vector<float> blocks(2 * rows * 3 * C), dkv(2 * rows * 2 * C), acc(rows * C), dq(rows * C), D((size_t)B * NH * T_local);
+    std::vector<float> my_out(rows * C), lse(rows * NH), my_dqkv(rows * 3 * C);
+    std::vector<float> blocks(2 * rows * 3 * C), dkv(2 * rows * 2 * C), acc(rows * C), dq(rows * C), D(rows * NH);
     RingBuffers s = {{blocks.data(), blocks.data() + rows * 3 * C}, {dkv.data(), dkv.data() + rows * 2 * C}, acc.data(), dq.data(), D.data()};
     ring_attention_forward(ring, my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
     ring_attention_backward(ring, my_dqkv.data(), my_dout.data(), my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
@@ -64,11 +61,15 @@ static void ring_equals_whole(Comm* ring, int B, int T, int C, int NH) {
     if (r == 0) printf("ring of %d, B %d T %d C %d NH %d: output max |diff| %.2e, dq dk dv %.2e\n", c, B, T, C, NH, out_diff, grad_diff);
 }
 
-// every position of the sequence held by exactly one (rank, local token)
-static void positions_cover_once(int c, int T) {
-    std::vector<int> seen(T, 0);
+// every token of the micro-batch held by exactly one (rank, local token); each half's rows are
+// consecutive positions of one sequence, chunk by chunk
+static void tokens_cover_once(int c, int B, int T) {
+    std::vector<int> seen((size_t)B * T, 0);
     for (int r = 0; r < c; r++)
-        for (int t = 0; t < T / c; t++) seen[cp_position(c, r, t, T / c)]++;
+        for (size_t i = 0; i < (size_t)B * T / c; i++) {
+            seen[cp_batch_index(c, r, B, T, i)]++;
+            if (i % (T / (2 * c)) != 0) EXPECT(cp_batch_index(c, r, B, T, i) == cp_batch_index(c, r, B, T, i - 1) + 1);
+        }
     for (int n : seen) EXPECT(n == 1);
 }
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
     comm_start(&argc, &argv, &world, &rank, &local_rank);
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, 1, 1, false);  // the DP group is every rank: the ring
-    for (int c = 1; c <= 8; c++) positions_cover_once(c, 2 * c * 3);
+    for (int c = 1; c <= 8; c++) tokens_cover_once(c, 3, 2 * c * 3);
     ring_equals_whole(&comm.dp, 2, 4 * world, 8, 2);
     ring_equals_whole(&comm.dp, 1, 2 * world, 12, 3);  // one token a chunk
     if (rank == 0) {  // a ring of one: the zig-zag's two chunks, nothing sent

@@ -184,8 +184,8 @@ static void attention_block(int B, int chunk, int C, int NH) {
     vector<float> acc(n), lse(stats), D(stats), dq = randf(n, 42), dkv = randf(2 * n, 43);
     floatX *d_qkv = upload(qkv), *d_dout = upload(dout), *d_out = upload(out), *d_dqkv = upload(dqkv);
     float *d_acc = upload(acc), *d_lse = upload(lse), *d_D = upload(D), *d_dq = upload(dq), *d_dkv = upload(dkv);
-    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, false, true},
-                                {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, true, false}};
+    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, false, true},  // each sequence's rows
+                                {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, true, false}};  // are chunk 0, chunk 1
     for (const AttentionBlock& a : blocks) {
         attention_block_forward(a, d_qkv, d_qkv, d_acc, d_lse);
         attention_block_forward_host(a, qkv.data(), qkv.data(), acc.data(), lse.data());
@@ -194,8 +194,8 @@ static void attention_block(int B, int chunk, int C, int NH) {
     check("attention_block_forward lse", download(d_lse, stats), lse);
     attention_block_output(d_out, d_acc, n);
     attention_block_output_host(out.data(), acc.data(), n);
-    attention_block_row_dot(d_D, d_dout, d_out, B, rows, C, NH);
-    attention_block_row_dot_host(D.data(), dout.data(), out.data(), B, rows, C, NH);
+    attention_block_row_dot(d_D, d_dout, d_out, B * rows, C, NH);
+    attention_block_row_dot_host(D.data(), dout.data(), out.data(), B * rows, C, NH);
     check("attention_block_row_dot", download(d_D, stats), D);
     for (const AttentionBlock& a : blocks) {
         attention_block_backward(a, d_qkv, d_qkv, d_dq, d_dkv, d_dout, d_lse, d_D);
@@ -307,7 +307,7 @@ static void zero_sizes() {
     AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, true, true};  // no sequences
     attention_block_forward(none, x, x, f, f);
     attention_block_backward(none, x, x, f, f, x, f, f);
-    attention_block_row_dot(f, x, x, 0, 4, 8, 2);
+    attention_block_row_dot(f, x, x, 0, 8, 2);
     attention_block_output(x, f, 0);
     attention_block_gradients(x, f, f, 0, 8);
     bool ok = cudaGetLastError() == cudaSuccess;
