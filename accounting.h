@@ -31,12 +31,12 @@ after GPT2.
 // -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
 // same whether allocated or not) and what it sends over each of its groups per step (the
 // formulas of zero.h and tp.h), beside what the first step measured
-enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };
+enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, GROUP_CP, NUM_COMM_GROUPS };
 
-[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding"};
+[[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding", "cp"};
 
 inline Comm* comm_group(Collectives* c, int group) {
-    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding};
+    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding, &c->cp};
     return groups[group];
 }
 
@@ -53,7 +53,8 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
         if (recompute_keeps(model->recompute, t))
-            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel);
+            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel,
+                                                              model->layout.cp);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2
@@ -82,6 +83,9 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     // the tied embedding: the unit's gradient shard summed over {first, last} stage
     int ends = model->comm->embedding.size;
     a.comm[GROUP_EMBEDDING][COMM_ALL_REDUCE] = ends > 1 ? 2 * ring_bytes(G * unit_shard(&model->zero, 0), ends) : 0;
+    // -cp: each layer's ring attention, forward (again per rerun of the block) and backward (cp.h)
+    a.comm[GROUP_CP][COMM_SEND] = (unsigned long long)grad_accum * L *
+        cp_ring_bytes_per_layer(model->layout.cp, B, T, c.channels / tp, block_forwards);
     return a;
 }
 
@@ -104,8 +108,9 @@ inline std::string accounting_json(const Accounting& a) {
 inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     const ProcessGrid& g = model->comm->grid;
     const Zero& z = model->zero;
-    printf("[rank %d] grid dp=%d tp=%d%s pp=%d (dp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
-           g.rank, g.dp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    printf("[rank %d] grid dp=%d cp=%d tp=%d%s pp=%d (dp_rank %d, cp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
+           g.rank, g.dp, g.cp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank, g.cp_rank,
+           g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
     if (g.rank == 0) {
         printf("parameter tensors held by this rank (layers x rows x cols):\n");
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
@@ -130,14 +135,15 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
                (size_t)model->holds.weight_slots * gpt2_layers(model) *
                layer_output_gradient_elements((size_t)B * T, tokens_held(model, B * T), model->config.channels, model->layout.tp) *
                    sizeof(floatX));
-    printf("[rank %d]   %-22s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding");
+    printf("[rank %d]   %-22s %14s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding",
+           "cp group");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
-        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
-               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"tp\": %d, \"sp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
+        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
+               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k], a.comm[GROUP_CP][k]);
+    printf("{\"rank\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"sp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
            "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
            "\"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
+           g.rank, g.dp, g.cp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
            model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }
@@ -216,12 +222,12 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
 
 // -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
-    Accounting plan = gpt2_plan(model, tc.B, tc.T, grad_accum);
+    Accounting plan = gpt2_plan(model, model->B, model->T, grad_accum);  // T: the tokens of a sequence a rank holds (-cp)
     for (int r = 0; r < model->comm->grid.world; r++) {
-        if (r == model->comm->grid.rank) print_plan(model, plan, tc.B, tc.T);
+        if (r == model->comm->grid.rank) print_plan(model, plan, model->B, model->T);
         comm_barrier(&model->comm->world);
     }
-    if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, tc.B, tc.T, grad_accum);
+    if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, model->B, model->T, grad_accum);
 }
 
 // a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in

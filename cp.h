@@ -46,7 +46,7 @@ Read ring_attention_forward first. Applied in train_gpt.cu: the attention of blo
 block_backward when -cp > 1 (the grid's cp group), the token positions of the embedding.
 */
 #pragma once
-// defines: cp_chunk, cp_batch_index, RingBuffers, ring_attention_forward, ring_attention_backward,
+// defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_attention_forward, ring_attention_backward,
 //          cp_ring_bytes_per_layer, cp_for_each_block
 #include "comm.h"                       // defines: Comm, comm_send_recv
 #include "kernels/attention_block.cuh"  // defines: AttentionBlock, attention_block_forward, attention_block_backward, ...
@@ -59,6 +59,13 @@ inline size_t cp_batch_index(int c, int r, int B, int T, size_t i) {
     size_t chunk_tokens = T / (2 * c), half_tokens = (size_t)B * chunk_tokens;
     size_t half = i / half_tokens, b = i % half_tokens / chunk_tokens;
     return b * T + cp_chunk(c, r, (int)half) * chunk_tokens + i % chunk_tokens;
+}
+
+// which rank holds position p of one sequence of T tokens (B = 1), and at which of its local rows
+inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
+    int chunk_tokens = T / (2 * c), chunk = p / chunk_tokens, half = chunk < c ? 0 : 1;
+    *rank = half == 0 ? chunk : 2 * c - 1 - chunk;
+    *row = (size_t)half * chunk_tokens + p % chunk_tokens;
 }
 
 // the scratch of a ring (cp.h's header: sizes): blocks of qkv rows in flight, their dk dv sums,

@@ -46,6 +46,7 @@ struct TrainConfig {
     int zero_stage = 0;
     int tp = 1, pp = 1;
     int sequence_parallel = 0;               // -sp 1: Megatron's sequence parallelism over the TP group (tp.h)
+    int cp = 1;                              // -cp: context-parallel ranks, each sequence split over them (cp.h)
     const char* schedule = "1f1b";           // 1f1b | gpipe | zb | interleaved (pipeline.h)
     int chunks = 1;                          // -vp: model chunks per stage under interleaved 1F1B
     const char* stage_layers = NULL;         // -pl "1,3,3,1": layers per pipeline stage (NULL: even)
@@ -96,6 +97,7 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
         {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
         {"-sp", OPT_INT, &tc->sequence_parallel, "1: sequence parallelism with -tp: LayerNorms and the residual stream on 1/tp of the tokens, f and g as all-gather and reduce-scatter (tp.h)", 0, 1},
+        {"-cp", OPT_INT, &tc->cp, "context-parallel ranks: each sequence cut into 2cp chunks, rank r holding chunks r and 2cp-1-r, attention round a ring (cp.h); dp = world / (cp * tp * pp)", 1, 1 << 16},
         {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
         {"-pl", OPT_STRING, &tc->stage_layers, "layers of each pipeline stage, comma-separated, e.g. 1,3,3,1 (none: L/pp each, the first L % pp stages one more); -plan suggests a split balanced against the LM head"},
         {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown), gpipe (all forwards, then all backwards), zb (ZB-H1: 1F1B with weight gradients deferred into the bubble) or interleaved (1F1B over -vp chunks a stage)"},

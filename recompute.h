@@ -20,7 +20,8 @@ per tensor-parallel rank NH/tp and C/tp, stats (mean, rstd) in fp32:
     -r 2: X*(2*N*C +  8*N*C/tp + B*(NH/tp)*T*T) + 16*N
     -r 3: X*N*C
 With -sp (tp.h) the terms in N*C and N hold N/tp tokens: -r 0 keeps X*(4*N*C/tp + 12*N*C/tp + ...)
-+ 16*N/tp, every tensor of the layer divided by tp but the attention scores.
++ 16*N/tp, every tensor of the layer divided by tp but the attention scores. With -cp (cp.h) N is
+B*T/cp, and ring attention keeps 4*N*NH/tp bytes of log-sum-exp in place of X*B*(NH/tp)*T*T.
 plus, once, one layer of every tensor that is not kept. Read recompute_keeps first.
 
 Applied in train_gpt.cu: activation_buffer_list (what is allocated per layer or once),
@@ -63,6 +64,9 @@ inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int 
     }
 }
 
-inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel) {
+// bytes of tensor t for one layer on one rank; T is the tokens of a sequence the rank holds (T/cp
+// under -cp), and ring attention (cp > 1, cp.h) keeps each row's log-sum-exp, fp32, in place of att
+inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel, int cp) {
+    if (t == ATT && cp > 1) return (size_t)B * T * (NH / tp) * sizeof(float);
     return layer_activation_elements(t, B, T, C, NH, tp, sequence_parallel) * (is_statistic(t) ? sizeof(float) : sizeof(floatX));
 }

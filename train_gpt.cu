@@ -78,6 +78,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars, comm_fail_all
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_gather_unit, zero_reduce_unit, ...
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
+#include "cp.h"                    // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
 #include "checkpoint.h"            // defines: checkpoint_model_path (model_file.h: the rest)
 #include "options.h"               // defines: TrainConfig, parse_args, print_usage
@@ -106,6 +107,7 @@ struct ModelLayout {
     int pp, pp_rank;        // pipeline parallel: this rank holds the layers of its chunks...
     std::vector<LayerRange> chunks;  // ...one range (chunk 0), or V under interleaved 1F1B (pipeline.h)
     bool sequence_parallel = false;  // -sp: outside the TP pairs this rank holds 1/tp of the tokens (tp.h)
+    int cp = 1, cp_rank = 0;         // -cp: this rank holds 1/cp of every sequence, its zig-zag chunks (cp.h)
 };
 
 // the whole model, as one rank alone holds it and as files store it
@@ -299,7 +301,8 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_held)
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
-    floatX* attention;  // attention_scratch_elements
+    floatX* attention;  // attention_scratch_elements (one rank's attention)
+    RingBuffers ring;   // -cp: ring attention's blocks in flight, their dk dv sums, fp32 output, dq, D (cp.h)
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
     int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward
@@ -312,6 +315,7 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
 struct LayerActivations {
     floatX *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* lse;  // -cp: ring attention keeps each row's log-sum-exp where att would be (cp.h)
 };
 
 // ----------------------------------------------------------------------------
@@ -358,12 +362,12 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t layer = recompute_keeps(model->recompute, t) ? l - a.first_layer : 0;
         at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp,
-                                                                    model->layout.sequence_parallel);
+                                                                    model->layout.sequence_parallel, model->layout.cp);
     }
     return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
                             (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
                             (floatX*)at[RESIDUAL3], (float*)at[LN1_MEAN], (float*)at[LN1_RSTD],
-                            (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
+                            (float*)at[LN2_MEAN], (float*)at[LN2_RSTD], (float*)at[ATT]};
 }
 
 // -sp: a LayerNorm's weight and bias gradients (ln1, ln2, lnf) are sums over the tokens, and each
@@ -437,6 +441,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     bool sp = model->layout.sequence_parallel;
+    size_t ring = model->layout.cp > 1 ? 1 : 0;  // -cp: ring attention's scratch in place of one rank's
     size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
     LayerOutputGradients& g = s.layer_grads;
@@ -458,12 +463,12 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         };
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
-                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, KEPT});
+                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp, model->layout.cp), 1, KEPT});
         specs.insert(specs.end(), kept.begin(), kept.end());
     }
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
-            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, WORK});
+            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp, model->layout.cp), 1, WORK});
     // kept from B to W: the layers' output gradients
     specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, BT_held, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = {
@@ -474,7 +479,11 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
         {(void**)&g.ln2, BT_held * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
         {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT_held * C, X, WORK},
-        {(void**)&s.attention, attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
+        {(void**)&s.attention, ring ? 0 : attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
+        {(void**)&s.ring.block[0], ring * BT * 3 * C_rank, X, WORK}, {(void**)&s.ring.block[1], ring * BT * 3 * C_rank, X, WORK},
+        {(void**)&s.ring.dkv[0], ring * BT * 2 * C_rank, FP32, WORK}, {(void**)&s.ring.dkv[1], ring * BT * 2 * C_rank, FP32, WORK},
+        {(void**)&s.ring.out, ring * BT * C_rank, FP32, WORK}, {(void**)&s.ring.dq, ring * BT * C_rank, FP32, WORK},
+        {(void**)&s.ring.D, ring * BT * NH_rank, FP32, WORK},
         {(void**)&s.loss_max, BT, FP32, WORK}, {(void**)&s.loss_sum, BT, FP32, WORK}, {(void**)&s.loss_target, BT, FP32, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
@@ -531,13 +540,28 @@ inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, in
     gelu_forward(la.fch_gelu, la.fch, (size_t)B * T * 4 * model->config.channels / model->layout.tp);
 }
 
+// attention of the rank's heads over whole sequences: one rank's (kernels/attention.cuh), or under
+// -cp, where a rank holds B sequences' T/cp zig-zag tokens (T here), round the ring (cp.h)
+inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, int B, int T) {
+    int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
+    Comm* cp = &model->comm->cp;
+    if (model->layout.cp > 1) ring_attention_forward(cp, la.atty, la.lse, la.qkv, model->scratch.ring, B, T, C_rank, NH_rank);
+    else attention_forward(la.atty, la.att, la.qkv, model->scratch.attention, B, T, C_rank, NH_rank);
+}
+inline void sequence_attention_backward(GPT2* model, const LayerActivations& la, floatX* dqkv, const floatX* datty, int B, int T) {
+    int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
+    ScratchTensors& s = model->scratch;
+    if (model->layout.cp > 1) ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.ring, B, T, C_rank, NH_rank);
+    else attention_backward(dqkv, datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
+}
+
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
 // Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h). The
 // LayerNorms and the residual adds run on the tokens this rank holds (N_held: all N, or N/tp
 // under -sp, when f gathers the LayerNorm's output and g scatters the sum); the pair on all N.
 inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     const GPT2Config& c = model->config;
-    int tp_size = model->layout.tp, C = c.channels, C_rank = C / tp_size, NH_rank = c.num_heads / tp_size, N = B * T;
+    int C = c.channels, C_rank = C / model->layout.tp, N = B * T;
     size_t held = (size_t)tokens_held(model, N) * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
@@ -549,7 +573,7 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     block_ln1(model, a, l, B, T);
     tp_f_forward(tp, la.ln1, ln1, held);
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
-    attention_forward(la.atty, la.att, la.qkv, s.attention, B, T, C_rank, NH_rank);
+    sequence_attention_forward(model, la, B, T);
     matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
     bias_forward(proj, w.attprojb, held / C, C);  // after the sum over TP ranks: added once
@@ -581,7 +605,7 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
 // it: W needs them as the gradients of fcproj's and attproj's outputs.
 inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
     const GPT2Config& c = model->config;
-    int tp_size = model->layout.tp, C = c.channels, C_rank = C / tp_size, NH_rank = c.num_heads / tp_size, N = B * T;
+    int C = c.channels, C_rank = C / model->layout.tp, N = B * T;
     int N_held = tokens_held(model, N);
     size_t held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
@@ -599,7 +623,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     // attention; s.dresidual is now the gradient of residual2
     tp_g_backward(tp, s.dresidual, d.attproj, held);
     matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
-    attention_backward(d.qkv, s.datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
+    sequence_attention_backward(model, la, d.qkv, s.datty, B, T);
     matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
     tp_f_backward(tp, dln1, d.ln1, held);
     layernorm_backward_input(s.dresidual, d.ln1, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C);
@@ -639,26 +663,43 @@ inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B
 
 struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B,T); targets NULL: no loss
 
+// the micro-batch's tokens as runs of consecutive positions: one (B,T) batch, or under -cp the
+// rank's two halves, each a (B, T/2) batch from its chunk's first position on (cp.h);
+// visit(first token, first position, T of the run)
+template <typename Visit> inline void for_each_position_run(const GPT2* model, int B, int T, Visit visit) {
+    int c = model->layout.cp;
+    if (c == 1) { visit((size_t)0, 0, T); return; }
+    for (int half = 0; half < 2; half++) visit((size_t)half * B * (T / 2), cp_chunk(c, model->layout.cp_rank, half) * (T / 2), T / 2);
+}
+
 // vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only) for all B*T
 // tokens, then g: summed (-sp: this rank's tokens of the sum)
 inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
+    int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
     floatX* whole = tp_whole(tp, a.input, model->scratch.proj);
-    encoder_forward(whole, model->scratch.inputs, e.wte, positions, B, T, model->config.channels, vocab_range(model));
-    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T) * model->config.channels);
+    for_each_position_run(model, B, T, [&](size_t first, int position, int run) {
+        encoder_forward(whole + first * C, model->scratch.inputs + first, e.wte, positions ? positions + (size_t)position * C : NULL,
+                        B, run, C, vocab_range(model));
+    });
+    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T) * C);
 }
 // the embedding's backward (g's: the identity, or -sp's gather): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
     Zero* z = &model->zero;
+    int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     floatX* dwhole = tp_whole(tp, model->scratch.dresidual, model->scratch.gathered);
-    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T) * model->config.channels);
-    encoder_backward(de.wte, de.wpe, dwhole, tokens, model->scratch.token_buckets, B, T, model->config.channels, vocab_range(model));
+    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T) * C);
+    for_each_position_run(model, B, T, [&](size_t first, int position, int run) {
+        encoder_backward(de.wte, de.wpe + (size_t)position * C, dwhole + first * C, tokens + first, model->scratch.token_buckets, B,
+                         run, C, vocab_range(model));
+    });
 }
 
 inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
@@ -833,6 +874,15 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
     return stage;
 }
 
+// this rank's tokens of a (B,T) micro-batch: all of them, or under -cp its zig-zag chunks of each
+// sequence, in cp_batch_index's order (cp.h)
+inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int B, int T) {
+    int c = model->layout.cp;
+    std::vector<int> mine((size_t)B * T / c);
+    for (size_t i = 0; i < mine.size(); i++) mine[i] = tokens[c == 1 ? i : cp_batch_index(c, model->layout.cp_rank, B, T, i)];
+    return mine;
+}
+
 // one micro-batch through every stage, forward only (validation, sampling), in set 0; returns
 // the token losses' sum on the last stage (0 elsewhere, and without targets)
 inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T) {
@@ -880,19 +930,21 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     // the step's loss is the mean over all its tokens on all ranks: summing gradients over
     // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
-    // every stage reads the same micro-batches: its DP rank's slice of each, in order
+    // every stage reads the same micro-batches: its DP rank's slice of each, in order (-cp: the
+    // rank's T/cp tokens of each sequence)
     std::vector<std::vector<int>> inputs(grad_accum), targets(grad_accum);
     std::vector<MicroBatch> batches(grad_accum);
     for (int k = 0; k < grad_accum; k++) {
         dataloader_next_batch(loader);
-        inputs[k].assign(loader->inputs, loader->inputs + B * T);
-        targets[k].assign(loader->targets, loader->targets + B * T);
+        inputs[k] = tokens_of_rank(model, loader->inputs, B, T);
+        targets[k] = tokens_of_rank(model, loader->targets, B, T);
         batches[k] = MicroBatch{inputs[k].data(), targets[k].data()};
     }
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum,
                                                              gpt2_chunks(model));
-    double loss_sum = run_schedule(pipeline_stage(model, batches, dloss, B, T), schedule, &model->comm->pp, &r.timing);
+    int T_rank = T / model->layout.cp;
+    double loss_sum = run_schedule(pipeline_stage(model, batches, dloss, B, T_rank), schedule, &model->comm->pp, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
@@ -922,38 +974,54 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next_batch(loader);
-        sum += forward_only(model, MicroBatch{loader->inputs, loader->targets}, loader->B, loader->T);
+        std::vector<int> inputs = tokens_of_rank(model, loader->inputs, loader->B, loader->T);
+        std::vector<int> targets = tokens_of_rank(model, loader->targets, loader->B, loader->T);
+        sum += forward_only(model, MicroBatch{inputs.data(), targets.data()}, loader->B, loader->T / model->layout.cp);
     }
     comm_all_reduce_scalars(&model->comm->pp, &sum, 1);
-    comm_all_reduce_scalars(&model->comm->dp, &sum, 1);
+    comm_all_reduce_scalars(&model->comm->dp, &sum, 1);  // over dp x cp: each cp rank has its tokens' losses
     return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
+}
+
+// the logits that follow `context` tokens, into scratch.logit_row on every rank: one forward of
+// them padded with EOT to a multiple of the ranks that split the sequence (-sp's tp, -cp's 2cp
+// chunks; attention is causal, so what follows the last real position does not change its
+// logits). The last stage all-gathers that position's logit columns from its TP ranks; under -cp
+// the rank holding the position sends them round its ring; then to the other stages.
+inline void next_token_logits(GPT2* model, const int* context_tokens, int context) {
+    const ModelLayout& lay = model->layout;
+    int Vp = model->config.padded_vocab_size, columns = vocab_range(model).rows;
+    int multiple = (lay.cp > 1 ? 2 * lay.cp : 1) * (lay.sequence_parallel ? lay.tp : 1);
+    int padded = (context + multiple - 1) / multiple * multiple;  // <= T, a multiple of `multiple` (check_batch_flags)
+    std::vector<int> window(padded, GPT2_EOT);
+    std::copy(context_tokens, context_tokens + context, window.begin());
+    std::vector<int> mine = tokens_of_rank(model, window.data(), 1, padded);
+    forward_only(model, MicroBatch{mine.data(), NULL}, 1, padded / lay.cp);
+    int owner = 0;                  // the cp rank holding the last position, and its row there
+    size_t row = context - 1;
+    if (lay.cp > 1) cp_locate(lay.cp, padded, context - 1, &owner, &row);
+    if (is_last_stage(lay)) {
+        comm_all_gather(&model->comm->tp, activation_set(model, gpt2_chunks(model) - 1, 0).logits + row * columns,
+                        model->scratch.logit_row, columns);
+        comm_broadcast(&model->comm->cp, model->scratch.logit_row, Vp, owner);
+    }
+    comm_broadcast(&model->comm->pp, model->scratch.logit_row, Vp, lay.pp - 1);
 }
 
 // samples `n` tokens after EOT at `temperature`, one full forward per token over the last
 // T tokens (simple, not fast: no KV cache). A collective: every rank calls it with the
-// same Rng state and so draws the same tokens. The last stage all-gathers the last
-// position's logit columns from its TP ranks and broadcasts them to the other stages. Under -sp
-// the window is padded with EOT to a multiple of tp tokens: attention is causal, so what follows
-// the last real position does not change its logits.
+// same Rng state and so draws the same tokens.
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
-    int* tokens = (int*)malloc((n + 1) * sizeof(int));
-    std::vector<int> window(model->T);
-    floatX* row = (floatX*)malloc(c.padded_vocab_size * sizeof(floatX));
+    int T = model->T * model->layout.cp;  // a whole sequence (activations hold T/cp of it)
+    std::vector<int> tokens(n + 1);
+    std::vector<floatX> row(c.padded_vocab_size);
     std::vector<double> weights(c.vocab_size);
-    int columns = vocab_range(model).rows;
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
-        int context = t < model->T ? t : model->T, tp = model->layout.sequence_parallel ? model->layout.tp : 1;
-        int padded = (context + tp - 1) / tp * tp;  // <= T, a multiple of tp (check_batch_flags)
-        window.assign(padded, GPT2_EOT);
-        std::copy(tokens + (t - context), tokens + t, window.begin());
-        forward_only(model, MicroBatch{window.data(), NULL}, 1, padded);
-        if (is_last_stage(model->layout))
-            comm_all_gather(&model->comm->tp, activation_set(model, gpt2_chunks(model) - 1, 0).logits + (size_t)(context - 1) * columns,
-                            model->scratch.logit_row, columns);
-        comm_broadcast(&model->comm->pp, model->scratch.logit_row, c.padded_vocab_size, model->layout.pp - 1);
-        device_to_host(row, model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
+        int context = t < T ? t : T;
+        next_token_logits(model, tokens.data() + (t - context), context);
+        device_to_host(row.data(), model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
         float maxval = -INFINITY;
         for (int v = 0; v < c.vocab_size; v++) maxval = fmaxf(maxval, to_float(row[v]));
         double sum = 0.0;
@@ -966,8 +1034,6 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
         }
         tokens[t] = out[t - 1] = next;
     }
-    free(tokens);
-    free(row);
 }
 
 // one JSON object per optimizer step (docs/flags.md: Log rows)
@@ -999,8 +1065,12 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
         comm_fail_all("-pl with -ps interleaved: its chunks split the layers evenly (pipeline.h)");
     if (tc->sequence_parallel && grid.tp == 1) comm_fail_all("-sp 1 splits the tokens over the TP ranks; it needs -tp > 1");
-    if (tc->sequence_parallel && tc->T % grid.tp != 0)  // micro-batches and sampling's windows of up to T tokens
+    if (tc->sequence_parallel && grid.cp == 1 && tc->T % grid.tp != 0)  // micro-batches and sampling's windows of up to T
         comm_fail_all("-sp 1: -t %d must be a multiple of -tp %d, each TP rank holding 1/tp of the tokens", tc->T, grid.tp);
+    int cp_multiple = 2 * grid.cp * (tc->sequence_parallel ? grid.tp : 1);
+    if (grid.cp > 1 && tc->T % cp_multiple != 0)
+        comm_fail_all("-cp %d: -t %d must be a multiple of 2*cp%s = %d: each sequence is cut into 2cp chunks (cp.h)%s", grid.cp,
+                      tc->T, tc->sequence_parallel ? "*tp" : "", cp_multiple, tc->sequence_parallel ? ", each rank's split over tp" : "");
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
@@ -1028,7 +1098,7 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
     printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
            PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
            model->num_parameters);
-    printf("grid: %d ranks = dp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.tp,
+    printf("grid: %d ranks = dp %d x cp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.cp, g.tp,
            tc.sequence_parallel ? " (sequence-parallel)" : "", g.pp, tc.zero_stage, use_nccl ? "NCCL" : "MPI");
     if (g.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
         printf(" | %s schedule, %d chunk(s) a stage, bubble %.3f with equal stages", tc.schedule, gpt2_chunks(model),
@@ -1083,10 +1153,12 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
     gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0, allocate,
                tc.stage_layers, tc.chunks);
     model->layout.sequence_parallel = tc.sequence_parallel;
+    model->layout.cp = comm->grid.cp;
+    model->layout.cp_rank = comm->grid.cp_rank;
     if (tc.T > model->config.max_seq_len) comm_fail_all("-t %d exceeds the model's maximum sequence length %d", tc.T, model->config.max_seq_len);
     model->schedule = (ScheduleKind)schedule_kind_from_name(tc.schedule);
     StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, tc.chunks);
-    gpt2_allocate_activations(model, tc.B, tc.T, tc.recompute, holds, allocate);
+    gpt2_allocate_activations(model, tc.B, tc.T / comm->grid.cp, tc.recompute, holds, allocate);  // -cp: T/cp of each sequence
 }
 
 // what the training loop carries from step to step
@@ -1190,7 +1262,7 @@ int main(int argc, char** argv) {
     if (use_nccl && most > 1)
         comm_fail_all("%d ranks share one GPU: NCCL needs a GPU per rank; give several ranks one GPU with -comm mpi", most);
     Collectives comm;
-    comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl);  // checks that the grid fits the world
+    comm_init(&comm, world, rank, local_rank, tc.tp, tc.pp, use_nccl, tc.cp);  // checks that the grid fits the world
     Run run = {};
     run.tc = &tc;
     run.grad_accum = check_batch_flags(&tc, comm.grid);
