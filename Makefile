@@ -220,12 +220,12 @@ tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h comm.h bas
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 
 # tensor parallelism's pieces under mpirun: the vocabulary-parallel loss, sharded layers
-tests/build/test_tp: tests/test_tp.cpp $(HEADERS)
+tests/build/test_tp: tests/test_tp.cpp tests/rank_checks.h $(HEADERS)
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 
 # context parallelism's ring attention under mpirun against one rank's attention
-tests/build/test_cp: tests/test_cp.cpp $(HEADERS)
+tests/build/test_cp: tests/test_cp.cpp tests/rank_checks.h $(HEADERS)
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< $(CPU_LIBS) -o $@
 

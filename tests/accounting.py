@@ -9,15 +9,21 @@ collectives' ledgers; this checks both against these formulas, rank by rank:
 
     accounting.py PLAN_JSONL LOG_JSONL --layers L --channels C --max-seq-len T0 --vocab Vp
                   --B B --T T --accum M --dp DP --tp TP [--pp PP --schedule 1f1b|gpipe|zb|interleaved
-                  --chunks V] --zero Z --x X [--ga-fp32] [--recompute R] [--sp 1] [--heads NH]
+                  --chunks V] --zero Z --x X [--ga-fp32] [--recompute R] [--sp 1] [--cp C] [--heads NH]
 
-Rank r sits at pp_rank = r // (dp tp), dp_rank = r // tp % dp, tp_rank = r % tp. Stage s holds
+Rank r sits at pp_rank = r // (dp cp tp), its place in the dp group (dp x cp ranks holding the same
+parameters, ZeRO's shards) r // tp % (dp cp), tp_rank = r % tp. Stage s holds
 L_s = L/p layers (the first L % p stages one more), or with V chunks (interleaved 1F1B) virtual
 stages s, s + p, ..., s + (V-1)p of the model cut the same way into pV; its units (elements): the embedding unit
 E = Vp/tp*C + T0*C on the first and the last stage (the tied wte's two copies), a layer
 12 C^2/tp + 7 C/tp + 6 C (qkv and fc cut by rows with their biases, attproj and fcproj by
 columns, LayerNorms and row-parallel biases whole), the head H = 2 C on the last stage; each
-padded to a multiple of the ZeRO shards (dp from stage 1 on).
+padded to a multiple of the ZeRO shards (dp x cp from stage 1 on).
+
+Context parallelism (--cp c, cp.h): a rank holds T/c of every sequence (every per-token tensor and
+message is of B*T/c tokens); ring attention keeps 4 bytes of log-sum-exp per token and head in
+place of the (T,T) probabilities, and sends per layer and micro-batch (c-1) blocks of qkv (B T/c 3C/tp
+floatX) forward, per rerun of the forward and backward, plus c sums of dk, dv (B T/c 2C/tp fp32).
 
 Sequence parallelism (--sp 1, tp.h): the LayerNorms and the residual stream hold N/tp of a
 micro-batch's N tokens (a layer's activations, the stage's input and output, the pipeline's
@@ -74,7 +80,7 @@ def interleaved_held(p, m, V, s):
 
 def units(a, s):
     """padded embedding, layer and head units of stage s, and the layer count"""
-    shards = 1 if a.zero == 0 else a.dp
+    shards = 1 if a.zero == 0 else a.replicas
     first, last = s == 0, s == a.pp - 1
     C = a.channels
     E = padded(a.vocab // a.tp * C + a.max_seq_len * C, shards) if first or last else 0
@@ -86,7 +92,7 @@ def units(a, s):
 def state_memory(a, s):
     """parameters, gradients and optimizer state of a rank of stage s (zero.h's formulas)"""
     E, Lu, H, Ls = units(a, s)
-    shards = 1 if a.zero == 0 else a.dp
+    shards = 1 if a.zero == 0 else a.replicas
     X, zero = a.x, a.zero
     Psi = E + Ls * Lu + H
     P = Psi // shards
@@ -96,14 +102,14 @@ def state_memory(a, s):
     return {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
             "parameters_transient": X * (E + Lu + H) if zero == 3 else 0,
             "gradients": full_grads if zero == 0 else full_grads + G * P if zero == 1 else G * P,
-            "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.dp if zero >= 2 else 0}
+            "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.replicas if zero >= 2 else 0}
 
 
 def layernorm_slices(a, s, dp_rank):
     """elements of each LayerNorm weight or bias that a rank of stage s and DP rank dp_rank holds of
     the step's gradient: ln1w, ln1b, ln2w, ln2b of each layer unit, lnfw, lnfb of the head's unit"""
     E, Lu, H, Ls = units(a, s)
-    shards, C, tp = (1 if a.zero == 0 else a.dp), a.channels, a.tp
+    shards, C, tp = (1 if a.zero == 0 else a.replicas), a.channels, a.tp
     ln2 = 2 * C + 3 * C * C // tp + 3 * C // tp + C * C // tp + C   # after ln1, qkvw, qkvb, attprojw, attprojb
     def held(unit, begin, n):
         lo, hi = max(begin, dp_rank * unit // shards), min(begin + n, (dp_rank + 1) * unit // shards)
@@ -118,10 +124,10 @@ def layernorm_slices(a, s, dp_rank):
 
 def layer_activation_bytes(a, NH):
     """what one layer keeps (recompute.h's table); -sp: the LayerNorms' and residuals' N/tp tokens"""
-    N, C, tp, X = a.B * a.T, a.channels, a.tp, a.x
+    N, C, tp, X = a.B * a.T_rank, a.channels, a.tp, a.x
     Nh = N // tp if a.sp else N
     region = {"ln1": Nh * C * X, "residual2": Nh * C * X, "ln2": Nh * C * X, "residual3": Nh * C * X, "stats": 4 * Nh * 4}
-    pairs = {"qkv": 3 * N * C // tp * X, "atty": N * C // tp * X, "att": a.B * (NH // tp) * a.T * a.T * X,
+    pairs = {"qkv": 3 * N * C // tp * X, "atty": N * C // tp * X, "att": N * (NH // tp) * 4 if a.cp > 1 else a.B * (NH // tp) * a.T * a.T * X,
              "fch": 4 * N * C // tp * X, "fch_gelu": 4 * N * C // tp * X}
     r = a.recompute
     dropped = {1: {"fch_gelu"}, 2: {"fch_gelu", "ln1", "ln2"}}.get(r, set())
@@ -134,7 +140,7 @@ def comm_bytes(a, s, dp_rank=0):
     """bytes a rank of stage s sends per step over its DP (zero.h), TP (tp.h), PP and embedding groups"""
     E, Lu, H, Ls = units(a, s)
     first, last = s == 0, s == a.pp - 1
-    Psi, X, g, dp, zero = E + Ls * Lu + H, a.x, a.accum, a.dp, a.zero
+    Psi, X, g, dp, zero = E + Ls * Lu + H, a.x, a.accum, a.replicas, a.zero
     G = 4 if a.ga_fp32 else X
     kinds = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "scalars")
     d, t, p, e = (dict.fromkeys(kinds, 0) for _ in range(4))
@@ -148,7 +154,7 @@ def comm_bytes(a, s, dp_rank=0):
         d["all_gather"] = g * (ring(X * Psi, dp) + regathers * ring(X * (Psi - E - H), dp))
         d["reduce_scatter"] = g * ring(X * Psi, dp)
     d["scalars"] = 2 * ring(8, dp) * (1 if zero == 0 else 2)   # the loss; the norm when sharded
-    N = a.B * a.T
+    N = a.B * a.T_rank
     forwards = 1 + (a.recompute == 3) + (a.recompute == 3 and w_recomputes)
     per_block = 2 * forwards + 2                                # g twice per forward, f twice backward
     reduces = per_block * Ls + first + last                     # + the embedding's g, the head's f
@@ -166,7 +172,11 @@ def comm_bytes(a, s, dp_rank=0):
     p["scalars"] = 2 * 2 * ring(8, a.pp)                        # the loss and the squared norm
     if a.pp > 1 and (first or last):
         e["all_reduce"] = 2 * ring(G * E // (1 if zero == 0 else dp), 2)  # the tied embedding's gradient shard
-    return {"dp": d, "tp": t, "pp": p, "embedding": e}
+    c = dict.fromkeys(kinds, 0)                                 # -cp: each layer's ring, forward and backward
+    if a.cp > 1:
+        block, dkv = N * 3 * a.channels // a.tp * X, N * 2 * a.channels // a.tp * 4
+        c["send"] = g * Ls * ((forwards + 1) * (a.cp - 1) * block + a.cp * dkv)
+    return {"dp": d, "tp": t, "pp": p, "embedding": e, "cp": c}
 
 
 def activation_sets(a, s, schedule=None):
@@ -197,18 +207,20 @@ def main():
     ap.add_argument("--chunks", type=int, default=1)
     ap.add_argument("--recompute", type=int, default=0)
     ap.add_argument("--sp", type=int, default=0)
+    ap.add_argument("--cp", type=int, default=1)
     ap.add_argument("--heads", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
     ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)
     a = ap.parse_args()
     plans = sorted((json.loads(l) for l in open(a.plan) if l.startswith("{")), key=lambda p: p["rank"])
     first = json.loads(open(a.log).readline())
-    world = a.dp * a.tp * a.pp
+    a.replicas, a.T_rank = a.dp * a.cp, a.T // a.cp  # the dp group is dp x cp; a rank holds T/cp of a sequence
+    world = a.replicas * a.tp * a.pp
     assert len(plans) == world and len(first["measured"]) == world, (len(plans), len(first["measured"]))
-    N = a.B * a.T
+    N = a.B * a.T_rank
     for plan, measured in zip(plans, first["measured"]):
         r = plan["rank"]
-        s = r // (a.dp * a.tp)
+        s = r // (a.replicas * a.tp)
         assert plan["pp_rank"] == s and plan["activation_sets"] == activation_sets(a, s), (r, plan)
         slots = min(s + 1, a.accum) if a.schedule == "zb" and 0 < s else 0  # ZB-H1: B done, W waiting
         assert plan["weight_slots"] == slots, (r, plan["weight_slots"], slots)
@@ -218,7 +230,7 @@ def main():
             assert measured["memory"][k] == v, f"rank {r} {k}: {measured['memory'][k]}, formula {v}"
         logits = N * a.vocab // a.tp * a.x * head_sets(a, s) if s == a.pp - 1 else 0
         assert measured["memory"]["logits"] == logits, (r, measured["memory"]["logits"], logits)
-        want = comm_bytes(a, s, r // a.tp % a.dp)
+        want = comm_bytes(a, s, r // a.tp % a.replicas)
         assert measured["comm"] == want, (r, measured["comm"], want)
         if a.heads:
             per_layer, region = layer_activation_bytes(a, a.heads)
@@ -227,7 +239,7 @@ def main():
     if a.heads:
         print(f"kept per layer: {per_layer} bytes, of them LayerNorms and residual stream {region}"
               + (f" (-sp: 1/{a.tp} of the tokens)" if a.sp else ""))
-    print(f"dp {a.dp} tp {a.tp}{' -sp' if a.sp else ''} pp {a.pp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
+    print(f"dp {a.dp}{f' cp {a.cp}' if a.cp > 1 else ''} tp {a.tp}{' -sp' if a.sp else ''} pp {a.pp} ZeRO-{a.zero}: every rank's memory and traffic = plan = formulas; "
           f"rank 0: state {sum(m['memory'][k] for k in ('parameters', 'gradients', 'optimizer'))} bytes, "
           f"sent {dict((g, {k: v for k, v in c.items() if v}) for g, c in m['comm'].items())}")
 

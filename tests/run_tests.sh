@@ -58,6 +58,10 @@ for np in 2 4; do
     check tp_pieces_np$np timeout 300 mpirun -np $np $BUILD/test_tp
 done
 check tensor_parallel bash tests/test_tp.sh $REF
+for np in 1 2 3 4; do  # ring attention of np ranks against one rank's attention
+    check ring_attention_np$np timeout 300 mpirun -np $np $BUILD/test_cp
+done
+check context_parallel bash tests/test_cp.sh $REF
 check pipeline_schedules $BUILD/test_pipeline
 for np in 2 3 4; do
     check pipeline_executor_np$np timeout 300 mpirun -np $np $BUILD/test_run_schedule

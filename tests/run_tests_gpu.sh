@@ -2,7 +2,7 @@
 # tests/run_tests_gpu.sh: `make test-gpu`: the CUDA builds checked as `make test` checks the CPU
 # ones, on one GPU: the PyTorch float64 reference (logits, loss, every gradient, AdamW steps),
 # trajectories in fp32/bf16/fp16, recompute levels identical, the loss scaler's injected
-# overflow, resume bit-exact, dp 2 and 4 under every ZeRO stage, interleaved 1F1B at pp 2 and tp 2 -sp 1
+# overflow, resume bit-exact, dp 2 and 4 under every ZeRO stage, interleaved 1F1B at pp 2, tp 2 -sp 1 and cp 2
 # (several ranks on one GPU talk through -comm mpi), every dev/ lab in bf16 and fp32 against its host twin and PyTorch, and a
 # compute-sanitizer pass over a few steps with each of its tools: memcheck (out-of-bounds and
 # misaligned accesses), initcheck (reads of uninitialised device memory), racecheck (shared-memory
@@ -55,6 +55,9 @@ check gpu_pp2_interleaved_zero3 $PYTHON tests/check_trajectory.py --trainer $TRA
 # sequence parallelism at tp 2 (two ranks on the GPU, -comm mpi): f and g as all-gathers and reduce-scatters
 check gpu_tp2_sequence_parallel $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum 2 --tol 1e-4 \
     --launcher "timeout 300 mpirun -np 2" --extra "-tp 2 -sp 1 $TRAINER_FLAGS"
+# context parallelism at cp 2: ring attention's kernels, its sends
+check gpu_cp2_ring_attention $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum 2 --tol 1e-4 \
+    --launcher "timeout 300 mpirun -np 2" --extra "-cp 2 $TRAINER_FLAGS"
 check gpu_resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
 # the labs: every version against the host twin and PyTorch, bf16 and fp32 builds
 check gpu_ops_pytorch_reference $PYTHON dev/pytorch_ref.py --out $BUILD/pytorch_ops

@@ -8,22 +8,9 @@ and the PyTorch comparisons prove) on the same whole sequences:
   - one rank alone (a ring of one) through the same code, at several chunk sizes: the same result.
 Prints "N passed, M failed" on rank 0; exit 1 on any failure.
 */
-#include <stdio.h>
-#include <math.h>
-#include <vector>
 #include "../cp.h"
 #include "../kernels/attention.cuh"
-#include "../random.h"
-
-static int checks = 0, failures = 0, rank = 0;
-#define EXPECT(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[rank %d] failed: %s (line %d)\n", rank, #cond, __LINE__); } } while (0)
-
-static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
-    Rng rng = {seed};
-    std::vector<float> v(n);
-    for (auto& x : v) x = scale * (float)rng_normal(&rng);
-    return v;
-}
+#include "rank_checks.h"
 
 // rank r's local rows of (B, T, width) whole rows: its T/c tokens of each sequence, in cp.h's order
 static std::vector<float> local_rows(const std::vector<float>& whole, int B, int T, int width, int c, int r) {
@@ -33,9 +20,7 @@ static std::vector<float> local_rows(const std::vector<float>& whole, int B, int
     return mine;
 }
 static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    double worst = a.size() == b.size() ? 0.0 : INFINITY;
-    for (size_t i = 0; i < a.size() && i < b.size(); i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
-    return worst;
+    return a.size() == b.size() ? max_abs_diff(a.data(), b.data(), a.size()) : INFINITY;
 }
 
 // the ring of `ring` (c ranks) on B sequences of T tokens against the whole attention
@@ -85,9 +70,7 @@ int main(int argc, char** argv) {
         Collectives alone = comm_single_process();
         for (int T : {2, 8, 14}) ring_equals_whole(&alone.dp, 2, T, 8, 2);
     }
-    int totals[2] = {checks, failures};
-    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("cp %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
+    int code = rank_checks_total("cp", world);
     comm_finalize(&comm);
-    return totals[1] != 0;
+    return code;
 }

@@ -6,7 +6,8 @@
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
 #    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
-#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), dp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8); with the 4-layer model, pp 2
+#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
+#    attention's kernels, ZeRO over the cp pair); with the 4-layer model, pp 2
 #    ZeRO-3 under interleaved 1F1B (V 2: the ring's paired shifts as NCCL groups with two peers, the
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-2, 1e-2);
@@ -59,8 +60,8 @@ if [ -n "$REF4" ]; then
         --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 || { tail -n 20 $D/interleaved.txt; exit 1; }
     echo "fp32, pp 2 ZeRO-3, interleaved (V 2), 4 layers: $(tail -n 1 $D/interleaved.txt)"
 fi
-CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, dp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 (f and g as NCCL all-gathers and reduce-scatters)" \
-    ./train_gpt_emu_fp32 1e-4 8 -b 2 -tp 2 -sp 1 -pp 2 -z 3
+CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, cp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 (ring attention's kernels and sends; f and g as all-gathers and reduce-scatters)" \
+    ./train_gpt_emu_fp32 1e-4 8 -cp 2 -tp 2 -sp 1 -pp 2 -z 3
 # every NCCL communicator made carries something (the world group's traffic is host data, through MPI)
 communicators=$(grep -c "^NCCL emulation: communicator" $log)
 unused=$(grep -c "^NCCL emulation: communicator.*: 0 collectives, 0 sends" $log || true)

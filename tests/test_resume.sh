@@ -8,8 +8,8 @@
 # dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches); interleaved 1F1B (fp32, pp 2, V 2).
 # Bad checkpoints (truncated, another precision, another global micro-batch) are refused with a
 # message and left untouched. Resuming under another layout (the optimizer file, re-sharded)
-# continues the unbroken fp32 trajectory within 1e-5 in loss: dp 2 ZeRO-1 -> tp 2 with sequence
-# parallelism (-sp 1), dp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 -> dp 4 ZeRO-1 -> one rank, and pp 2 1F1B
+# continues the unbroken fp32 trajectory within 1e-5 in loss: dp 2 ZeRO-1 -> cp 2 x tp 2 with
+# sequence parallelism (-sp 1), dp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 -> dp 2 x cp 2 ZeRO-1 -> one rank, and pp 2 1F1B
 # -> pp 2 interleaved (the same shard sizes holding other layers: the state files record which).
 # Usage: test_resume.sh REFERENCE_DIR [REFERENCE_DIR_4_LAYERS] (the interleaved cases need 4 layers)
 set -euo pipefail
@@ -95,8 +95,8 @@ print(f"ok {sys.argv[3]}: resumed under other layouts, steps 5-8 within {worst:.
 PY
 }
 PYTHON=${PYTHON:-/usr/bin/python3}
-relayout_chain dp2_zero1_to_tp2_sp "2 -b 2 -z 1" "2 -b 4 -tp 2 -sp 1"
-relayout_chain 3d_sp_zero3_to_dp4_to_one "8 -b 2 -tp 2 -sp 1 -pp 2 -z 3" "4 -b 1 -z 1" "1 -b 4"
+relayout_chain dp2_zero1_to_cp2_tp2_sp "2 -b 2 -z 1" "4 -b 4 -cp 2 -tp 2 -sp 1"
+relayout_chain 3d_sp_zero3_to_dp2_cp2_to_one "8 -b 2 -tp 2 -sp 1 -pp 2 -z 3" "4 -b 2 -cp 2 -z 1" "1 -b 4"
 # the same shard sizes, other layers: 1F1B's stage 0 holds layers 0 and 1, interleaved's (V 2) 0 and 2
 if [ -n "$REF4" ]; then
     MODEL_FILE=$REF4/model.bin relayout_chain pp2_1f1b_to_interleaved "2 -b 4 -pp 2 -z 1" "2 -b 4 -pp 2 -z 1 -ps interleaved -vp 2"

@@ -15,28 +15,10 @@ tests/test_tp.cpp: tensor parallelism's pieces (tp.h) under mpirun, every rank o
     reduce-scatter is this rank's rows of the all-reduce, the all-gather every rank's rows in order.
 Prints "N passed, M failed" on rank 0; exit 1 on any failure.
 */
-#include <stdio.h>
-#include <math.h>
-#include <vector>
 #include "../tp.h"
 #include "../kernels/matmul.cuh"
 #include "../kernels/gelu.cuh"
-#include "../random.h"
-
-static int checks = 0, failures = 0, rank = 0;
-#define EXPECT(cond) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[rank %d] failed: %s (line %d)\n", rank, #cond, __LINE__); } } while (0)
-
-static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
-    Rng rng = {seed};
-    std::vector<float> v(n);
-    for (auto& x : v) x = scale * (float)rng_normal(&rng);
-    return v;
-}
-static double max_abs_diff(const float* a, const float* b, size_t n) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
-    return worst;
-}
+#include "rank_checks.h"
 // rank's (rows', cols') part of a (rows, cols) matrix, cut as `p` says
 static std::vector<float> shard(const std::vector<float>& whole, TensorPartition p, int rows, int cols, int tp, int r) {
     int lr = rows, lc = cols;
@@ -168,9 +150,7 @@ int main(int argc, char** argv) {
     megatron_mlp(&comm, world, comm.grid.tp_rank, false);
     megatron_mlp(&comm, world, comm.grid.tp_rank, true);
     sequence_parallel_collectives(&comm, world, comm.grid.tp_rank);
-    int totals[2] = {checks, failures};
-    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("tp %d: %d passed, %d failed\n", world, totals[0] - totals[1], totals[1]);
+    int code = rank_checks_total("tp", world);
     comm_finalize(&comm);
-    return totals[1] != 0;
+    return code;
 }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Context parallelism (-cp, cp.h) on the CPU build under mpirun. Usage: test_cp.sh REFERENCE_DIR
+#  - cp 2, cp 4, dp 2 x cp 2 (ZeRO-1), and at np 8 dp 2 x cp 2 x tp 2 (ZeRO-3) and cp 2 x tp 2 x pp 2
+#    (1F1B) under ZeRO-1 and, with -sp 1, ZeRO-3; cp 2 x pp 2 under ZB-H1 (-r 2): every step's loss
+#    within 1e-4 of tests/reference.py's float64 trajectory (fp32 round-off measures ~1e-7; 3 steps,
+#    as np 8 on 2 cores is slow) and the final model the single-rank run's (tests/compare_models.py);
+#  - every rank's memory and traffic = -plan = tests/accounting.py's formulas (the ring's sends per
+#    layer, ZeRO over dp x cp, the kept log-sum-exp in place of the attention probabilities);
+#  - memory: a layer's activations under cp 2 are half of one rank's but for the attention
+#    probabilities, (B, NH, T, T), which ring attention replaces by a log-sum-exp per token and head;
+#  - -r 0..3 bit-identical under cp 2; validation loss and samples under cp 2 and cp 2 x tp 2 -sp 1
+#    equal one rank's;
+#  - bad flags: -t not a multiple of 2 cp (and of 2 cp tp with -sp), -cp not dividing the world.
+# Re-layout between cp on and off: tests/test_resume.sh. The ring alone: tests/test_cp.cpp.
+set -euo pipefail
+REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
+D=tests/build/cp; rm -rf $D; mkdir -p $D
+export OMP_NUM_THREADS=1
+MPIRUN="timeout 300 mpirun"
+MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --heads 4"   # tests/reference.py's model
+./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
+    -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
+
+source tests/layout_checks.sh  # layout_checked, recompute_identical, evaluation_equal, bad
+layout_checked 2 "-b 4 -cp 2"
+layout_checked 4 "-b 4 -cp 4"
+layout_checked 4 "-b 2 -cp 2 -z 1"
+layout_checked 8 "-b 2 -cp 2 -tp 2 -z 3"
+layout_checked 8 "-b 4 -cp 2 -tp 2 -pp 2 -z 1"
+layout_checked 8 "-b 4 -cp 2 -tp 2 -pp 2 -sp 1 -z 3"
+layout_checked 4 "-b 4 -cp 2 -pp 2 -z 2 -ps zb -r 2"
+$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin $D/np*/model_00000003.bin
+
+# memory: everything a layer keeps is per token, so half under cp 2, but the attention probabilities
+# (B, NH, T, T) of one rank, which the ring does not keep: a log-sum-exp per token and head instead
+./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -v 0 -plan 1 | grep '^{' > $D/one.plan.jsonl
+$PYTHON - $D/one.plan.jsonl $D/np2b4cp2.plan.jsonl <<'PY'
+import json, sys
+one, two = (json.loads(open(p).readline())["activations_per_layer"] for p in sys.argv[1:3])
+B, T, NH, X, c = 4, 32, 4, 4, 2
+probabilities, lse = B * NH * T * T * X, B * (T // c) * NH * 4
+assert two - lse == (one - probabilities) // c, (one, two)
+print(f"kept per layer: one rank {one} bytes ({probabilities} of them attention probabilities), cp 2 {two} bytes "
+      f"= ({one} - {probabilities}) / 2 + {lse} of log-sum-exp")
+PY
+
+recompute_identical 2 "cp 2" -cp 2  # -r 3 reruns the ring
+# validation and sampling: each window padded to a multiple of 2 cp, the last position's logits
+# sent round the ring by the rank that holds it
+evaluation_equal 2 "cp 2" -cp 2
+evaluation_equal 4 "cp 2 x tp 2 -sp 1" -cp 2 -tp 2 -sp 1
+bad 2 "-cp 2: -t 30 must be a multiple of 2\*cp = 4" -t 30 -b 4 -d 240 -cp 2
+bad 4 "-cp 2: -t 36 must be a multiple of 2\*cp\*tp = 8" -t 36 -b 2 -d 144 -cp 2 -tp 2 -sp 1
+bad 2 "the grid does not fit the world: 2 ranks is not a multiple of tp \* pp \* cp = 1 \* 1 \* 4" -t 32 -cp 4
