@@ -4,7 +4,8 @@ accounting.h: what a rank holds and sends, planned from formulas and measured.
 -plan prints, for every rank, the bytes of each buffer list (the ledger that allocation
 keeps, by kind: parameters, gradients, optimizer state, activations, logits, and what
 is transient) and the bytes sent per step over each of its groups (dp, tp, pp, the
-tied embedding's pair of stages), from the formulas in zero.h, tp.h and pipeline.h.
+tied embedding's pair of stages, the cp ring), from the formulas in zero.h, tp.h, cp.h and
+pipeline.h.
 The first step of a run logs the same two things measured: the ledgers of the
 allocations and of every collective (comm.h). tests/accounting.py checks that plan
 and measure agree. check_memory uses the plan before anything is allocated, so a run
@@ -27,6 +28,7 @@ after GPT2.
 #include "comm.h"       // defines: Collectives, Comm, CommKind, ring_bytes, comm_gatherv_to_root, comm_max_over_world
 #include "options.h"    // defines: TrainConfig
 #include "pipeline.h"   // defines: ScheduleTiming, pipeline_bubble_fraction
+#include "cp.h"         // defines: cp_ring_bytes_per_layer
 
 // -plan and the first step's log: what this rank holds (the ledger of the buffer lists, the
 // same whether allocated or not) and what it sends over each of its groups per step (the

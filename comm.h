@@ -36,7 +36,7 @@ The local rank, which picks the GPU, comes from MPI itself (MPI_COMM_TYPE_SHARED
 so it is right under mpirun of MPICH or OpenMPI and under srun.
 
 Applied in train_gpt.cu: main (comm_start, comm_init), and through the techniques: zero.h
-(the DP group), tp.h (the TP group), pipeline.h (the PP group), train_step (the tied
+(the DP group), tp.h (the TP group), cp.h (the CP ring), pipeline.h (the PP group), train_step (the tied
 embedding's group, the loss and norm scalars); model_file.h and accounting.h (the world).
 */
 #pragma once

@@ -30,6 +30,11 @@ Where each technique enters, at a call a reader can see:
   (tp.h)               column-then-row-parallel pair; the vocabulary-parallel embedding
                        and loss. A rank holds 3C/tp rows of qkvw, C/tp columns of
                        attprojw, and so on; with tp = 1 this is the single-GPU model.
+                       -sp: f and g gather and scatter the tokens, and the LayerNorms and
+                       the residual stream hold B*T/tp of them (tokens_held).
+  context parallelism  a rank holds T/cp of each sequence (tokens_of_rank); attention goes
+  (cp.h)               round the ring (sequence_attention_forward/backward), the embedding
+                       adds each chunk's positions (for_each_position_run).
   pipeline (pipeline.h)  the model is written as a stage; pipeline_stage hands it to
                        run_schedule, which runs this stage's list of actions. One stage:
                        forward k, backward k for each micro-batch, and that is all.
