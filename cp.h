@@ -42,8 +42,10 @@ Per rank and layer, with T_c = T/c local tokens, C and NH of this TP rank, X = s
     sent          forward (c-1) blocks of B T_c 3C X (q travels along: one layout for every
                   block; a faster ring sends k and v only); backward the same, and c sums of
                   dk, dv of B T_c 2C 4 bytes
-Read ring_attention_forward first. Applied in train_gpt.cu: the attention of block_forward and
-block_backward when -cp > 1 (the grid's cp group), the token positions of the embedding.
+Read ring_attention_forward first. Applied in train_gpt.cu: sequence_attention_forward and
+_backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), tokens_of_rank
+(a micro-batch's tokens for this rank), for_each_position_run (the embedding's positions),
+next_token_logits (sampling); the dp group of comm.h is dp x cp (ZeRO, the gradients' sum).
 */
 #pragma once
 // defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_attention_forward, ring_attention_backward,
@@ -73,8 +75,10 @@ inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
 struct RingBuffers { floatX* block[2]; float* dkv[2]; float *out, *dq, *D; };
 
 // visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting
-// rank's key chunks (rows of the block it sent) that the causal mask leaves: chunk i's queries see chunk j's keys whole when j < i, causally when j == i
-template <typename Visit> inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
+// rank's key chunks (rows of the block it sent) that the causal mask leaves: chunk i's queries see
+// chunk j's keys whole when j < i, causally when j == i
+template <typename Visit>
+inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
     int chunk_tokens = T_local / 2;
     for (int q_half = 0; q_half < 2; q_half++)
         for (int k_half = 0; k_half < 2; k_half++) {

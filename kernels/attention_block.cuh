@@ -26,7 +26,8 @@ dq) or key row (dk, dv), each looping over the other block: plain and slow, as l
 attention kernels are; tiles in shared memory are a later lab's work.
 */
 #pragma once
-// defines: AttentionBlock, attention_block_q_row, attention_block_kv_row, attention_block_forward, attention_block_backward, attention_block_output,
+// defines: AttentionBlock, attention_block_q_row, attention_block_kv_row, attention_block_forward, attention_block_backward,
+//          attention_block_output,
 //          attention_block_gradients, attention_block_row_dot,
 //          attention_block_keys, attention_block_score, attention_block_forward_row, attention_block_dq_row,
 //          attention_block_dkv_row, attention_block_row_dot_row, attention_block_forward_kernel,
@@ -48,8 +49,12 @@ struct AttentionBlock {
     bool first;            // forward: no block before this one (what the output and lse hold is ignored)
 };
 
-HOST_DEVICE inline size_t attention_block_q_row(const AttentionBlock& a, int b, int t) { return (size_t)b * a.q_rows + a.q_first + t; }
-HOST_DEVICE inline size_t attention_block_kv_row(const AttentionBlock& a, int b, int j) { return (size_t)b * a.kv_rows + a.kv_first + j; }
+HOST_DEVICE inline size_t attention_block_q_row(const AttentionBlock& a, int b, int t) {
+    return (size_t)b * a.q_rows + a.q_first + t;
+}
+HOST_DEVICE inline size_t attention_block_kv_row(const AttentionBlock& a, int b, int j) {
+    return (size_t)b * a.kv_rows + a.kv_first + j;
+}
 // the keys query t sees: all of the block, or under the causal mask j <= t
 HOST_DEVICE inline int attention_block_keys(const AttentionBlock& a, int t) { return a.causal ? t + 1 : a.Tk; }
 // q_t . k_j / sqrt(hs) for head h of sequence b
@@ -176,7 +181,8 @@ __global__ void attention_block_dq_kernel(AttentionBlock a, const floatX* q, con
 __global__ void attention_block_dkv_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dkv, const floatX* dout,
                                            const float* lse, const float* D) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (b, h, j)
-    if (i < a.B * a.NH * a.Tk) attention_block_dkv_row(a, q, kv, i / (a.NH * a.Tk), (i / a.Tk) % a.NH, i % a.Tk, dkv, dout, lse, D);
+    if (i >= a.B * a.NH * a.Tk) return;
+    attention_block_dkv_row(a, q, kv, i / (a.NH * a.Tk), (i / a.Tk) % a.NH, i % a.Tk, dkv, dout, lse, D);
 }
 __global__ void attention_block_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (row, h)

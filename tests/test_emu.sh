@@ -5,7 +5,7 @@
 #  - every kernel launcher against its host twin in fp32, bf16 and fp16 (tests/test_emu_kernels.cpp);
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
-#    bar (1e-4), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
+#    bar (1e-4; 6 steps at one rank, 3 at several), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
 #    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
 #    attention's kernels, ZeRO over the cp pair); with the 4-layer model, pp 2
 #    ZeRO-3 under interleaved 1F1B (V 2: the ring's paired shifts as NCCL groups with two peers, the
@@ -37,11 +37,12 @@ for lab in $E/dev/*; do
     echo "lab $(basename $lab): $(grep -c 'checks against the host twin' $D/lab.txt) versions x sizes and $(grep -c ': ok$' $D/lab.txt) PyTorch comparisons passed"
 done
 
-trajectory() {  # trajectory NAME TRAINER TOLERANCE NP FLAGS...
+trajectory() {  # trajectory NAME TRAINER TOLERANCE NP FLAGS...: 6 steps at one rank, 3 at several (emulation is slow)
     local name=$1 trainer=$2 tol=$3 np=$4; shift 4
     log=$D/$(echo "$name" | tr -c 'a-zA-Z0-9\n' _).txt  # left set for the caller
+    local steps=6; [ $np -gt 1 ] && steps=3
     $PYTHON tests/check_trajectory.py --trainer $trainer --ref $REF --accum 2 --tol $tol --launcher "$MPIRUN -np $np" \
-        --extra "$*" > $log 2>&1 || { tail -n 20 $log; exit 1; }
+        --steps $steps --extra "$*" > $log 2>&1 || { tail -n 20 $log; exit 1; }
     echo "$name: $(tail -n 1 $log)"
 }
 export OMP_NUM_THREADS=2  # one rank: the emulator runs a grid's blocks on both cores
