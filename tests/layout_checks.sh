@@ -7,8 +7,9 @@
 flag_value() { local v=$(echo " $1 " | sed -nE "s/.* -$2 ([^ ]+) .*/\1/p"); echo ${v:-$3}; }
 
 # layout_checked NP "FLAGS": 3 steps under FLAGS (-b -cp -tp -sp -pp -ps -z -r) against the float64
-# trajectory (1e-4; fp32 round-off measures ~1e-7), the final model left in $D/TAG; every rank's memory
-# and traffic = -plan = tests/accounting.py's formulas
+# trajectory (1e-4; fp32 round-off measures ~1e-7), their gradient norms against the single rank's
+# $D/single.jsonl (tests/same_norms.py), the final model left in $D/TAG; every rank's memory and
+# traffic = -plan = tests/accounting.py's formulas
 layout_checked() {
     local np=$1 flags=$2
     local cp=$(flag_value "$flags" cp 1) tp=$(flag_value "$flags" tp 1) pp=$(flag_value "$flags" pp 1) B=$(flag_value "$flags" b 4)
@@ -18,6 +19,7 @@ layout_checked() {
     cp $REF/run_accum2.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -d 256 $flags -v 0 -plan 1 | grep '^{' > $D/$tag.plan.jsonl
     echo "np $np $flags: $(tail -n 1 $D/$tag.txt)"
+    $PYTHON tests/same_norms.py $D/single.jsonl $D/$tag.jsonl "np $np $flags"
     $PYTHON tests/accounting.py $D/$tag.plan.jsonl $D/$tag.jsonl $MODEL --B $B --accum 2 --dp $dp --cp $cp --tp $tp --pp $pp \
         --zero $(flag_value "$flags" z 0) --x 4 --sp $(flag_value "$flags" sp 0) --schedule $(flag_value "$flags" ps 1f1b) \
         --recompute $(flag_value "$flags" r 0)

@@ -3,7 +3,8 @@
 #  - cp 2, cp 4, dp 2 x cp 2 (ZeRO-1), and at np 8 dp 2 x cp 2 x tp 2 (ZeRO-1, 3) and cp 2 x tp 2 x pp 2
 #    (1F1B) under ZeRO-1 and, with -sp 1, ZeRO-3; cp 2 x pp 2 under ZB-H1 (-r 2): every step's loss
 #    within 1e-4 of tests/reference.py's float64 trajectory (fp32 round-off measures ~1e-7; 3 steps,
-#    as np 8 on 2 cores is slow) and the final model the single-rank run's (tests/compare_models.py);
+#    as np 8 on 2 cores is slow), every step's gradient norm within 1e-5 of the single-rank run's
+#    (tests/same_norms.py) and the final model the single-rank run's (tests/compare_models.py);
 #  - every rank's memory and traffic = -plan = tests/accounting.py's formulas (the ring's sends per
 #    layer, ZeRO over dp x cp, the kept log-sum-exp in place of the attention probabilities);
 #  - memory: a layer's activations under cp 2 are half of one rank's but for the attention

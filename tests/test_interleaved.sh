@@ -2,8 +2,8 @@
 # Interleaved 1F1B (-ps interleaved -vp V, pipeline.h) on the CPU build under mpirun.
 # Usage: test_interleaved.sh REFERENCE_DIR (tests/reference.py --layers 4 --accum 4,8, as test_pp.sh's)
 #  - pp 2 with V = 2 (4 chunks of one layer), and dp 2 x tp 2 x pp 2 with V = 2 under ZeRO-1 and
-#    ZeRO-3: every step's loss within 1e-4 of the 4-layer float64 trajectory (as 1F1B's), the final
-#    model the single-rank run's (tests/compare_models.py);
+#    ZeRO-3: every step's loss within 1e-4 of the 4-layer float64 trajectory (as 1F1B's; 3 steps), the
+#    final model the single-rank run's (tests/compare_models.py);
 #  - pp 4 with V = 2 and pp 2 with V = 4 (8 chunks) on an 8-layer reference (a 384-token vocabulary,
 #    made here by tests/reference.py in a few seconds): the float64 trajectory;
 #  - every rank's memory and traffic = -plan = tests/accounting.py's formulas (chunk-sets counted from
@@ -19,7 +19,7 @@ source tests/pipeline_runs.sh  # MPIRUN, MODEL, FLAGS, and the single-rank runs 
 layout() {  # layout REF MODEL_ARGS NP DP TP PP V ZERO MICRO_BATCHES: trajectory, plan, accounting
     local ref=$1 model=$2 np=$3 dp=$4 tp=$5 pp=$6 V=$7 z=$8 m=$9 B=$((4 / $4)) tag=dp$4-tp$5-pp$6-vp$7-z$8-$(basename $1)
     local flags="-b $B -tp $tp -pp $pp -ps interleaved -vp $V -z $z"
-    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $ref --accum $m --tol 1e-4 \
+    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $ref --accum $m --tol 1e-4 --steps 3 \
         --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" > $D/$tag.txt
     cp $ref/run_accum$m.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $ref/model.bin -i $ref/train.bin -t 32 -d $((B * 32 * dp * m)) $flags -plan 1 \
@@ -31,8 +31,8 @@ layout() {  # layout REF MODEL_ARGS NP DP TP PP V ZERO MICRO_BATCHES: trajectory
 layout $REF "$MODEL" 2 1 1 2 2 0 8
 layout $REF "$MODEL" 8 2 2 2 2 1 4
 layout $REF "$MODEL" 8 2 2 2 2 3 4
-$PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/dp1-tp1-pp2-vp2-z0-*/model_00000006.bin
-$PYTHON tests/compare_models.py $D/single4/model_00000006.bin $REF/model.bin $D/dp2-*/model_00000006.bin
+$PYTHON tests/compare_models.py $D/single8/model_00000003.bin $REF/model.bin $D/dp1-tp1-pp2-vp2-z0-*/model_00000003.bin
+$PYTHON tests/compare_models.py $D/single4/model_00000003.bin $REF/model.bin $D/dp2-*/model_00000003.bin
 # deeper: 8 layers, so that pp 4 can hold two chunks a stage and pp 2 four
 REF8=$D/ref8; $PYTHON tests/reference.py --out $REF8 --layers 8 --vocab 384 --accum 8 --debug-steps 1 > /dev/null
 MODEL8="--layers 8 --channels 64 --max-seq-len 64 --vocab 384 --T 32 --x 4"

@@ -4,8 +4,8 @@
 #  - pp 2 and 4 under 1F1B, pp 4 under GPipe (8 micro-batches; GPipe at pp 2: the -pl 1,3 run below),
 #    dp 2 x tp 2 x pp 2 with ZeRO 3 (ZeRO 1: under ZB-H1 below), and pp 4 x dp 2 with ZeRO 2
 #    (4 micro-batches): every step's loss matches tests/reference.py's float64
-#    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7), and the final model follows
-#    the single-rank run's (tests/compare_models.py);
+#    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7; 3 steps, 6 for -pl's timed
+#    runs), and the final model follows the single-rank run's (tests/compare_models.py);
 #  - every rank's memory and traffic (DP, TP, PP, embedding groups) equal -plan and the formulas of
 #    tests/accounting.py; at p = 4, m = 8 stage 0 holds 4 micro-batches of activations under 1F1B
 #    and 8 under GPipe: half, as planned and as measured;
@@ -33,7 +33,7 @@ source tests/pipeline_runs.sh  # MPIRUN, MODEL, FLAGS, and the single-rank runs 
 
 layout() {  # layout NP DP TP PP ZERO SCHEDULE MICRO_BATCHES
     local np=$1 dp=$2 tp=$3 pp=$4 z=$5 ps=$6 m=$7 B=$((4 / $2)) tag=dp$2-tp$3-pp$4-z$5-$6
-    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum $m --tol 1e-4 \
+    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum $m --tol 1e-4 --steps 3 \
         --launcher "$MPIRUN -np $np" --extra "-b $B -tp $tp -pp $pp -ps $ps -z $z -o $D/$tag" > $D/$tag.txt
     cp $REF/run_accum$m.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $B -t 32 -d $((B * 32 * dp * m)) -tp $tp \
@@ -55,8 +55,8 @@ layout 8 2 2 2 3 zb 4
 for tag in dp1-tp1-pp2-z0 dp1-tp1-pp4-z0 dp2-tp2-pp2-z3; do  # (dp 2 x tp 2 x pp 2 ZeRO-1: under ZB-H1 only)
     $PYTHON tests/identical_steps.py "$tag: zb and 1f1b" $D/$tag-1f1b.jsonl $D/$tag-zb.jsonl
 done
-$PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/dp1-*/model_00000006.bin
-$PYTHON tests/compare_models.py $D/single4/model_00000006.bin $REF/model.bin $D/dp2-*/model_00000006.bin
+$PYTHON tests/compare_models.py $D/single8/model_00000003.bin $REF/model.bin $D/dp1-*/model_00000003.bin
+$PYTHON tests/compare_models.py $D/single4/model_00000003.bin $REF/model.bin $D/dp2-*/model_00000003.bin
 $PYTHON - $D <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -77,6 +77,7 @@ PY
 # single-rank model and the accounting formulas; -plan suggests 3,1 (the LM head outweighs the
 # 4-layer model's layers); each stage's measured idle fraction within 0.05 of pipeline_simulate's
 # prediction from the measured forward and backward times (steps 2-6; the first warms up)
+./train_gpt_cpu $FLAGS -b 4 -d 1024 -o $D/single8x6 > /dev/null  # 6 steps: the idle fractions average steps 2-6
 for split in 3,1/1f1b 1,3/gpipe; do
     pl=${split%/*} ps=${split#*/} tag=pl${split%/*}-${split#*/}
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 8 --tol 1e-4 --launcher "$MPIRUN -np 2" \
@@ -87,7 +88,7 @@ for split in 3,1/1f1b 1,3/gpipe; do
     echo "-pp 2 -pl $pl $ps: $(tail -n 1 $D/$tag.txt)"
     $PYTHON tests/accounting.py $D/$tag.plan.jsonl $D/$tag.jsonl $MODEL --B 4 --accum 8 --dp 1 --tp 1 --pp 2 --schedule $ps \
         --zero 0 --stage-layers $pl
-    $PYTHON tests/compare_models.py $D/single8/model_00000006.bin $REF/model.bin $D/$tag/model_00000006.bin
+    $PYTHON tests/compare_models.py $D/single8x6/model_00000006.bin $REF/model.bin $D/$tag/model_00000006.bin
 done
 grep -q "^pipeline, balanced against the LM head: -pl 3,1 " $D/pl3,1-1f1b.plan.txt
 grep -m1 "^pipeline, balanced" $D/pl3,1-1f1b.plan.txt

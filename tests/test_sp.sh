@@ -5,7 +5,9 @@
 #    dp 2 x tp 2 x pp 2 -sp 1 (1F1B) under ZeRO-3; tp 2 x pp 2 ZeRO-2 under ZB-H1 at -r 3 (its W
 #    gathers the LayerNorm outputs again); with the 4-layer model, tp 2 x pp 2 interleaved: every step's
 #    loss within 1e-4 of tests/reference.py's float64 trajectory (fp32 round-off measures ~1e-7; 3 steps,
-#    as np 8 on 2 cores is slow), the final models the single-rank run's (tests/compare_models.py);
+#    as np 8 on 2 cores is slow), every step's gradient norm within 1e-5 of the single-rank run's
+#    (tests/same_norms.py: a LayerNorm gradient left unsummed over TP shows there), the final models the
+#    single-rank run's (tests/compare_models.py);
 #  - every rank's memory and traffic = -plan = tests/accounting.py's formulas (the all-gathers and
 #    reduce-scatters in place of all-reduces, the LayerNorm gradients' all-reduce, the halved pipeline
 #    messages, each layer's kept bytes from recompute.h's table);
@@ -23,7 +25,7 @@ export OMP_NUM_THREADS=1
 MPIRUN="timeout 300 mpirun"
 MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --heads 4"   # tests/reference.py's model
 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
-    -shuffle 0 -v 0 -s 0 -o $D/single > /dev/null
+    -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
 
 source tests/layout_checks.sh  # layout_checked, recompute_identical, evaluation_equal, bad
 layout_checked 2 "-b 4 -tp 2 -sp 0"

@@ -2,7 +2,8 @@
 # Data parallelism and ZeRO 0-3 on the CPU build under mpirun, against the float64 reference
 # and the single-rank run. Usage: test_zero.sh REFERENCE_DIR
 #  - losses of dp 2 and 4 x ZeRO 0..3 match tests/reference.py's float64 trajectory (same
-#    total batch: B = 4/dp, 2 accumulation micro-steps) within 1e-4, like the single rank;
+#    total batch: B = 4/dp, 2 accumulation micro-steps; 3 steps) within 1e-4, like the single rank,
+#    and their gradient norms the single rank's within 1e-5 (tests/same_norms.py);
 #  - final parameters follow the single-rank run's (tests/compare_models.py says why its bounds);
 #  - every rank's memory and per-collective traffic, measured in the first step, equal -plan's
 #    (which allocates nothing) and the formulas of tests/accounting.py; ZeRO-3's persistent model
@@ -13,22 +14,23 @@ REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/zero; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
 MPIRUN="timeout 300 mpirun"
-./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 6 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
-    -shuffle 0 -v 0 -s 0 -o $D/single > /dev/null
+./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
+    -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
 MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --x 4"   # tests/reference.py's model
 for dp in 2 4; do
     for z in 0 1 2 3; do
-        $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 \
+        $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
             --launcher "$MPIRUN -np $dp" --extra "-b $((4 / dp)) -z $z -o $D/dp$dp-z$z" > $D/dp$dp-z$z.txt
         cp $REF/run_accum2.jsonl $D/dp$dp-z$z.jsonl
         $MPIRUN -np $dp ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $((4 / dp)) -t 32 -d 256 -z $z -v 0 -plan 1 \
             | grep '^{' > $D/dp$dp-z$z.plan.jsonl
         echo "dp $dp ZeRO-$z: $(tail -n 1 $D/dp$dp-z$z.txt)"
+        $PYTHON tests/same_norms.py $D/single.jsonl $D/dp$dp-z$z.jsonl "dp $dp ZeRO-$z"
         $PYTHON tests/accounting.py $D/dp$dp-z$z.plan.jsonl $D/dp$dp-z$z.jsonl $MODEL --B $((4 / dp)) --accum 2 \
             --dp $dp --tp 1 --zero $z
     done
 done
-$PYTHON tests/compare_models.py $D/single/model_00000006.bin $REF/model.bin $D/dp*-z*/model_00000006.bin
+$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin $D/dp*-z*/model_00000003.bin
 $PYTHON - $D <<'PY'
 import json, sys
 d = sys.argv[1]
