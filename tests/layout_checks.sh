@@ -1,7 +1,13 @@
-# tests/layout_checks.sh: checks a parallel layout's test script makes the same way, sourced by
-# tests/test_sp.sh and tests/test_cp.sh; the caller sets REF (tests/reference.py's directory), D (a
-# scratch directory), MPIRUN, PYTHON and MODEL (tests/accounting.py's model flags). Each runs
-# train_gpt_cpu with $REF's model and data.
+# tests/layout_checks.sh: what tests/test_sp.sh and tests/test_cp.sh share, sourced after they set
+# REF (tests/reference.py's 2-layer model), D (a scratch directory) and PYTHON: the launcher, the
+# model's dimensions for tests/accounting.py, the single-rank run of 3 steps ($D/single, its log
+# $D/single.jsonl) that the layouts are compared with, and the checks each makes the same way. Each
+# runs train_gpt_cpu with $REF's model and data.
+export OMP_NUM_THREADS=1
+MPIRUN="timeout 300 mpirun"
+MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --heads 4"
+./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
+    -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
 
 # flag_value "FLAGS" NAME DEFAULT: the value FLAGS give -NAME, or DEFAULT
 flag_value() { local v=$(echo " $1 " | sed -nE "s/.* -$2 ([^ ]+) .*/\1/p"); echo ${v:-$3}; }

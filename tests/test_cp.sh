@@ -18,13 +18,7 @@
 set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/cp; rm -rf $D; mkdir -p $D
-export OMP_NUM_THREADS=1
-MPIRUN="timeout 300 mpirun"
-MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --heads 4"   # tests/reference.py's model
-./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
-    -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
-
-source tests/layout_checks.sh  # layout_checked, recompute_identical, evaluation_equal, bad
+source tests/layout_checks.sh  # MPIRUN, MODEL, $D/single; layout_checked, recompute_identical, evaluation_equal, bad
 layout_checked 2 "-b 4 -cp 2"
 layout_checked 4 "-b 4 -cp 4"
 layout_checked 4 "-b 2 -cp 2 -z 1"
