@@ -30,7 +30,7 @@ calls before each block_backward: it reruns block_ln1/block_ln2/block_gelu, or t
 block_forward at -r 3.
 */
 #pragma once
-// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes,
+// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes, layer_activation_element_bytes,
 //          is_statistic
 #include <stddef.h>  // defines: size_t
 #include "precision.h"  // defines: floatX
@@ -50,23 +50,26 @@ inline bool recompute_keeps(int level, int t) {
 
 inline bool is_statistic(int t) { return t == LN1_MEAN || t == LN1_RSTD || t == LN2_MEAN || t == LN2_RSTD; }
 
-// elements of tensor t for one layer on one rank; with sequence parallelism (tp.h, -sp) the rank
-// holds N/tp tokens of the LayerNorms and the residual stream
-inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel) {
+// the element type of tensor t: fp32 for the LayerNorm statistics and ring attention's log-sum-exp
+inline size_t layer_activation_element_bytes(int t, int cp) {
+    return is_statistic(t) || (t == ATT && cp > 1) ? sizeof(float) : sizeof(floatX);
+}
+
+// elements of tensor t for one layer on one rank; T is the tokens of a sequence the rank holds
+// (T/cp under -cp, where ring attention, cp.h, keeps each row's log-sum-exp in place of att); with
+// sequence parallelism (tp.h, -sp) the rank holds N/tp tokens of the LayerNorms and the residual stream
+inline size_t layer_activation_elements(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel, int cp) {
     size_t N = (size_t)B * T, N_held = sequence_parallel ? N / tp : N;
     switch (t) {
         case QKV: return 3 * N * C / tp;
         case ATTY: return N * C / tp;
-        case ATT: return (size_t)B * (NH / tp) * T * T;
+        case ATT: return cp > 1 ? N * (NH / tp) : (size_t)B * (NH / tp) * T * T;
         case FCH: case FCH_GELU: return 4 * N * C / tp;
         case LN1_MEAN: case LN1_RSTD: case LN2_MEAN: case LN2_RSTD: return N_held;
         default: return N_held * C;  // LN1, RESIDUAL2, LN2, RESIDUAL3
     }
 }
 
-// bytes of tensor t for one layer on one rank; T is the tokens of a sequence the rank holds (T/cp
-// under -cp), and ring attention (cp > 1, cp.h) keeps each row's log-sum-exp, fp32, in place of att
 inline size_t layer_activation_bytes(int t, int B, int T, int C, int NH, int tp, bool sequence_parallel, int cp) {
-    if (t == ATT && cp > 1) return (size_t)B * T * (NH / tp) * sizeof(float);
-    return layer_activation_elements(t, B, T, C, NH, tp, sequence_parallel) * (is_statistic(t) ? sizeof(float) : sizeof(floatX));
+    return layer_activation_elements(t, B, T, C, NH, tp, sequence_parallel, cp) * layer_activation_element_bytes(t, cp);
 }

@@ -352,6 +352,9 @@ inline int gpt2_layers(const GPT2* m) { return layout_layers(m->layout); }
 inline TensorParallel tensor_parallel(GPT2* m) { return TensorParallel{&m->comm->tp, m->layout.sequence_parallel}; }
 // the tokens of a micro-batch of N that this rank's LayerNorms and residual stream hold: N/tp under -sp
 inline int tokens_held(const GPT2* m, int N) { return m->layout.sequence_parallel ? N / m->layout.tp : N; }
+// the ranks that split a sequence, and so what a sequence's length (-t, sampling's windows) must be
+// a multiple of: -cp's 2cp chunks (cp.h), each rank's tokens split again over tp under -sp (tp.h)
+inline int sequence_multiple(int cp, int tp, bool sequence_parallel) { return (cp > 1 ? 2 * cp : 1) * (sequence_parallel ? tp : 1); }
 inline int gpt2_chunks(const GPT2* m) { return (int)m->layout.chunks.size(); }
 // does the chunk of activation set `a` hold the embedding (the model's first chunk) or the head (its last)?
 inline bool chunk_has_embedding(const GPT2* m, const ActivationTensors& a) { return is_first_stage(m->layout) && a.first_layer == 0; }
@@ -549,8 +552,7 @@ inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, in
 // -cp, where a rank holds B sequences' T/cp zig-zag tokens (T here), round the ring (cp.h)
 inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, int B, int T) {
     int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
-    Comm* cp = &model->comm->cp;
-    if (model->layout.cp > 1) ring_attention_forward(cp, la.atty, la.lse, la.qkv, model->scratch.ring, B, T, C_rank, NH_rank);
+    if (model->layout.cp > 1) ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, model->scratch.ring, B, T, C_rank, NH_rank);
     else attention_forward(la.atty, la.att, la.qkv, model->scratch.attention, B, T, C_rank, NH_rank);
 }
 inline void sequence_attention_backward(GPT2* model, const LayerActivations& la, floatX* dqkv, const floatX* datty, int B, int T) {
@@ -996,7 +998,7 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
 inline void next_token_logits(GPT2* model, const int* context_tokens, int context) {
     const ModelLayout& lay = model->layout;
     int Vp = model->config.padded_vocab_size, columns = vocab_range(model).rows;
-    int multiple = (lay.cp > 1 ? 2 * lay.cp : 1) * (lay.sequence_parallel ? lay.tp : 1);
+    int multiple = sequence_multiple(lay.cp, lay.tp, lay.sequence_parallel);
     int padded = (context + multiple - 1) / multiple * multiple;  // <= T, a multiple of `multiple` (check_batch_flags)
     std::vector<int> window(padded, GPT2_EOT);
     std::copy(context_tokens, context_tokens + context, window.begin());
@@ -1070,12 +1072,12 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
         comm_fail_all("-pl with -ps interleaved: its chunks split the layers evenly (pipeline.h)");
     if (tc->sequence_parallel && grid.tp == 1) comm_fail_all("-sp 1 splits the tokens over the TP ranks; it needs -tp > 1");
-    if (tc->sequence_parallel && grid.cp == 1 && tc->T % grid.tp != 0)  // micro-batches and sampling's windows of up to T
+    int multiple = sequence_multiple(grid.cp, grid.tp, tc->sequence_parallel);  // micro-batches, sampling's windows up to T
+    if (grid.cp == 1 && tc->T % multiple != 0)
         comm_fail_all("-sp 1: -t %d must be a multiple of -tp %d, each TP rank holding 1/tp of the tokens", tc->T, grid.tp);
-    int cp_multiple = 2 * grid.cp * (tc->sequence_parallel ? grid.tp : 1);
-    if (grid.cp > 1 && tc->T % cp_multiple != 0)
+    if (grid.cp > 1 && tc->T % multiple != 0)
         comm_fail_all("-cp %d: -t %d must be a multiple of 2*cp%s = %d: each sequence is cut into 2cp chunks (cp.h)%s", grid.cp,
-                      tc->T, tc->sequence_parallel ? "*tp" : "", cp_multiple, tc->sequence_parallel ? ", each rank's split over tp" : "");
+                      tc->T, tc->sequence_parallel ? "*tp" : "", multiple, tc->sequence_parallel ? ", each rank's split over tp" : "");
     if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
         comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller", tc->B,
                       tc->T, grid.dp, grid.pp);
