@@ -14,6 +14,7 @@ import sys
 
 single, layout = ([json.loads(line)["norm"] for line in open(path)] for path in sys.argv[1:3])
 assert len(single) == len(layout) and single, (len(single), len(layout))
-worst = max(abs(a - b) / abs(a) for a, b in zip(single, layout))
-assert worst < 1e-5, f"{sys.argv[3]}: gradient norms off the single rank's by {worst:.2e} (relative)"
+errors = [abs(a - b) / abs(a) for a, b in zip(single, layout)]
+worst = max(errors)
+assert all(e < 1e-5 for e in errors), f"{sys.argv[3]}: gradient norms off the single rank's by {worst:.2e} (relative)"
 print(f"{sys.argv[3]}: gradient norms within {worst:.1e} (relative) of the single rank's over {len(single)} steps")

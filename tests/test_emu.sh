@@ -78,7 +78,8 @@ resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
 ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"
 $MPIRUN -np 2 bash -c "CUDA_VISIBLE_DEVICES=\${PMI_RANK:-\$OMPI_COMM_WORLD_RANK} exec ./train_gpt_emu_fp32 $ONE" > $D/bound.txt 2>&1 \
     || { tail -n 3 $D/bound.txt; echo "FAIL: ranks bound to a GPU each by CUDA_VISIBLE_DEVICES"; exit 1; }
-grep -q "NCCL collectives" $D/bound.txt && echo "ok: 2 ranks bound to one GPU each (CUDA_VISIBLE_DEVICES) train over NCCL"
+grep -q "NCCL collectives" $D/bound.txt || { echo "FAIL: ranks bound to one GPU each fell back from NCCL"; tail -n 3 $D/bound.txt; exit 1; }
+echo "ok: 2 ranks bound to one GPU each (CUDA_VISIBLE_DEVICES) train over NCCL"
 code=0; CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE > $D/shared.txt 2>&1 || code=$?
 [ $code -ne 0 ] && [ $code -ne 124 ] && [ "$(grep -c '^error: 2 ranks share one GPU: NCCL needs a GPU per rank' $D/shared.txt)" -eq 2 ] \
     || { echo "FAIL: 2 ranks on one GPU under NCCL, exit $code"; cat $D/shared.txt; exit 1; }

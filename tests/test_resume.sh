@@ -41,11 +41,14 @@ sums=$(md5sum $C/* | md5sum)
 head -c 500 $C/state_00000004_00000.bin > $D/trunc.bin; cp $C/model_00000004.bin $C/optimizer_00000004.bin $C/complete_00000004 $D/
 cp $D/trunc.bin $D/state_00000004_00000.bin
 if $TRAINER_FP32 $FLAGS -o $D -y 1 -x 8 > /dev/null 2> $D/err.txt; then echo "FAIL: truncated state accepted"; exit 1; fi
-grep -q "is truncated" $D/err.txt && echo "ok: $(cat $D/err.txt)"
+grep -q "is truncated" $D/err.txt || { echo "FAIL: expected 'is truncated', got: $(cat $D/err.txt)"; exit 1; }
+echo "ok: $(cat $D/err.txt)"
 if $TRAINER_BF16 $FLAGS -o $C -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: an fp32 checkpoint resumed in bf16"; exit 1; fi
-grep -q "written by a 4-byte floatX build" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
+grep -q "written by a 4-byte floatX build" $D/err.txt || { echo "FAIL: expected 'written by a 4-byte floatX build', got: $(cat $D/err.txt)"; exit 1; }
+echo "ok: $(grep -m1 error $D/err.txt)"
 if timeout 120 mpirun -np 4 $TRAINER_BF16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4 with another global micro-batch"; exit 1; fi
-grep -q "tokens per global micro-batch" $D/err.txt && echo "ok: $(grep -m1 error $D/err.txt)"
+grep -q "tokens per global micro-batch" $D/err.txt || { echo "FAIL: expected 'tokens per global micro-batch', got: $(cat $D/err.txt)"; exit 1; }
+echo "ok: $(grep -m1 error $D/err.txt)"
 [ "$(md5sum $C/* | md5sum)" = "$sums" ] || { echo "FAIL: a refused resume changed the checkpoint"; exit 1; }
 
 # crash safety: the last of 2 ranks is killed (SIGKILL) halfway through writing step 4's state; the
