@@ -1,7 +1,7 @@
 /*
 tests/rank_checks.h: what the unit tests that run under mpirun (tests/test_tp.cpp, tests/test_cp.cpp)
 share: EXPECT counts a check and reports a failure with its rank, random_normal makes the same data on
-every rank, max_abs_diff compares, and rank_checks_total prints "NAME WORLD: N passed, M failed" over
+every rank, max_abs_diff compares (a NaN anywhere makes it NaN, which fails every `< tol`), and rank_checks_total prints "NAME WORLD: N passed, M failed" over
 all ranks on rank 0 and returns the exit code.
 */
 #pragma once
@@ -22,7 +22,10 @@ static std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {
 }
 static double max_abs_diff(const float* a, const float* b, size_t n) {
     double worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= worst)) worst = d;  // a NaN is the worst (fmax(x, NaN) is x), and stays: NaN < tol fails
+    }
     return worst;
 }
 static int rank_checks_total(const char* name, int world) {

@@ -31,11 +31,16 @@ static vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
 }
 static vector<double> to_double(const vector<float>& v) { return vector<double>(v.begin(), v.end()); }
 
-// max |a - b| / (max |b| + tiny): an error relative to the size of the reference
+// max |a - b| / (max |b| + tiny): an error relative to the size of the reference. A NaN in a
+// is the worst error and stays NaN (fmax(x, NaN) would drop it), so every `< tol` fails on it
 static double rel_err(const vector<float>& a, const vector<double>& b) {
     double err = 0, mag = 1e-12;
-    for (size_t i = 0; i < b.size(); i++) { err = fmax(err, fabs(a[i] - b[i])); mag = fmax(mag, fabs(b[i])); }
-    return err / mag;
+    for (size_t i = 0; i < b.size(); i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= err)) err = d;
+        mag = fmax(mag, fabs(b[i]));
+    }
+    return a.size() == b.size() ? err / mag : NAN;
 }
 
 // gradient of sum(f(x) * w) with respect to x by central differences, in double

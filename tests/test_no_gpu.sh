@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # ./train_gpt (the CUDA build) where no GPU can be used: one line on every rank that says so and
 # points to ./train_gpt_cpu, and a non-zero exit, not a crash or an NCCL error. Skipped where
-# train_gpt was not built (no nvcc) or a GPU is present.
+# train_gpt was not built (no nvcc) or a GPU is present: exit 77, which run_tests.sh reports as
+# SKIP and counts (CI, which has nvcc and no GPU, must skip nothing).
 set -euo pipefail
 D=tests/build/no_gpu; rm -rf $D; mkdir -p $D
-if [ ! -x ./train_gpt ]; then echo "skipped: ./train_gpt was not built (no nvcc)"; exit 0; fi
-if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then echo "skipped: this machine has a GPU"; exit 0; fi
+if [ ! -x ./train_gpt ]; then echo "skipped: ./train_gpt was not built (no nvcc)"; exit 77; fi
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then echo "skipped: this machine has a GPU"; exit 77; fi
 for np in 1 2; do
     code=0
     timeout 120 mpirun -np $np ./train_gpt -e d2 -x 1 > $D/out.txt 2> $D/err.txt || code=$?

@@ -19,30 +19,56 @@ static const int MANTISSA_BITS = 8, MIN_EXP = -125;   // significand bits incl. 
 static const int MANTISSA_BITS = 11, MIN_EXP = -13;   // fp16: smallest normal 2^-14
 #endif
 
-// the two grid points around x (same sign), from the format's definition, in double
-static void grid_neighbours(double x, double* lo, double* hi) {
+// the two grid points around x (same sign), from the format's definition, in double; *even_out is
+// the one whose last significand bit is 0 (where round-to-nearest-even sends a tie)
+static void grid_neighbours(double x, double* lo, double* hi, double* even_out = nullptr) {
     int e;
     frexp(fabs(x), &e);                         // |x| = f * 2^e, f in [0.5, 1)
     if (e < MIN_EXP) e = MIN_EXP;               // subnormals share the smallest exponent's spacing
     double ulp = ldexp(1.0, e - MANTISSA_BITS);
-    double a = floor(fabs(x) / ulp) * ulp, b = a + ulp;
+    double k = floor(fabs(x) / ulp), a = k * ulp, b = a + ulp;  // |x| in [k, k + 1) ulps
+    double even = fmod(k, 2.0) == 0.0 ? a : b;  // at 2^e, b = 2^MANTISSA_BITS ulps: even too
     *lo = x < 0 ? -b : a;
     *hi = x < 0 ? -a : b;
     if (*lo > *hi) { double t = *lo; *lo = *hi; *hi = t; }
+    if (even_out) *even_out = x < 0 ? -even : even;
+}
+
+// the expected rounding of x: the nearer neighbour, a tie to the even one
+static double nearest_even(double x) {
+    double lo, hi, even;
+    grid_neighbours(x, &lo, &hi, &even);
+    return fabs(x - lo) < fabs(hi - x) ? lo : fabs(x - lo) > fabs(hi - x) ? hi : even;
 }
 
 TEST_CASE("from_float rounds to the nearest grid point, ties to even") {
     Rng rng = {5};
     for (int i = 0; i < 20000; i++) {
         float x = (float)(rng_normal(&rng) * pow(10.0, (int)(rng_uniform(&rng) * 8) - 5));
-        double lo, hi;
-        grid_neighbours(x, &lo, &hi);
-        double got = to_float(from_float(x));
-        double want = fabs(x - lo) < fabs(hi - x) ? lo : fabs(x - lo) > fabs(hi - x) ? hi : NAN;
-        if (isnan(want)) { CHECK((got == lo || got == hi)); continue; }  // a tie: either, by parity
-        INFO("x = " << x << " lo " << lo << " hi " << hi);
-        REQUIRE(got == want);
+        INFO("x = " << x);
+        REQUIRE(to_float(from_float(x)) == nearest_even(x));
     }
+}
+
+// random values almost never sit exactly halfway, so build ties: halfway between two grid points,
+// both parities, both signs, normal and subnormal. Round-half-away-from-zero or half-up fails here
+TEST_CASE("from_float sends an exact tie to the even neighbour") {
+    Rng rng = {6};
+    int to_lower = 0, to_upper = 0;
+    for (int i = 0; i < 4000; i++) {
+        int e = MIN_EXP - 3 + (int)(rng_uniform(&rng) * (12 - MIN_EXP));  // exponents from subnormal up
+        double ulp = ldexp(1.0, (e < MIN_EXP ? MIN_EXP : e) - MANTISSA_BITS);
+        double k = floor(rng_uniform(&rng) * ldexp(1.0, MANTISSA_BITS - 1)) + (e < MIN_EXP ? 0 : ldexp(1.0, MANTISSA_BITS - 1));
+        double x = (k + 0.5) * ulp * (i % 2 ? -1.0 : 1.0);
+        if ((double)(float)x != x) continue;  // a float holds every tie of a 16-bit format; be sure
+        double want = fmod(k, 2.0) == 0.0 ? k * ulp : (k + 1) * ulp;
+        want = i % 2 ? -want : want;
+        INFO("tie x = " << x << " (k " << k << " ulp " << ulp << ") expected " << want);
+        REQUIRE(to_float(from_float((float)x)) == want);
+        (fabs(want) < fabs(x) ? to_lower : to_upper)++;
+    }
+    CHECK(to_lower > 1000);  // both ways taken: ties really were built
+    CHECK(to_upper > 1000);
 }
 
 TEST_CASE("stochastic rounding picks a neighbour and is unbiased") {
