@@ -1,6 +1,7 @@
 """
 tests/check_source.py: two promises of the style guide, checked on the trainer's sources.
-  1. No function is longer than LIMIT lines (default 60): a function fits on a screen.
+  1. No function is longer than LIMIT lines (default 60): a function fits on a screen; member
+     functions and functions in namespaces count too.
   2. A header's `// defines:` comment names every top-level function, struct, enum and
      macro the header defines, so a reader can trust it to find where a name lives.
 Functions are found by brace depth on the code with strings and comments removed; a
@@ -44,6 +45,24 @@ def top_level_items(lines):
     return items
 
 
+def function_items(lines, first=0, last=None):
+    """(first line, last line, head) of every function with a body in lines[first:last], looking
+    inside structs, classes and namespaces too (a member function must fit a screen as well)"""
+    last = len(lines) if last is None else last
+    found = []
+    for start, end, head, has_body in top_level_items(lines[first:last]):
+        start, end = start + first, end + first
+        if not has_body:
+            continue
+        h = re.sub(r'template\s*<[^>]*>', '', head).strip()
+        if re.match(r'(?:\w+\s+)*(?:struct|class|union|namespace)\b', h) and '(' not in h.split('{')[0].split(':')[0]:
+            opening = next(i for i in range(start, end + 1) if '{' in lines[i])
+            found += function_items(lines, opening + 1, end)  # the body between its braces
+        elif '(' in h and '=' not in h.split('(')[0]:
+            found.append((start, end, head))
+    return found
+
+
 def defined_names(lines, items):
     names = set()
     for code in lines:
@@ -80,9 +99,9 @@ def main():
         text = open(path).read()
         lines = code_lines(text)
         items = top_level_items(lines)
-        for start, end, head, has_body in items:
+        for start, end, head in function_items(lines):
             n = end - start + 1
-            if has_body and '(' in head and '=' not in head.split('(')[0] and n > limit:
+            if n > limit:
                 findings.append(f"{path}:{start + 1}: a function of {n} lines (over {limit}): {text.split(chr(10))[start].strip()[:70]}")
         if path.endswith(('.h', '.cuh')):
             listed = set(re.findall(r'\w+', ' '.join(re.findall(r'^//\s*(?:defines:)?(.*)$',

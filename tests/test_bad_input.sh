@@ -93,10 +93,18 @@ sum_before=$(md5sum < $D/out/model_00000001.bin)
 expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
 [ "$(md5sum < $D/out/model_00000001.bin)" = "$sum_before" ] || { echo "FAIL: model file changed"; fails=$((fails + 1)); }
 
-# help lists every flag the parser knows
+# -h, docs/flags.md and the README list every flag of the option table (options.h: make_options),
+# read from the table itself so that a new flag cannot be left out of the list checked
 $TRAINER -h > $D/help.txt || { echo "FAIL: -h exit code"; fails=$((fails + 1)); }
-for flag in -e -i -j -o -b -t -d -l -u -q -c -gc -x -v -m -s -g -temp -tok -n -y -shuffle -seed -log -r -ls -lsi -ga -z -tp -pp -ps -trace -comm -plan -h; do
+table=$(grep -o '^ *{"-[a-z]*"' options.h | tr -d ' {"')
+count=$(printf '%s\n' $table | wc -l)  # (echo would take the first flag, -e, as its own option)
+[ $count -ge 40 ] || { echo "FAIL: read $count flags from options.h"; fails=$((fails + 1)); }
+for flag in $table -h; do
     grep -q -- "^  $flag " $D/help.txt || { echo "FAIL: -h does not list $flag"; fails=$((fails + 1)); }
+done
+for flag in $table; do
+    grep -q -- "\`$flag\`" docs/flags.md || { echo "FAIL: docs/flags.md does not explain $flag"; fails=$((fails + 1)); }
+    grep -q -- "\`$flag\`" README.md || { echo "FAIL: the README's flag list lacks $flag"; fails=$((fails + 1)); }
 done
 echo "$fails failures"
 [ $fails -eq 0 ]
