@@ -24,7 +24,7 @@ static double max_abs_diff(const float* a, const float* b, size_t n) {
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
-        if (!(d <= worst)) worst = d;  // a NaN is the worst (fmax(x, NaN) is x), and stays: NaN < tol fails
+        if (std::isnan(d) || d > worst) worst = d;  // a NaN is the worst (fmax(x, NaN) is x) and stays: NaN < tol fails
     }
     return worst;
 }

@@ -37,7 +37,7 @@ static double rel_err(const vector<float>& a, const vector<double>& b) {
     double err = 0, mag = 1e-12;
     for (size_t i = 0; i < b.size(); i++) {
         double d = fabs(a[i] - b[i]);
-        if (!(d <= err)) err = d;
+        if (std::isnan(d) || d > err) err = d;  // once NaN, NaN: nothing compares greater
         mag = fmax(mag, fabs(b[i]));
     }
     return a.size() == b.size() ? err / mag : NAN;
