@@ -6,6 +6,7 @@
 #   make train_gpt_cpu      CPU build (g++ via mpicxx, OpenMP, OpenBLAS, MPI), FP32;
 #                           train_gpt_cpu_bf16 and train_gpt_cpu_fp16 store bf16 / fp16 exactly as the GPU does
 #   make test               the whole CPU test suite (what CI runs)
+#   make test-mutants       deliberate bugs that make test's checks must catch (tests/mutants/)
 #   make test-gpu           the GPU build against the PyTorch reference (needs a GPU)
 
 PRECISION ?= BF16
@@ -247,6 +248,11 @@ TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pyt
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
+# deliberate bugs (tests/mutants/), each of which a check of make test must catch; after make test,
+# whose binaries and references the mutants' copies of the tree start from (MUTANTS="a b": just those)
+test-mutants: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
+	PYTHON=$(PYTHON) bash tests/run_mutants.sh $(MUTANTS)
+
 # needs data/ (make data, here or where ../shared is, then carried): nothing here rebuilds it
 # what it can without Catch2 (the suite says what it skipped); compute-sanitizer from PATH or beside nvcc
 HAVE_CATCH2 := $(shell printf '\043include <catch2/catch.hpp>\n' | $(CXX) $(CATCH_CFLAGS) -E -x c++ - > /dev/null 2>&1 && echo yes)
@@ -277,6 +283,7 @@ help:
 	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md)"
+	@echo "  make test-mutants    deliberate bugs (tests/mutants/), each caught by a check of make test; MUTANTS=\"a b\" for some"
 	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
 	@echo "  make dev             the dev/ kernel labs with nvcc (dev/README.md); dev-fp32: the same in fp32, into dev/fp32/"
 	@echo "  make ... DEBUG=1     CUDA builds that synchronise after every kernel launch (faults reported where they happen)"
@@ -292,4 +299,4 @@ help:
 clean:
 	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) $(EMU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
 
-.PHONY: all data test test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32
+.PHONY: all data test test-mutants test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32

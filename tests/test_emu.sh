@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA build's own code, run in the emulated CUDA build (tests/emu/; make emu) on a machine
 # without a GPU. Usage: test_emu.sh REFERENCE_DIR (tests/reference.py's 2-layer model) PYTORCH_OPS_DIR
-# [REFERENCE_DIR_4_LAYERS (for interleaved 1F1B, two chunks of one layer a stage at pp 2)]
+# REFERENCE_DIR_4_LAYERS (for interleaved 1F1B, two chunks of one layer a stage at pp 2)
 #  - every kernel launcher against its host twin in fp32, bf16 and fp16 (tests/test_emu_kernels.cpp);
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
@@ -21,7 +21,7 @@
 #    a stage idles while the other computes, at least half the step (the formula's 0.5); timed as
 #    compute, the wait once showed as a bubble of 0.01.
 set -euo pipefail
-REF=$1 OPS=$2 REF4=${3:-}; PYTHON=${PYTHON:-/usr/bin/python3}
+REF=$1 OPS=$2 REF4=${3:?usage: test_emu.sh REFERENCE_DIR PYTORCH_OPS_DIR REFERENCE_DIR_4_LAYERS}; PYTHON=${PYTHON:-/usr/bin/python3}
 E=tests/build/emu
 D=$E/runs; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
@@ -56,11 +56,9 @@ trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
 trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
 trajectory "fp32, pp 2 ZeRO-3 (ZB-H1: B now, W deferred)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps zb -z 3
 trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps gpipe -z 1
-if [ -n "$REF4" ]; then
-    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_emu_fp32 --ref $REF4 --accum 4 --tol 1e-4 --launcher "$MPIRUN -np 2" \
-        --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 || { tail -n 20 $D/interleaved.txt; exit 1; }
-    echo "fp32, pp 2 ZeRO-3, interleaved (V 2), 4 layers: $(tail -n 1 $D/interleaved.txt)"
-fi
+$PYTHON tests/check_trajectory.py --trainer ./train_gpt_emu_fp32 --ref $REF4 --accum 4 --tol 1e-4 --launcher "$MPIRUN -np 2" \
+    --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 || { tail -n 20 $D/interleaved.txt; exit 1; }
+echo "fp32, pp 2 ZeRO-3, interleaved (V 2), 4 layers: $(tail -n 1 $D/interleaved.txt)"
 CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, cp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 (ring attention's kernels and sends; f and g as all-gathers and reduce-scatters)" \
     ./train_gpt_emu_fp32 1e-4 8 -cp 2 -tp 2 -sp 1 -pp 2 -z 3
 # every NCCL communicator made carries something (the world group's traffic is host data, through MPI)

@@ -11,9 +11,9 @@
 # continues the unbroken fp32 trajectory within 1e-5 in loss: dp 2 ZeRO-1 -> cp 2 x tp 2 with
 # sequence parallelism (-sp 1), dp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 -> dp 2 x cp 2 ZeRO-1 -> one rank, and pp 2 1F1B
 # -> pp 2 interleaved (the same shard sizes holding other layers: the state files record which).
-# Usage: test_resume.sh REFERENCE_DIR [REFERENCE_DIR_4_LAYERS] (the interleaved cases need 4 layers)
+# Usage: test_resume.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS (the interleaved cases need 4 layers)
 set -euo pipefail
-REF=$1 REF4=${2:-}
+REF=$1 REF4=${2:?usage: test_resume.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS}
 # The trainers: the CPU builds unless TRAINER_FP32, TRAINER_BF16, TRAINER_FP16 name others (make
 # test-gpu: the CUDA builds); TRAINER_FLAGS is added to every run (-comm mpi: ranks sharing a GPU)
 TRAINER_FP32=${TRAINER_FP32:-./train_gpt_cpu} TRAINER_BF16=${TRAINER_BF16:-./train_gpt_cpu_bf16}
@@ -26,9 +26,7 @@ resume_case fp32 "" $TRAINER_FP32 ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-b 1 -z 2"
 resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" $TRAINER_BF16 "-b 1 -tp 2 -z 3"
 resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" $TRAINER_BF16 "-b 1 -tp 2 -pp 2 -z 1"
-if [ -n "$REF4" ]; then
-    resume_case fp32_pp2_interleaved "timeout 300 mpirun -np 2" $TRAINER_FP32 "-e $REF4/model.bin -b 1 -pp 2 -ps interleaved -vp 2"
-fi
+resume_case fp32_pp2_interleaved "timeout 300 mpirun -np 2" $TRAINER_FP32 "-e $REF4/model.bin -b 1 -pp 2 -ps interleaved -vp 2"
 TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" $TRAINER_FP16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
 scales=$(grep -o '"scale": [0-9.]*' $D/fp16_dp2_zero3_scaler-whole.jsonl | awk '{print $2}' | tr '\n' ' ')
