@@ -4,6 +4,9 @@ tests/compare_models.py: final parameters of other layouts against the single-ra
 
     compare_models.py SINGLE.bin INIT.bin OTHER.bin...
 
+The callers name every OTHER explicitly (one per layout they ran, never a glob, which would drop a
+layout that never wrote its final model): a missing file fails, with a line naming it.
+
 Each OTHER must follow SINGLE: |p - p_single| / |p_single - p_init| < 1e-5 (L2 over the model;
 measured ~1e-6) and max |p - p_single| < 1e-4. They differ only by the order in which fp32 sums
 are added (over DP ranks, over TP ranks' partial products). Elementwise most agree to ~1e-9, but
@@ -11,6 +14,7 @@ where a gradient is zero in exact arithmetic (the key bias: softmax ignores a sh
 row of scores) it is pure round-off, and AdamW's m / (sqrt(v) + eps) turns that noise into steps
 of ~lr * noise / eps, so the elementwise bound is lr / 10 = 1e-4, not fp32 round-off.
 """
+import os
 import sys
 import numpy as np
 
@@ -20,6 +24,11 @@ def params(path):
     return np.frombuffer(raw[1024:], dtype=np.float32).astype(np.float64)
 
 
+missing = [p for p in sys.argv[1:] if not os.path.isfile(p)]
+for path in missing:
+    print(f"FAIL: {path} missing: that run never wrote its final model")
+if missing or len(sys.argv) < 4:
+    sys.exit(f"compare_models.py: {len(missing)} of the {len(sys.argv) - 1} files named missing" if missing else __doc__)
 single, init = params(sys.argv[1]), params(sys.argv[2])
 for path in sys.argv[3:]:
     final = params(path)

@@ -14,14 +14,16 @@ flag_value() { local v=$(echo " $1 " | sed -nE "s/.* -$2 ([^ ]+) .*/\1/p"); echo
 
 # layout_checked NP "FLAGS": 3 steps under FLAGS (-b -cp -tp -sp -pp -ps -z -r) against the float64
 # trajectory (1e-4; fp32 round-off measures ~1e-7), their gradient norms against the single rank's
-# $D/single.jsonl (tests/same_norms.py), the final model left in $D/TAG; every rank's memory and
-# traffic = -plan = tests/accounting.py's formulas
+# $D/single.jsonl (tests/same_norms.py), the final model's path added to FINAL (compared by
+# final_models_compared); every rank's memory and traffic = -plan = tests/accounting.py's formulas
+FINAL=()
 layout_checked() {
     local np=$1 flags=$2
     local cp=$(flag_value "$flags" cp 1) tp=$(flag_value "$flags" tp 1) pp=$(flag_value "$flags" pp 1) B=$(flag_value "$flags" b 4)
     local dp=$((np / cp / tp / pp)) tag=np$np$(echo "$flags" | tr -d ' -')
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
         --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" > $D/$tag.txt
+    FINAL+=($D/$tag/model_00000003.bin)
     cp $REF/run_accum2.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -d 256 $flags -v 0 -plan 1 | grep '^{' > $D/$tag.plan.jsonl
     echo "np $np $flags: $(tail -n 1 $D/$tag.txt)"
@@ -31,12 +33,20 @@ layout_checked() {
         --recompute $(flag_value "$flags" r 0)
 }
 
-# recompute_identical NP LABEL FLAGS...: -r 0..3 give the same losses and norms, bit for bit
+# final_models_compared: every layout_checked run's final model (each named: a glob would drop a
+# layout that never wrote one) follows the single-rank run's (tests/compare_models.py)
+final_models_compared() {
+    $PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin "${FINAL[@]}"
+}
+
+# recompute_identical NP LABEL FLAGS...: -r 0..3 give the same losses and norms, bit for bit, and
+# each rank's first-step activations shrink at every level (tests/identical_steps.py)
 recompute_identical() {
     local np=$1 label=$2; shift 2
     local flags="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 2 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0 $*"
+    rm -f $D/r[0-3].jsonl  # -log appends
     for r in 0 1 2 3; do $MPIRUN -np $np ./train_gpt_cpu $flags -r $r -log $D/r$r.jsonl > /dev/null; done
-    $PYTHON tests/identical_steps.py "$label, -r 0..3" $D/r0.jsonl $D/r1.jsonl $D/r2.jsonl $D/r3.jsonl
+    $PYTHON tests/identical_steps.py --recompute-levels 0,1,2,3 "$label, -r 0..3" $D/r0.jsonl $D/r1.jsonl $D/r2.jsonl $D/r3.jsonl
 }
 
 # evaluation_equal NP LABEL FLAGS...: validation loss and samples equal one rank's (made once)

@@ -11,14 +11,14 @@
 #    probabilities, (B, NH, T, T), which ring attention replaces by a log-sum-exp per token and head,
 #    in the plan and in the first step's measured ledger; -e d4 under cp 2 x tp 2 -sp 1 writes one
 #    rank's model file, byte for byte;
-#  - -r 0..3 bit-identical under cp 2; validation loss and samples under cp 2 and cp 2 x tp 2 -sp 1
+#  - -r 0..3 bit-identical under cp 2, each rank's first-step activations shrinking at every level; validation loss and samples under cp 2 and cp 2 x tp 2 -sp 1
 #    equal one rank's;
 #  - bad flags: -t not a multiple of 2 cp (and of 2 cp tp with -sp), -cp not dividing the world.
 # Re-layout between cp on and off: tests/test_resume.sh. The ring alone: tests/test_cp.cpp.
 set -euo pipefail
 REF=$1; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/cp; rm -rf $D; mkdir -p $D
-source tests/layout_checks.sh  # MPIRUN, MODEL, $D/single; layout_checked, recompute_identical, evaluation_equal, bad
+source tests/layout_checks.sh  # MPIRUN, MODEL, $D/single; layout_checked, final_models_compared, recompute_identical, evaluation_equal, bad
 layout_checked 2 "-b 4 -cp 2"
 layout_checked 4 "-b 4 -cp 4"
 layout_checked 4 "-b 2 -cp 2 -z 1"
@@ -27,7 +27,7 @@ layout_checked 8 "-b 2 -cp 2 -tp 2 -z 3"
 layout_checked 8 "-b 4 -cp 2 -tp 2 -pp 2 -z 1"
 layout_checked 8 "-b 4 -cp 2 -tp 2 -pp 2 -sp 1 -z 3"
 layout_checked 4 "-b 4 -cp 2 -pp 2 -z 2 -ps zb -r 2"
-$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin $D/np*/model_00000003.bin
+final_models_compared  # every layout above, by name
 
 # memory: everything a layer keeps is per token, so half under cp 2, but the attention probabilities
 # (B, NH, T, T) of one rank, which the ring does not keep: a log-sum-exp per token and head instead;

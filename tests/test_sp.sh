@@ -15,20 +15,20 @@
 #    -sp, in the plan; the first step's measured activations differ from TP's by exactly those
 #    tensors' (tp-1)/tp (a layer's four (N,C) tensors and four statistics, the stage's input, the
 #    final LayerNorm's output and statistics);
-#  - -r 0..3 bit-identical under tp 2 -sp 1; validation and samples equal one rank's;
+#  - -r 0..3 bit-identical under tp 2 -sp 1, each rank's first-step activations shrinking at every level; validation and samples equal one rank's;
 #  - bad flags: -sp 1 without -tp, -t not a multiple of -tp: one line on every rank, exit 1.
 # Re-layout between -sp on and off: tests/test_resume.sh.
 set -euo pipefail
 REF=$1 REF4=${2:-}; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/sp; rm -rf $D; mkdir -p $D
-source tests/layout_checks.sh  # MPIRUN, MODEL, $D/single; layout_checked, recompute_identical, evaluation_equal, bad
+source tests/layout_checks.sh  # MPIRUN, MODEL, $D/single; layout_checked, final_models_compared, recompute_identical, evaluation_equal, bad
 layout_checked 2 "-b 4 -tp 2 -sp 0"
 layout_checked 2 "-b 4 -tp 2 -sp 1"
 layout_checked 4 "-b 4 -tp 4 -sp 1"
 layout_checked 4 "-b 2 -tp 2 -sp 1 -z 3"
 layout_checked 8 "-b 2 -tp 2 -pp 2 -sp 1 -z 3"
 layout_checked 4 "-b 4 -tp 2 -pp 2 -sp 1 -z 2 -ps zb -r 3"
-$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin $D/np*/model_00000003.bin
+final_models_compared  # every layout above, by name
 
 if [ -n "$REF4" ]; then  # two chunks of one layer a stage
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF4 --accum 4 --tol 1e-4 --steps 3 \

@@ -17,10 +17,12 @@ MPIRUN="timeout 300 mpirun"
 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 \
     -shuffle 0 -v 0 -s 0 -o $D/single -log $D/single.jsonl > /dev/null
 MODEL="--layers 2 --channels 64 --max-seq-len 64 --vocab 50304 --T 32 --x 4"   # tests/reference.py's model
+FINAL=()  # every layout's final model, named (a glob would drop a layout that never wrote one)
 for dp in 2 4; do
     for z in 0 1 2 3; do
         $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
             --launcher "$MPIRUN -np $dp" --extra "-b $((4 / dp)) -z $z -o $D/dp$dp-z$z" > $D/dp$dp-z$z.txt
+        FINAL+=($D/dp$dp-z$z/model_00000003.bin)
         cp $REF/run_accum2.jsonl $D/dp$dp-z$z.jsonl
         $MPIRUN -np $dp ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $((4 / dp)) -t 32 -d 256 -z $z -v 0 -plan 1 \
             | grep '^{' > $D/dp$dp-z$z.plan.jsonl
@@ -30,7 +32,7 @@ for dp in 2 4; do
             --dp $dp --tp 1 --zero $z
     done
 done
-$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin $D/dp*-z*/model_00000003.bin
+$PYTHON tests/compare_models.py $D/single/model_00000003.bin $REF/model.bin "${FINAL[@]}"
 $PYTHON - $D <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -60,13 +62,14 @@ rss_kb = int(open(f"{d}/plan_rss.txt").read().split()[-1])
 print(f"d48 bf16 ZeRO-3 dp 8: {per_param:.4f} bytes/param of persistent state per rank; -plan ran in {rss_kb / 1024:.0f} MB")
 PY
 
-# 16-bit builds through the MPI floatX sum, combined with recompute and fp32 accumulation,
-# within the precision tolerances of tests/run_tests.sh
-$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 2 --tol 3e-2 \
+# 16-bit builds through the MPI floatX sum, combined with recompute and fp32 accumulation. Each bar
+# ~10x the max |diff| measured by the same command with --tol 1 (tests/README.md's table): bf16 dp 2
+# ZeRO-3 2.8e-4 -> 3e-3; fp16 dp 2 ZeRO-1 3.5e-5 -> 4e-4; bf16 dp 4 ZeRO-2 -ga fp32 -r 3 2.8e-4 -> 3e-3
+$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 2 --tol 3e-3 \
     --launcher "$MPIRUN -np 2" --extra "-b 2 -z 3" | tail -n 1
-$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_fp16 --ref $REF --accum 2 --tol 1e-2 \
+$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_fp16 --ref $REF --accum 2 --tol 4e-4 \
     --launcher "$MPIRUN -np 2" --extra "-b 2 -z 1" | tail -n 1
-$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 4 --tol 3e-2 \
+$PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu_bf16 --ref $REF --accum 4 --tol 3e-3 \
     --launcher "$MPIRUN -np 4" --extra "-b 1 -z 2 -ga fp32 -r 3" | tail -n 1
 
 # bad layouts: every rank reports, the job exits non-zero
