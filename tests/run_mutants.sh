@@ -71,7 +71,8 @@ for name in "${names[@]}"; do
     if [ $code -eq 2 ]; then  # a bug that does not compile tests nothing
         echo "BROKEN $name: does not build: $(grep -m1 error $S/$name.mutant.build.log)"; survived=$((survived + 1))
     elif [ $code -ne 0 ]; then
-        echo "CAUGHT $name by $(field $name 'caught by') ($((SECONDS - t)) s): $(grep -m1 -i 'fail\|error\|mismatch' $S/$name.mutant.log | cut -c1-150)"
+        why=$(grep -m1 'FAIL\|rror\|failed\|mismatch\|not fewer\|deadlock\|out-of-range\|data race' $S/$name.mutant.log || tail -n 1 $S/$name.mutant.log)
+        echo "CAUGHT $name by $(field $name 'caught by' | cut -d' ' -f1) ($((SECONDS - t)) s): $(echo "$why" | cut -c1-150)"
         caught=$((caught + 1))
     else
         echo "SURVIVED $name: $(field $name check) passed with the bug"; survived=$((survived + 1))

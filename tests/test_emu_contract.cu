@@ -4,13 +4,19 @@ NCCL refuse, and catches the bugs it claims to catch, so that a test that passes
 something. Built only for the emulation (make emu); run by tests/test_emu_contract.sh.
 
     ./test_emu_contract            the checks that return: launch errors, barriers and shuffles
-                                   that work, cuBLAS's column-major results and its refusals
+                                   that work, fresh memory that is NaN, cuBLAS's column-major
+                                   results (strided batches too) and its refusals
     ./test_emu_contract CASE       one bug that must end the run with a line naming it
-                                   (host-deref, out-of-range, host-argument, copy-kind,
-                                   shuffle-exited, shuffle-absent, divergent-barrier, race,
-                                   caller-line: base.h's error names this file's line)
+                                   (host-deref, out-of-range, past-odd-end, before-start,
+                                   host-argument, copy-kind, shuffle-exited, shuffle-absent,
+                                   divergent-barrier, race, gemm-batch-past-end, caller-line:
+                                   base.h's error names this file's line)
+    CUDA_EMU_REPORT_UNWRITTEN=1 ./test_emu_contract unwritten   a copy of never-written memory, reported
     mpirun -np 2 ./test_emu_contract nccl            NCCL's in-place forms and per-rank counts
-    mpirun -np 2 ./test_emu_contract nccl-mismatch   ranks disagreeing on a collective
+    mpirun -np 2 ./test_emu_contract nccl-CASE       one NCCL bug: ranks disagreeing on a collective's
+                                   count, type or operation (mismatch, type-mismatch, op-mismatch),
+                                   partially overlapping buffers (overlap-allreduce, -reducescatter,
+                                   -allgather, -broadcast), two ranks that both send first (deadlock)
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +27,7 @@ something. Built only for the emulation (make emu); run by tests/test_emu_contra
 #include <cublas_v2.h>
 #include <nccl.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "../base.h"  // defines: device_malloc (its errors name the caller's line)
 
 static int failures = 0;
@@ -58,8 +65,15 @@ __global__ void early_exit_then_barrier(int* out) {  // exited threads leave the
 }
 __global__ void uses_dynamic_shared(int* out) { out[0] = 1; }
 
+__global__ void accumulate(float* out, const float* in, int n) {  // out += in: out must have been written first
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += in[i];
+}
+__global__ void read_around(float* out, const float* p, int n) { out[0] = p[-1]; out[1] = p[n]; }  // both out of range
+
 // the bugs: each ends the run
 __global__ void write_past_end(float* p, int n) { if (threadIdx.x == 0) p[n] = 1.0f; }
+__global__ void write_before_start(float* p) { if (threadIdx.x == 0) p[-1] = 1.0f; }
 __global__ void shuffle_after_exit(float* out) {
     if (threadIdx.x == 0) return;
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
@@ -129,6 +143,71 @@ static void launches() {
     cudaFree(f);
 }
 
+// fresh device memory is NaN in every precision, so a kernel that accumulates into memory nobody
+// zeroed fails every check; an out-of-range read of an odd-sized buffer reads that NaN too
+static void poison() {
+    float *fresh, *in, *odd, *out;
+    cudaMalloc(&fresh, 64 * sizeof(float)); cudaMalloc(&in, 64 * sizeof(float));
+    cudaMalloc(&odd, 5 * sizeof(float)); cudaMalloc(&out, 2 * sizeof(float));
+    uint16_t words[4];
+    cudaMemcpy(words, fresh, sizeof(words), cudaMemcpyDeviceToHost);
+    float f;
+    int32_t i;
+    memcpy(&f, words, 4); memcpy(&i, words, 4);
+    __nv_bfloat16 b;
+    __half h16;
+    b.__x = h16.__x = words[0];
+    expect(isnan(f) && isnan(__bfloat162float(b)) && isnan(__half2float(h16)) && i < 0,
+           "fresh device memory reads as NaN in fp32, bf16 and fp16, and as a negative int");
+    std::vector<float> h(64, 1.0f);
+    cudaMemcpy(in, h.data(), sizeof(float) * 64, cudaMemcpyHostToDevice);
+    accumulate<<<2, 32>>>(fresh, in, 64);
+    cudaMemcpy(h.data(), fresh, sizeof(float) * 64, cudaMemcpyDeviceToHost);
+    bool all_nan = true;
+    for (float v : h) all_nan = all_nan && isnan(v);
+    expect(all_nan, "a kernel that accumulates into a fresh allocation nobody zeroed gets NaN");
+    cudaMemcpy(odd, h.data(), 5 * sizeof(float), cudaMemcpyHostToDevice);
+    read_around<<<1, 1>>>(out, odd, 5);
+    float got[2];
+    cudaMemcpy(got, out, sizeof(got), cudaMemcpyDeviceToHost);
+    expect(isnan(got[0]) && isnan(got[1]), "reading p[-1] and p[5] of a 5-float buffer reads NaN, not a neighbour's data");
+    cudaFree(fresh); cudaFree(in); cudaFree(odd); cudaFree(out);
+}
+
+// cublasGemmStridedBatchedEx: C_b = 2 A_b^T B + 0.5 C_b for b < 3, A's matrices (4 x 2 with lda 5) 17
+// elements apart, one B for all (stride 0), C's (2 x 3 with ldc 3) 11 apart: every gap keeps its value
+static void strided_batched(cublasHandle_t handle, int batch) {
+    const int m = 2, n = 3, k = 4, lda = 5, ldb = 4, ldc = 3, batches = 3;
+    const long long sa = 17, sb = 0, sc = 11;
+    std::vector<float> A(sa * batches), B(ldb * n), C(sc * batches);
+    for (size_t i = 0; i < A.size(); i++) A[i] = (float)((i * 7) % 11) - 5;
+    for (size_t i = 0; i < B.size(); i++) B[i] = (float)((i * 3) % 5) - 2;
+    for (size_t i = 0; i < C.size(); i++) C[i] = (float)(i % 9);
+    std::vector<float> want = C;  // the host loop, exact: small integers
+    for (int b = 0; b < batches; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float acc = 0;
+                for (int l = 0; l < k; l++) acc += A[b * sa + l + i * lda] * B[b * sb + l + j * ldb];
+                want[b * sc + i + j * ldc] = 2 * acc + 0.5f * C[b * sc + i + j * ldc];
+            }
+    float *dA, *dB, *dC, alpha = 2, beta = 0.5f;
+    cudaMalloc(&dA, A.size() * 4); cudaMalloc(&dB, B.size() * 4); cudaMalloc(&dC, C.size() * 4);
+    cudaMemcpy(dA, A.data(), A.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B.data(), B.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C.data(), C.size() * 4, cudaMemcpyHostToDevice);
+    auto run = [&](int count) {
+        return cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, dA, CUDA_R_32F, lda, sa, dB,
+                                          CUDA_R_32F, ldb, sb, &beta, dC, CUDA_R_32F, ldc, sc, count, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT);
+    };
+    cublasStatus_t s = run(batch);  // batch 4 on buffers of 3: runs past the end and ends the run
+    cudaMemcpy(C.data(), dC, C.size() * 4, cudaMemcpyDeviceToHost);
+    expect(s == CUBLAS_STATUS_SUCCESS && C == want, "strided batches (3, A^T with gaps, B shared by stride 0) = the host loop; C's gaps untouched");
+    expect(run(-1) == CUBLAS_STATUS_INVALID_VALUE, "a negative batch count is CUBLAS_STATUS_INVALID_VALUE");
+    cudaFree(dA); cudaFree(dB); cudaFree(dC);
+}
+
 static void cublas() {
     cublasHandle_t handle;
     cublasCreate(&handle);
@@ -181,6 +260,7 @@ static void cublas() {
                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     cudaMemcpy(&r, dr, 4, cudaMemcpyDeviceToHost);
     expect(r == 1.0f, "CUBLAS_TF32_TENSOR_OP_MATH rounds fp32 inputs to TF32");
+    strided_batched(handle, 3);
     cublasDestroy(handle);
 }
 
@@ -229,12 +309,28 @@ static void nccl() {
     expect(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart is ncclInvalidUsage");
     ncclCommDestroy(comm);
 }
-static void nccl_mismatch() {
+// one NCCL bug per case: each must end the run with a line naming it
+static void nccl_bug(const char* c) {
     int rank;
     ncclComm_t comm = nccl_world(&rank);
-    float* d;
+    float *d, *e;
     cudaMalloc(&d, 8 * sizeof(float));
-    ncclAllReduce(d, d, rank == 0 ? 4 : 8, ncclFloat, ncclSum, comm, 0);  // the ranks disagree on the count
+    cudaMalloc(&e, 8 * sizeof(float));
+    cudaMemset(d, 0, 8 * sizeof(float));
+    int peer = 1 - rank;
+    if (!strcmp(c, "nccl-mismatch")) ncclAllReduce(d, d, rank == 0 ? 4 : 8, ncclFloat, ncclSum, comm, 0);  // count
+    else if (!strcmp(c, "nccl-type-mismatch")) ncclAllReduce(d, d, 4, rank == 0 ? ncclFloat : ncclBfloat16, ncclSum, comm, 0);
+    else if (!strcmp(c, "nccl-op-mismatch")) ncclAllReduce(d, d, 4, ncclFloat, rank == 0 ? ncclSum : ncclMax, comm, 0);
+    else if (!strcmp(c, "nccl-overlap-allreduce")) ncclAllReduce(d, d + 1, 4, ncclFloat, ncclSum, comm, 0);
+    else if (!strcmp(c, "nccl-overlap-reducescatter")) ncclReduceScatter(d, d + 1, 4, ncclFloat, ncclSum, comm, 0);
+    else if (!strcmp(c, "nccl-overlap-allgather")) ncclAllGather(d + 1, d, 4, ncclFloat, comm, 0);  // in place is d + rank * 4
+    else if (!strcmp(c, "nccl-overlap-broadcast")) ncclBroadcast(d, d + 1, 4, ncclFloat, 0, comm, 0);
+    else if (!strcmp(c, "nccl-deadlock")) {  // both send first, outside a group: each send waits for a receive never posted
+        ncclSend(d, 8, ncclFloat, peer, comm, 0);
+        ncclRecv(e, 8, ncclFloat, peer, comm, 0);
+        cudaDeviceSynchronize();
+    } else { fprintf(stderr, "unknown case %s\n", c); exit(2); }
+    cudaDeviceSynchronize();
     ncclCommDestroy(comm);
 }
 
@@ -242,15 +338,21 @@ int main(int argc, char** argv) {
     const char* c = argc > 1 ? argv[1] : "";
     if (strncmp(c, "nccl", 4) == 0) {
         MPI_Init(&argc, &argv);
-        if (strcmp(c, "nccl") == 0) nccl(); else nccl_mismatch();
+        if (strcmp(c, "nccl") == 0) nccl(); else nccl_bug(c);
         MPI_Finalize();
         return failures ? 1 : 0;
     }
     float* d;
     cudaMalloc(&d, 64 * sizeof(float));
-    if (!*c) { launches(); cublas(); }
+    float* five;
+    cudaMalloc(&five, 5 * sizeof(float));
+    if (!*c) { launches(); poison(); cublas(); }
     else if (!strcmp(c, "host-deref")) printf("%f\n", d[0]);
     else if (!strcmp(c, "out-of-range")) write_past_end<<<1, 32>>>(d, 64);
+    else if (!strcmp(c, "past-odd-end")) write_past_end<<<1, 32>>>(five, 5);  // into the slack before the guard page
+    else if (!strcmp(c, "before-start")) write_before_start<<<1, 32>>>(d);
+    else if (!strcmp(c, "unwritten")) { float h[4]; cudaMemcpy(h, five, sizeof(h), cudaMemcpyDeviceToHost); }
+    else if (!strcmp(c, "gemm-batch-past-end")) { cublasHandle_t h; cublasCreate(&h); strided_batched(h, 4); }
     else if (!strcmp(c, "host-argument")) { std::vector<float> h(64); write_past_end<<<1, 32>>>(h.data(), 0); }
     else if (!strcmp(c, "copy-kind")) { float h[4], g[4] = {}; cudaMemcpy(h, g, sizeof(h), cudaMemcpyDeviceToHost); }
     else if (!strcmp(c, "shuffle-exited")) shuffle_after_exit<<<1, 32>>>(d);

@@ -2,6 +2,9 @@
 # The emulated CUDA build's own contract (tests/test_emu_contract.cu): it refuses what CUDA, cuBLAS
 # and NCCL refuse and ends the run, with a line naming the bug, where a GPU would fault, hang or
 # give wrong answers. A passing emulated test means something only if these fail as they should.
+# Fresh device memory is NaN (0xFFA5 words) and writes into an allocation's canaries (p[n] of an
+# odd size, p[-1]) end the run, so a kernel reading memory nobody wrote, or writing just out of
+# range, fails here as it would corrupt results on a GPU.
 # Also: the kernel launchers' test under ThreadSanitizer (no data race in any kernel), and a
 # kernel without its __syncthreads reported as a data race.
 set -uo pipefail
@@ -28,6 +31,16 @@ must_end() {  # must_end CASE EXPECTED [LAUNCHER...]: the run ends non-zero and 
 must_end host-deref "host code dereferenced device memory" $E/test_emu_contract host-deref
 must_end out-of-range "out-of-range device memory access, 0 bytes past the end of a 256-byte allocation, in kernel write_past_end" \
     $E/test_emu_contract out-of-range
+must_end past-odd-end "out-of-range device memory access, 0 bytes past the end of a 20-byte allocation, in kernel write_past_end launched at tests/test_emu_contract.cu:" \
+    $E/test_emu_contract past-odd-end
+must_end before-start "out-of-range device memory access, 4 bytes before the start of a 256-byte allocation, in kernel write_before_start" \
+    $E/test_emu_contract before-start
+if CUDA_EMU_REPORT_UNWRITTEN=1 $E/test_emu_contract unwritten > $D/unwritten.txt 2>&1 &&
+   grep -q "cudaMemcpyDeviceToHost of 16 bytes from .*: 8 16-bit words never written since cudaMalloc (0xFFA5), the first at byte 0" $D/unwritten.txt
+then echo "ok   unwritten: $(grep -m1 'never written' $D/unwritten.txt | cut -c1-160)"
+else echo "FAIL unwritten: CUDA_EMU_REPORT_UNWRITTEN=1 did not report a copy of never-written memory"; cat $D/unwritten.txt; fails=1; fi
+must_end gemm-batch-past-end "cublasGemmStridedBatchedEx A: 240 bytes at offset 0 run past the end of a 204-byte allocation" \
+    $E/test_emu_contract gemm-batch-past-end
 must_end host-argument "argument 1 is the host pointer" $E/test_emu_contract host-argument
 must_end copy-kind "the source pointer .* is host memory but the kind says device" $E/test_emu_contract copy-kind
 must_end shuffle-exited "names lane 0, which has exited" $E/test_emu_contract shuffle-exited
@@ -35,8 +48,24 @@ must_end shuffle-absent "names lanes beyond the 16 this warp has" $E/test_emu_co
 must_end divergent-barrier "cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation" \
     $E/test_emu_contract divergent-barrier
 must_end caller-line "CUDA out of memory at tests/test_emu_contract.cu:" $E/test_emu_contract caller-line
-must_end nccl-mismatch "rank 0 calls ncclAllReduce(count 4, .*) but rank 1 calls ncclAllReduce(count 8" \
+# each rank names the other's call; whichever rank's line comes first (the launcher ends the other)
+A="ncclAllReduce(count 4, type ncclFloat32, op ncclSum, root 0)"
+must_end nccl-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 8\|rank 1 calls ncclAllReduce(count 8, .*) but rank 0 calls $A" \
     mpirun -np 2 $E/test_emu_contract nccl-mismatch
+must_end nccl-type-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclBfloat16\|ncclBfloat16, op ncclSum, root 0) but rank 0 calls $A" \
+    mpirun -np 2 $E/test_emu_contract nccl-type-mismatch
+must_end nccl-op-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclFloat32, op ncclMax\|op ncclMax, root 0) but rank 0 calls $A" \
+    mpirun -np 2 $E/test_emu_contract nccl-op-mismatch
+must_end nccl-overlap-allreduce "ncclAllReduce: sendbuff and recvbuff overlap without being the same" \
+    mpirun -np 2 $E/test_emu_contract nccl-overlap-allreduce
+must_end nccl-overlap-reducescatter "ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank \* recvcount" \
+    mpirun -np 2 $E/test_emu_contract nccl-overlap-reducescatter
+must_end nccl-overlap-allgather "ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank \* sendcount" \
+    mpirun -np 2 $E/test_emu_contract nccl-overlap-allgather
+must_end nccl-overlap-broadcast "ncclBroadcast: sendbuff and recvbuff overlap without being the same" \
+    mpirun -np 2 $E/test_emu_contract nccl-overlap-broadcast
+must_end nccl-deadlock "deadlock: rank [01]'s ncclSend to rank [01] never completes: rank [01] sends to it first too" \
+    mpirun -np 2 $E/test_emu_contract nccl-deadlock
 must_end nccl-one-gpu "Duplicate GPU detected" env CUDA_EMU_DEVICES=1 mpirun -np 2 $E/test_emu_contract nccl
 must_end race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract race
 if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract no-race > $D/no-race.txt 2>&1; then

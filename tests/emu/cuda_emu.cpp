@@ -13,12 +13,26 @@ block's start and end are the only happens-before edges: a missing __syncthreads
 two threads' accesses to shared memory is a reported data race, as compute-sanitizer's
 racecheck would report it.
 
-Device memory: each allocation is a mapping of its own, placed so that its last byte is
-just before a PROT_NONE guard page, and a second, PROT_NONE reservation of the same size
-whose address is the pointer cudaMalloc returns. Host code that dereferences it faults;
-launches, copies and the libraries translate it to the real mapping. The SIGSEGV handler
-names the fault: device memory read on the host, or an access past an allocation's end
-(and the kernel that made it).
+Device memory: each allocation is a mapping of its own, placed so that its data, 16-byte
+aligned as 128-bit accesses need, ends at the allocation's size rounded up to 16 bytes, just
+before a PROT_NONE guard page; and a second, PROT_NONE reservation of the same size whose
+address is the pointer cudaMalloc returns. Host code that dereferences it faults; launches,
+copies and the libraries translate it to the real mapping. The SIGSEGV handler names the
+fault: device memory read on the host, or an access past an allocation's end (and the kernel
+that made it). The bytes a fault cannot guard, the slack between the requested size and the
+16-byte end and a 64-byte zone before the first byte, are canaries: they hold the poison
+below and are checked, in every allocation, after every launch, copy, memset and library
+call; a write into them (p[n] of an odd-sized buffer, p[-1]) ends the run with the same line
+a fault gives ("N bytes past the end", "N bytes before the start").
+
+Poison: cudaMalloc does not clear, and here fresh memory (and the canaries) holds the 16-bit
+word 0xFFA5 everywhere: a NaN as fp32 (0xFFA5FFA5), bf16 and fp16, a negative int. A kernel
+that accumulates into memory nobody zeroed gets NaN in every precision. As fp32 and bf16 it is
+a signaling NaN, which no arithmetic produces (arithmetic quiets a NaN: 0xFFE5FFA5, bf16's
+0x7FFF), and fp16's NaN from arithmetic on numbers is 0xFE00: a word still 0xFFA5 was never
+written (or, in fp16, was computed from such a word, whose payload fp16 arithmetic keeps).
+CUDA_EMU_REPORT_UNWRITTEN=1: each cudaMemcpy device-to-host that copies such words says so
+on stderr (a line: how many, the first's offset), to tell "read before written" from a NaN.
 */
 #include <stdio.h>
 #include <stdarg.h>
@@ -127,6 +141,9 @@ static std::mutex memory_mutex;
 static std::map<uintptr_t, Allocation>& allocations() { static std::map<uintptr_t, Allocation> m; return m; }
 static std::map<uintptr_t, size_t>& pinned() { static std::map<uintptr_t, size_t> m; return m; }
 static const size_t PAGE = 4096;
+static const size_t FRONT = 64;            // canary bytes before an allocation's first byte
+static const uint16_t POISON = 0xFFA5;     // never-written memory, as 16-bit words (the header says why)
+static size_t rounded_size(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 // the allocation whose handle range [handle, handle + size] holds p (one past the end included)
 static const Allocation* find_allocation(const void* p) {
@@ -203,6 +220,51 @@ static void install_fault_handler() {
     sigaction(SIGSEGV, &sa, nullptr);
 }
 
+// ---------------------------------------------------------------- poison and canaries
+static void poison(char* p, size_t bytes) {  // bytes a multiple of 8: 0xFFA5 in every 16-bit word (bytes A5 FF)
+    const uint64_t words = 0x0001000100010001ull * POISON;
+    for (size_t i = 0; i < bytes; i += 8) memcpy(p + i, &words, 8);
+}
+// the first byte of [p, p + n) that no longer holds the poison, or null
+static const char* first_changed(const char* p, size_t n) {
+    alignas(16) static char pattern[FRONT + 32];
+    static bool filled = (poison(pattern, sizeof(pattern)), true);
+    (void)filled;
+    const char* want = pattern + ((uintptr_t)p & 1);  // the pattern in the same phase as p
+    if (memcmp(p, want, n) == 0) return nullptr;
+    for (size_t i = 0;; i++)
+        if (p[i] != want[i]) return p + i;
+}
+namespace cuda_emu {
+// every allocation's canaries still hold the poison; else a write went out of range: end the run,
+// naming the kernel (site) or the call that made it
+void check_canaries(const char* call, const LaunchSite* site) {
+    char where[256];
+    if (site) snprintf(where, sizeof(where), "in kernel %s launched at %s:%d", site->kernel, site->file, site->line);
+    else snprintf(where, sizeof(where), "in %s", call);
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    for (auto& [key, a] : allocations()) {
+        if (const char* at = first_changed(a.bytes - FRONT, FRONT))
+            die("out-of-range device memory access, %zu bytes before the start of a %zu-byte allocation, %s",
+                (size_t)(a.bytes - at), a.size, where);
+        if (const char* at = first_changed(a.bytes + a.size, rounded_size(a.size) - a.size))
+            die("out-of-range device memory access, %zu bytes past the end of a %zu-byte allocation, %s",
+                (size_t)(at - (a.bytes + a.size)), a.size, where);
+    }
+}
+}  // namespace cuda_emu
+// CUDA_EMU_REPORT_UNWRITTEN=1: a copy to the host of words that still hold the poison says so
+static void report_unwritten(const char* from, size_t bytes, const void* device) {
+    static const bool on = getenv("CUDA_EMU_REPORT_UNWRITTEN") != nullptr;
+    if (!on) return;
+    size_t count = 0, first = 0;
+    for (size_t i = (uintptr_t)from & 1; i + 1 < bytes; i += 2)
+        if ((uint8_t)from[i] == (POISON & 0xff) && (uint8_t)from[i + 1] == POISON >> 8 && !count++) first = i;
+    if (count)
+        fprintf(stderr, "CUDA emulation: cudaMemcpyDeviceToHost of %zu bytes from %p: %zu 16-bit words never written "
+                "since cudaMalloc (0x%04X), the first at byte %zu\n", bytes, device, count, POISON, first);
+}
+
 // ---------------------------------------------------------------- memory API
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     install_fault_handler();
@@ -211,8 +273,8 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     int device = physical_device();
     if (d.allocated[device] + bytes > d.memory) return record(cudaErrorMemoryAllocation);
     if (bytes == 0) return cudaSuccess;
-    size_t rounded = (bytes + 15) / 16 * 16;                      // 16-byte aligned, as 128-bit accesses need
-    size_t data_pages = (rounded + PAGE - 1) / PAGE * PAGE;
+    size_t rounded = rounded_size(bytes);                         // 16-byte aligned, as 128-bit accesses need
+    size_t data_pages = (FRONT + rounded + PAGE - 1) / PAGE * PAGE;  // room for the canaries before it
     Allocation a;
     a.map_size = data_pages + PAGE;
     a.map = (char*)mmap(nullptr, a.map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -220,7 +282,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     if (a.map == MAP_FAILED || a.handle == MAP_FAILED) return record(cudaErrorMemoryAllocation);
     mprotect(a.map + data_pages, PAGE, PROT_NONE);                // the guard page
     a.bytes = a.map + data_pages - rounded;
-    memset(a.bytes, 0xA5, bytes);                                 // not zero: cudaMalloc does not clear
+    poison(a.map, data_pages);                                    // not zero: cudaMalloc does not clear
     a.size = bytes;
     a.device = device;
     std::lock_guard<std::mutex> lock(memory_mutex);
@@ -238,7 +300,7 @@ cudaError_t cudaFree(void* ptr) {
     allocations().erase(it);
     devices().allocated[a.device] -= a.size;
     munmap(a.map, a.map_size);
-    munmap(a.handle, (a.size + 15) / 16 * 16 + PAGE);
+    munmap(a.handle, rounded_size(a.size) + PAGE);
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
@@ -283,6 +345,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpy destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpy source") : src;
     memmove(to, from, bytes);
+    if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
+    check_canaries("cudaMemcpy");
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
@@ -293,6 +357,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     if (!is_device_pointer(ptr)) die("cudaMemset: %p is not device memory", ptr);
     finish_queued_work();
     memset(device_bytes(ptr, bytes, "cudaMemset"), value, bytes);
+    check_canaries("cudaMemset");
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
@@ -634,10 +699,12 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(
     if (blocks > 1 && omp_get_max_threads() > 1) {
         #pragma omp parallel for schedule(dynamic, 1)
         for (long long b = 0; b < blocks; b++) run(b);
+        check_canaries(site.kernel, &site);
         return;
     }
 #endif
     for (long long b = 0; b < blocks; b++) run(b);
+    check_canaries(site.kernel, &site);
 }
 
 // ---------------------------------------------------------------- barriers and shuffles

@@ -22,7 +22,11 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
                the pointer the program holds is an address that faults when host code
                dereferences it, and a launch, a copy, cuBLAS and NCCL translate it to the
                place the bytes really are; an access past an allocation's end faults on
-               a guard page. Either fault ends the run with a line naming it
+               a guard page, a write into the bytes a page cannot guard (up to 15 past
+               an odd size, 64 before the start) is caught by canaries checked after every
+               launch and call. Each ends the run with a line naming it. Fresh memory
+               holds a NaN in every precision (0xFFA5 words), as a reminder that cudaMalloc
+               does not clear
     copies     cudaMemcpy checks that its pointers are on the sides its kind says
 
 What it cannot show: speed, the memory model beyond barriers (no reordering,
@@ -184,6 +188,9 @@ bool launch_valid(const void* kernel, const LaunchSite& site, dim3 grid, dim3 bl
 // a kernel argument that is a pointer: where its bytes really are (device memory), itself (pinned
 // host memory, NULL); a pointer to ordinary host memory fails the run
 void* kernel_argument(const void* p, const LaunchSite& site, int index);
+// every allocation's canaries (cuda_emu.cpp) are intact, after the kernel at `site` (or, site
+// null, the library call named `call`); a write out of range ends the run with a line naming it
+void check_canaries(const char* call, const LaunchSite* site = nullptr);
 // runs every thread of the grid: run_thread(bound) is one CUDA thread's body
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound);
 

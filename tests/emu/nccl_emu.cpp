@@ -18,11 +18,14 @@ tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's s
   - sends and receives are queued, as on a GPU, and complete when later work on the stream
     needs them: the host waits there (a kernel launch, a copy, a synchronisation), not in the
     call. A send completes only when its receiver has taken it (MPI_Issend): two ranks that both
-    send first, outside a group, deadlock, as two GPUs would; inside a group the operations are
-    posted together at ncclGroupEnd; ncclGroupEnd without ncclGroupStart is ncclInvalidUsage;
+    send first, outside a group, deadlock, as two GPUs would, and after 3 seconds' wait each says
+    so in a line and ends the run (a longer cycle of ranks hangs, for the tests' timeouts); inside
+    a group the operations are posted together at ncclGroupEnd; ncclGroupEnd without
+    ncclGroupStart is ncclInvalidUsage;
   - bf16 and fp16 sums add in fp32 and round at every step, as NCCL's reductions do; ncclAvg
     multiplies each input by 1/nranks, then sums (floating types).
-Buffers are device memory (cuda_emu.cpp checks and translates them).
+Buffers are device memory (cuda_emu.cpp checks and translates them, and checks every allocation's
+canaries after each call completes).
 CUDA_EMU_NCCL_REPORT=1: each communicator says, when destroyed, what it carried (a communicator
 that carried nothing should not have been made).
 CUDA_EMU_NCCL_FAIL_AFTER=N: after N collectives a communicator's link fails: later work
@@ -32,6 +35,7 @@ never completes and ncclCommGetAsyncError reports ncclRemoteError (for the train
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -244,8 +248,13 @@ enum Kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST };
 static const char* kind_names[] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast"};
 struct Call { int kind, type, op, root; unsigned long long count, serial; };
 static std::string describe(const Call& c) {
-    return std::string(kind_names[c.kind]) + "(count " + std::to_string(c.count) + ", type " + std::to_string(c.type) +
-           ", op " + std::to_string(c.op) + ", root " + std::to_string(c.root) + ")";
+    static const char* types[] = {"ncclInt8", "ncclUint8", "ncclInt32", "ncclUint32", "ncclInt64", "ncclUint64",
+                                  "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16"};
+    static const char* ops[] = {"ncclSum", "ncclProd", "ncclMax", "ncclMin", "ncclAvg"};
+    std::string type = c.type >= 0 && c.type < 10 ? types[c.type] : std::to_string(c.type);
+    std::string op = c.kind == ALL_GATHER || c.kind == BROADCAST ? "-" : c.op >= 0 && c.op < 5 ? ops[c.op] : std::to_string(c.op);
+    return std::string(kind_names[c.kind]) + "(count " + std::to_string(c.count) + ", type " + type + ", op " + op +
+           ", root " + std::to_string(c.root) + ")";
 }
 static void agree(ncclComm* comm, Call mine) {
     std::vector<Call> all(comm->size);
@@ -288,16 +297,45 @@ static void check_received(const std::vector<Pending>& ops, const std::vector<MP
                 " bytes; the peer's ncclSend had " + std::to_string(got));
     }
 }
-// wait: complete everything in flight; else say whether it is complete (and retire it if so)
+// A send of ours still unmatched while the same peer's message to us waits unreceived (MPI_Iprobe
+// sees only messages no posted receive has taken) is the deadlock of two ranks that both send
+// first: neither can post its receive before its own send completes. Returns that send, or null
+static const Pending* send_cycle() {
+    for (size_t i = 0; i < in_flight.ops.size(); i++) {
+        const Pending& p = in_flight.ops[i];
+        int sent = 1, waiting = 0;
+        if (p.send) MPI_Request_get_status(in_flight.requests[i], &sent, MPI_STATUS_IGNORE);
+        if (!sent) MPI_Iprobe(p.peer, 0, p.comm->mpi, &waiting, MPI_STATUS_IGNORE);
+        if (waiting) return &p;
+    }
+    return nullptr;
+}
+// wait: complete everything in flight, ending the run with a line if it is a send cycle (seen at 3
+// checks a second apart: a peer's MPI can lag, a deadlock stays); else say whether it is complete
+// (and retire it if so)
 static bool finish_in_flight(bool wait) {
     if (in_flight.requests.empty()) return true;
     std::vector<MPI_Status> statuses(in_flight.requests.size());
-    int done = 1;
-    if (wait) MPI_Waitall((int)in_flight.requests.size(), in_flight.requests.data(), statuses.data());
-    else MPI_Testall((int)in_flight.requests.size(), in_flight.requests.data(), &done, statuses.data());
+    int done = 0, cycle_seen = 0;
+    double next_check = MPI_Wtime() + 1.0;
+    for (unsigned polls = 1;; polls++) {
+        MPI_Testall((int)in_flight.requests.size(), in_flight.requests.data(), &done, statuses.data());
+        if (done || !wait) break;
+        sched_yield();  // the peer may need this core (the tests run more ranks than cores)
+        if (polls % 1024 == 0 && MPI_Wtime() > next_check) {
+            const Pending* p = send_cycle();
+            cycle_seen = p ? cycle_seen + 1 : 0;
+            if (cycle_seen == 3)
+                die("deadlock: rank " + std::to_string(p->comm->rank) + "'s ncclSend to rank " + std::to_string(p->peer) +
+                    " never completes: rank " + std::to_string(p->peer) + " sends to it first too and neither has posted "
+                    "its ncclRecv (two ranks that both send first need ncclGroupStart/End, as on a GPU)");
+            next_check += 1.0;
+        }
+    }
     if (!done) return false;
     check_received(in_flight.ops, statuses);
     in_flight = InFlight{};
+    cuda_emu::check_canaries("ncclSend/ncclRecv");
     return true;
 }
 // after the work before them: the operations of one group, or one send or receive alone
@@ -372,6 +410,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     if (s != r) memcpy(r, s, bytes);
     if (op == ncclAvg) premultiply(r, count, t, comm->size);
     MPI_Allreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(t, op), comm->mpi);
+    cuda_emu::check_canaries("ncclAllReduce");
     return ncclSuccess;
 }
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
@@ -389,6 +428,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
     if (op == ncclAvg) premultiply(input.data(), recvcount * comm->size, t, comm->size);
     std::vector<int> counts(comm->size, (int)recvcount);
     MPI_Reduce_scatter(input.data(), r, counts.data(), element(t), reduction(t, op), comm->mpi);
+    cuda_emu::check_canaries("ncclReduceScatter");
     return ncclSuccess;
 }
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
@@ -403,6 +443,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
         die("ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank * sendcount (NCCL's in-place form)");
     std::vector<char> mine(s, s + block);
     MPI_Allgather(mine.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm->mpi);
+    cuda_emu::check_canaries("ncclAllGather");
     return ncclSuccess;
 }
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t) {
@@ -414,7 +455,9 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     ncclResult_t res = start_collective(comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes,
                                         &s, &r, &skip);
     if (res != ncclSuccess || skip || count == 0) return res;
+    if (is_root && s != r && overlaps(s, bytes, r, bytes)) die("ncclBroadcast: sendbuff and recvbuff overlap without being the same");
     if (is_root && s != r) memmove(r, s, bytes);
     MPI_Bcast(r, (int)bytes, MPI_BYTE, root, comm->mpi);
+    cuda_emu::check_canaries("ncclBroadcast");
     return ncclSuccess;
 }
