@@ -10,7 +10,11 @@ writes, into --out DIR:
                     gradient; then the losses of --debug-steps AdamW steps (one
                     micro-batch per step, in shard order), with clipping and decay
   trajectory_K.txt  the per-step losses of the flags-driven run with K accumulation
-                    micro-steps (see TRAJECTORY_FLAGS), one per line
+                    micro-steps (see TRAJECTORY), one per line
+  params_K.npy      that run's parameters after its last step: float64, flat, in the model
+                    file's order (tests/check_trajectory.py --params compares them tensor by
+                    tensor with the trainer's final model file: the loss alone barely sees a
+                    wrong weight decay)
 
 Everything follows docs/design.md's numerical conventions and nothing here comes from
 the C++ code: the model is written from the GPT-2 definition, AdamW is
@@ -115,7 +119,7 @@ def batch(tokens, i, B, T):
 
 
 def train(p0, tokens, NH, B, T, accum, steps, lr, warmup, final_frac, wd, clip):
-    """losses and grad norms of `steps` optimizer steps; each step averages over accum micro-batches"""
+    """losses, grad norms and final parameters of `steps` optimizer steps; each step averages over accum micro-batches"""
     p = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
     groups = [{"params": [p[n] for n in NAMES if n in DECAYED], "weight_decay": wd},
               {"params": [p[n] for n in NAMES if n not in DECAYED], "weight_decay": 0.0}]
@@ -138,7 +142,7 @@ def train(p0, tokens, NH, B, T, accum, steps, lr, warmup, final_frac, wd, clip):
         opt.step()
         losses.append(total)
         norms.append(norm)
-    return losses, norms
+    return losses, norms, {k: v.detach() for k, v in p.items()}
 
 
 def write_model(path, p, L, NH, C, maxT):
@@ -201,7 +205,7 @@ def main():
     loss = token_losses(logits, y).mean()
     loss.backward()
     hp = dict(lr=1e-3, wd=0.1, clip=1.0)
-    losses, norms = train(p, tokens, NH, B, T, 1, a.debug_steps, hp["lr"], 0, 1.0, hp["wd"], hp["clip"])
+    losses, norms, _ = train(p, tokens, NH, B, T, 1, a.debug_steps, hp["lr"], 0, 1.0, hp["wd"], hp["clip"])
     with open(os.path.join(a.out, "debug_state.bin"), "wb") as f:
         f.write(struct.pack("<8i", 20241122, B, T, a.debug_steps, L, NH, C, maxT))
         f.write(struct.pack("<3f", hp["lr"], hp["wd"], hp["clip"]))
@@ -218,11 +222,13 @@ def main():
 
     tr = TRAJECTORY
     for accum in accums:
-        losses, norms = train(p, tokens, NH, B, T, accum, tr["steps"], tr["lr"], tr["warmup"], tr["final_frac"],
-                              tr["wd"], tr["clip"])
+        losses, norms, final = train(p, tokens, NH, B, T, accum, tr["steps"], tr["lr"], tr["warmup"], tr["final_frac"],
+                                     tr["wd"], tr["clip"])
         clipped = sum(n > tr["clip"] for n in norms)
         with open(os.path.join(a.out, f"trajectory_{accum}.txt"), "w") as f:
             f.write("".join(f"{l:.12f}\n" for l in losses))
+        flat = np.concatenate([final[n].numpy().ravel() for n in NAMES])  # float64, the model file's order
+        np.save(os.path.join(a.out, f"params_{accum}.npy"), flat)
         print(f"trajectory accum={accum}: " + " ".join(f"{l:.5f}" for l in losses) + f" (clipped {clipped}/{tr['steps']} steps)")
 
 

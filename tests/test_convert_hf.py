@@ -1,19 +1,27 @@
 """tests/test_convert_hf.py: ./convert_hf against an independent reading of both formats.
 
 An llm.c model file (the reference model) goes to Hugging Face's layout and back:
+- to-hf, run as Hugging Face runs it: hf_gpt2_logits below is GPT-2's forward written from
+  Hugging Face's conventions alone (transformers' modeling_gpt2: Conv1D y = x @ W + b with W
+  stored (in, out), c_attn split into q, k, v, the causal mask from the "attn.bias" buffer where
+  a file has one, gelu_new, ln_f, the LM head tied to wte) on the exported tensors by name, with
+  torch's own layer_norm and gelu; its logits must equal the float64 reference's
+  (tests/reference.py's forward, llm.c's (out, in) layout) on the llm.c file. Nothing in that
+  path goes through this script's name map, so an exported matrix left untransposed (or a map
+  wrong both ways, which round-trips byte for byte) changes the logits;
 - to-hf: this script's own safetensors reader (the 8-byte length, the JSON header, numpy)
   finds exactly GPT-2's tensor names, shapes (Conv1D weights (in, out), wte without padding)
   and values, and config.json's shape;
 - from-hf of that export gives the original file byte for byte;
 - from-hf of files this script writes itself, as the hub has them ("transformer." prefixes,
-  tensors in another order, F16 values): the same parameters (F16: rounded as numpy rounds);
-- the float64 reference (tests/reference.py) computes the same logits from the llm.c file
-  and from the safetensors export;
+  tensors in another order, the "attn.bias" mask buffers, F16 values): the same parameters
+  (F16: rounded as numpy rounds), and the hub-like file runs to the same logits;
 - bad files: one error line, exit 1.
-Usage: test_convert_hf.py REFERENCE_DIR"""
+Usage: test_convert_hf.py REFERENCE_DIR   (CONVERT_HF=path: another build of ./convert_hf)"""
 import json, os, struct, subprocess, sys, tempfile
 import numpy as np
 import torch
+import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 import reference
 
@@ -80,18 +88,55 @@ def from_hf_tensors(tensors, cfg, prefix=""):  # llm.c's arrays from HF tensors
     return p
 
 def convert(*args):
-    return subprocess.run(["./convert_hf", *args], capture_output=True, text=True)
+    return subprocess.run([os.environ.get("CONVERT_HF", "./convert_hf"), *args], capture_output=True, text=True)
+
+def hf_gpt2_logits(tensors, config, idx, prefix=""):
+    """GPT2LMHeadModel's logits (float64) from a safetensors file's tensors, in Hugging Face's
+    conventions only (modeling_gpt2, eager attention): nothing here knows llm.c's layout"""
+    t = lambda name: torch.tensor(np.array(tensors[prefix + name]), dtype=torch.float64)
+    B, T = idx.shape
+    C, NH, eps = config["n_embd"], config["n_head"], config["layer_norm_epsilon"]
+    assert config["activation_function"] == "gelu_new"
+    conv1d = lambda x, name: x @ t(name + ".weight") + t(name + ".bias")  # Conv1D: weight (in, out)
+    heads = lambda x: x.view(B, T, NH, C // NH).permute(0, 2, 1, 3)
+    h = t("wte.weight")[idx] + t("wpe.weight")[torch.arange(T)]
+    for i in range(config["n_layer"]):
+        a = F.layer_norm(h, (C,), t(f"h.{i}.ln_1.weight"), t(f"h.{i}.ln_1.bias"), eps)
+        q, k, v = (heads(x) for x in conv1d(a, f"h.{i}.attn.c_attn").split(C, dim=2))
+        w = q @ k.transpose(-1, -2) / float(v.size(-1)) ** 0.5
+        buffer = prefix + f"h.{i}.attn.bias"  # the causal mask buffer, (1, 1, n_positions, n_positions)
+        causal = t(f"h.{i}.attn.bias")[:, :, :T, :T].bool() if buffer in tensors else torch.ones(T, T).tril().bool()
+        w = torch.where(causal, w, torch.tensor(torch.finfo(w.dtype).min, dtype=w.dtype)).softmax(dim=-1)
+        y = (w @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        h = h + conv1d(y, f"h.{i}.attn.c_proj")
+        m = F.layer_norm(h, (C,), t(f"h.{i}.ln_2.weight"), t(f"h.{i}.ln_2.bias"), eps)
+        h = h + conv1d(F.gelu(conv1d(m, f"h.{i}.mlp.c_fc"), approximate="tanh"), f"h.{i}.mlp.c_proj")
+    h = F.layer_norm(h, (C,), t("ln_f.weight"), t("ln_f.bias"), eps)
+    return h @ t("wte.weight").T  # lm_head tied to wte: (B, T, vocab_size)
+
+def check_hf_logits(tensors, config, what, prefix=""):
+    """Hugging Face's logits from `tensors` against the float64 reference's on the llm.c file"""
+    diff = (hf_gpt2_logits(tensors, config, idx, prefix) - logits_llmc).abs().max().item()
+    assert diff < 1e-12, f"{what}: Hugging Face's logits differ from the llm.c model's by {diff:.3g}"
+    print(f"ok: {what} run as Hugging Face runs GPT-2 (Conv1D, tied head) gives the llm.c file's float64 "
+          f"logits (max |diff| {diff:.1e}, bar 1e-12: float64 round-off)")
 
 params, cfg = read_llmc(f"{ref}/model.bin")
 r = convert("to-hf", f"{ref}/model.bin", f"{work}/hf")
 assert r.returncode == 0, r.stderr
 got = read_safetensors(f"{work}/hf/model.safetensors")
+config = json.load(open(f"{work}/hf/config.json"))
+# the float64 reference's logits of the llm.c file (its own forward, llm.c's (out, in) layout)
+idx = torch.tensor(np.random.default_rng(0).integers(0, cfg["V"], size=(2, 16)))
+logits_llmc = reference.forward({k: torch.tensor(np.array(v), dtype=torch.float64) for k, v in params.items()},
+                                idx, cfg["NH"])[..., :cfg["V"]]
+check_hf_logits(got, config, "the export")
+
 want = to_hf_tensors(params, cfg)
 assert sorted(got) == sorted(want), f"names: {sorted(set(got) ^ set(want))}"
 for name in want:
     assert got[name].shape == want[name].shape, f"{name}: shape {got[name].shape}, want {want[name].shape}"
     assert np.array_equal(got[name], want[name]), f"{name}: values differ"
-config = json.load(open(f"{work}/hf/config.json"))
 assert (config["n_layer"], config["n_head"], config["n_embd"], config["n_positions"], config["vocab_size"]) == \
     (cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"], cfg["V"]) and config["model_type"] == "gpt2"
 print(f"ok: to-hf: {len(want)} tensors with GPT-2's names, shapes (Conv1D (in, out)) and values; config.json")
@@ -101,9 +146,12 @@ assert r.returncode == 0, r.stderr
 assert open(f"{work}/back.bin", "rb").read() == open(f"{ref}/model.bin", "rb").read(), "round trip changed the file"
 print("ok: from-hf of the export is the original llm.c file, byte for byte")
 
-for dtype, prefix in (("F32", "transformer."), ("F16", "")):
+mask = np.tril(np.ones((cfg["maxT"], cfg["maxT"]), np.float32))[None, None]  # the hub's gpt2 keeps these buffers
+for dtype, prefix, buffers in (("F32", "transformer.", True), ("F16", "", False)):
     os.makedirs(f"{work}/{dtype}", exist_ok=True)
     tensors = dict(reversed([(prefix + k, v) for k, v in want.items()]))  # another order than ours
+    if buffers:
+        tensors.update({f"{prefix}h.{l}.attn.bias": mask for l in range(cfg["L"])})
     write_safetensors(f"{work}/{dtype}/model.safetensors", tensors, dtype)
     json.dump(config, open(f"{work}/{dtype}/config.json", "w"))
     r = convert("from-hf", f"{work}/{dtype}/model.safetensors", f"{work}/{dtype}.bin")
@@ -113,15 +161,10 @@ for dtype, prefix in (("F32", "transformer."), ("F16", "")):
                              cfg, prefix)
     for name in expect:
         assert np.array_equal(back[name], expect[name]), f"{dtype}: {name} differs"
-    print(f"ok: from-hf of a file written here ({dtype}, prefix '{prefix}', reversed order): the same parameters")
-
-torch_params = lambda p: {k: torch.tensor(np.array(v), dtype=torch.float64) for k, v in p.items()}
-idx = torch.tensor(np.random.default_rng(0).integers(0, cfg["V"], size=(2, 16)))
-logits_bin = reference.forward(torch_params(params), idx, cfg["NH"])
-logits_hf = reference.forward(torch_params(from_hf_tensors(got, cfg)), idx, cfg["NH"])
-diff = (logits_bin - logits_hf).abs().max().item()
-assert diff == 0.0, diff
-print(f"ok: float64 logits from the llm.c file and from the safetensors export agree (max |diff| {diff})")
+    print(f"ok: from-hf of a file written here ({dtype}, prefix '{prefix}', reversed order"
+          f"{', attn.bias buffers' if buffers else ''}): the same parameters")
+    if buffers:
+        check_hf_logits(tensors, config, f"the hub-like file ({dtype}, prefix '{prefix}', attn.bias buffers)", prefix)
 
 raw = open(f"{work}/hf/model.safetensors", "rb").read()
 os.makedirs(f"{work}/bad", exist_ok=True)
