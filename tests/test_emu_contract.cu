@@ -5,12 +5,18 @@ something. Built only for the emulation (make emu); run by tests/test_emu_contra
 
     ./test_emu_contract            the checks that return: launch errors, barriers and shuffles
                                    that work, fresh memory that is NaN, cuBLAS's column-major
-                                   results (strided batches too) and its refusals
+                                   results (strided batches too) and its refusals, WMMA's
+                                   D = A B + C (bf16, fp16, tf32) against float64
+    ./test_emu_contract wmma       the WMMA checks alone (run under ThreadSanitizer too)
     ./test_emu_contract CASE       one bug that must end the run with a line naming it
                                    (host-deref, out-of-range, past-odd-end, before-start,
                                    host-argument, copy-kind, shuffle-exited, shuffle-absent,
                                    divergent-barrier, race, gemm-batch-past-end, caller-line:
-                                   base.h's error names this file's line)
+                                   base.h's error names this file's line; wmma-half-warp,
+                                   wmma-after-exit, wmma-diverging, wmma-short-warp: a WMMA call
+                                   that part of a warp reaches; wmma-lane-pointers,
+                                   wmma-misaligned, wmma-bad-ldm; wmma-race: a shared tile
+                                   loaded without its __syncthreads, under ThreadSanitizer)
     CUDA_EMU_REPORT_UNWRITTEN=1 ./test_emu_contract unwritten   a copy of never-written memory, reported
     mpirun -np 2 ./test_emu_contract nccl            NCCL's in-place forms and per-rank counts
     mpirun -np 2 ./test_emu_contract nccl-CASE       one NCCL bug: ranks disagreeing on a collective's
@@ -28,6 +34,9 @@ something. Built only for the emulation (make emu); run by tests/test_emu_contra
 #include <nccl.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
+#include <algorithm>
+#include <type_traits>
 #include "../base.h"  // defines: device_malloc (its errors name the caller's line)
 
 static int failures = 0;
@@ -264,6 +273,180 @@ static void cublas() {
     cublasDestroy(handle);
 }
 
+// ---------------------------------------------------------------- WMMA (tests/emu/mma.h)
+// The kernels between the two "nvcc" lines also compile with the real nvcc and <mma.h> (nvcc begin)
+using namespace nvcuda;
+enum WmmaFlags { FILL_C = 1, IN_PLACE = 2, C_COL_MAJOR = 4, D_COL_MAJOR = 8 };
+
+// D = A B + C for one 16x16xK tile per warp: warp w's A, B, C and D start w * stride elements in;
+// A and B in the layouts LA and LB with leading dimension ld, C and D with ldc; flags: C filled
+// with 0.5 instead of loaded, the product accumulated in place (mma_sync(c, a, b, c)), C or D column-major
+template <typename Frag, typename Mem, int K, typename LA, typename LB>
+__global__ void wmma_tile(float* d, const Mem* a, const Mem* b, const float* c, int ld, int ldc, int stride, int flags) {
+    int w = threadIdx.x / 32;
+    wmma::fragment<wmma::matrix_a, 16, 16, K, Frag, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, K, Frag, LB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, K, float> fc, fd;
+    wmma::load_matrix_sync(fa, a + w * stride, ld);
+    wmma::load_matrix_sync(fb, b + w * stride, ld);
+    if constexpr (std::is_same<Frag, wmma::precision::tf32>::value) {  // CUDA asks for the inputs rounded to tf32
+        for (int i = 0; i < fa.num_elements; i++) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+        for (int i = 0; i < fb.num_elements; i++) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+    }
+    if (flags & FILL_C) wmma::fill_fragment(fc, 0.5f);
+    else wmma::load_matrix_sync(fc, c + w * stride, ldc, flags & C_COL_MAJOR ? wmma::mem_col_major : wmma::mem_row_major);
+    if (flags & IN_PLACE) {
+        wmma::mma_sync(fc, fa, fb, fc);
+        fd = fc;
+    } else {
+        wmma::mma_sync(fd, fa, fb, fc);
+    }
+    wmma::store_matrix_sync(d + w * stride, fd, ldc, flags & D_COL_MAJOR ? wmma::mem_col_major : wmma::mem_row_major);
+}
+// the bugs: each ends the run (ab: a 16x16 bf16 tile, then another)
+// lanes 16..31 leave before mma_sync: after lanes 0..15 wait in it (A, B filled), or before (A, B loaded)
+__global__ void wmma_half_warp(float* d, const __nv_bfloat16* ab, int load_first) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    if (load_first) {
+        wmma::load_matrix_sync(fa, ab, 16);
+        wmma::load_matrix_sync(fb, ab, 16);
+    } else {
+        wmma::fill_fragment(fa, 1.0f);
+        wmma::fill_fragment(fb, 1.0f);
+    }
+    wmma::fill_fragment(fc, 0.0f);
+    if (threadIdx.x >= 16) return;
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
+__global__ void wmma_diverging(float* d, const __nv_bfloat16* ab) {  // lanes 0..15 load, lanes 16..31 store
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fill_fragment(fc, 0.0f);
+    if (threadIdx.x < 16) wmma::load_matrix_sync(fa, ab, 16);
+    else wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
+__global__ void wmma_load(const __nv_bfloat16* ab, int offset, int lane_offset, int ldm) {  // the pointer and ldm checks
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, ab + offset + (threadIdx.x >= 16 ? lane_offset : 0), ldm);
+}
+// two warps share a shared-memory tile each loads whole: without the barrier, a data race
+__global__ void wmma_shared_tile(float* d, const float* c, int barrier) {
+    __shared__ __align__(32) float tile[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tile[i] = c[i];
+    if (barrier) __syncthreads();
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fc, tile, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(d + threadIdx.x / 32 * 256, fc, 16, wmma::mem_row_major);
+}
+// (nvcc end)
+
+// the value of a float rounded to tf32 by another route than mma.h's: 11 significant bits, ties
+// away from zero (std::round), for the normal numbers the tests use
+static double tf32_host(float x) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e;
+    double m = frexp((double)x, &e);
+    return ldexp(round(ldexp(m, 11)), e - 11);
+}
+static uint32_t wmma_random_state = 12345;
+static float wmma_random() {  // in [-1, 1)
+    wmma_random_state = wmma_random_state * 1664525u + 1013904223u;
+    return (float)(wmma_random_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+static size_t at(int row, int col, int ld, bool row_major) { return row_major ? (size_t)row * ld + col : (size_t)col * ld + row; }
+
+// wmma_tile against a float64 host loop: each element within the bound of fp32 summation, K + 1
+// terms added in any order: (K + 1) 2^-24 (|c| + sum |a b|); the gaps between rows (ld, ldc past
+// 16) hold NaN, so reading them shows, and D's gaps must stay NaN (the store writes the tile only)
+template <typename Frag, typename Mem, int K, typename LA, typename LB>
+static void check_wmma(const char* what, int warps, int ld, int ldc, int flags) {
+    const bool a_row = std::is_same<LA, wmma::row_major>::value, b_row = std::is_same<LB, wmma::row_major>::value;
+    const bool tf32 = std::is_same<Frag, wmma::precision::tf32>::value;
+    int stride = 16 * std::max(ld, ldc);
+    size_t n = (size_t)stride * warps;
+    std::vector<Mem> A(n, Mem(NAN)), B(n, Mem(NAN));
+    std::vector<float> C(n, NAN), D(n, NAN);
+    auto input = [&](Mem v) { return tf32 ? tf32_host((float)v) : (double)(float)v; };
+    for (int w = 0; w < warps; w++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                if (j < K) A[w * stride + at(i, j, ld, a_row)] = Mem(wmma_random());
+                if (i < K) B[w * stride + at(i, j, ld, b_row)] = Mem(wmma_random());
+                C[w * stride + at(i, j, ldc, !(flags & C_COL_MAJOR))] = wmma_random();
+            }
+    Mem *dA, *dB;
+    float *dC, *dD;
+    cudaMalloc(&dA, n * sizeof(Mem)); cudaMalloc(&dB, n * sizeof(Mem));
+    cudaMalloc(&dC, n * sizeof(float)); cudaMalloc(&dD, n * sizeof(float));
+    cudaMemcpy(dA, A.data(), n * sizeof(Mem), cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B.data(), n * sizeof(Mem), cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(dD, D.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    wmma_tile<Frag, Mem, K, LA, LB><<<1, 32 * warps>>>(dD, dA, dB, dC, ld, ldc, stride, flags);
+    cudaMemcpy(D.data(), dD, n * sizeof(float), cudaMemcpyDeviceToHost);
+    double worst = 0;  // the largest error as a fraction of its bound
+    size_t written = 0;
+    for (float v : D) written += !isnan(v);
+    for (int w = 0; w < warps; w++)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                double c = flags & FILL_C ? 0.5 : C[w * stride + at(i, j, ldc, !(flags & C_COL_MAJOR))];
+                double sum = c, magnitude = fabs(c);
+                for (int k = 0; k < K; k++) {
+                    double p = input(A[w * stride + at(i, k, ld, a_row)]) * input(B[w * stride + at(k, j, ld, b_row)]);
+                    sum += p;
+                    magnitude += fabs(p);
+                }
+                double got = D[w * stride + at(i, j, ldc, !(flags & D_COL_MAJOR))];
+                double error = fabs(got - sum) / ((K + 1) * ldexp(magnitude, -24));
+                worst = isnan(error) ? INFINITY : std::max(worst, error);
+            }
+    char line[256];
+    snprintf(line, sizeof(line), "WMMA %s: D = A B + C within fp32 summation's bound of float64 (worst %.2f of it), "
+             "only the tiles written", what, worst);
+    expect(worst <= 1 && written == (size_t)256 * warps, line);
+    cudaFree(dA); cudaFree(dB); cudaFree(dC); cudaFree(dD);
+}
+
+static void wmma_checks() {
+    using R = wmma::row_major;
+    using Cm = wmma::col_major;
+    check_wmma<__nv_bfloat16, __nv_bfloat16, 16, R, Cm>("bf16 16x16x16, A row-major, B col-major, ld 24, C row, D col", 1, 24, 24, D_COL_MAJOR);
+    check_wmma<__nv_bfloat16, __nv_bfloat16, 16, Cm, R>("bf16, A col-major, B row-major, ld 40, C col, D row, ldc 16", 1, 40, 16, C_COL_MAJOR);
+    check_wmma<__nv_bfloat16, __nv_bfloat16, 16, R, R>("bf16, both row-major, in place, C and D col-major, ldc 32", 1, 16, 32,
+                                                      IN_PLACE | C_COL_MAJOR | D_COL_MAJOR);
+    check_wmma<__half, __half, 16, R, Cm>("fp16 16x16x16, A row-major, B col-major, ld 24, ldc 20", 1, 24, 20, 0);
+    check_wmma<__half, __half, 16, Cm, Cm>("fp16, both col-major, ld 32, D col-major, in place", 1, 32, 24, IN_PLACE | D_COL_MAJOR);
+    check_wmma<wmma::precision::tf32, float, 8, R, Cm>("tf32 16x16x8 (inputs through __float_to_tf32), ld 12, ldc 20", 1, 12, 20, 0);
+    check_wmma<wmma::precision::tf32, float, 8, Cm, R>("tf32, A col-major, B row-major, ld 20, C and D col-major", 1, 20, 16,
+                                                       C_COL_MAJOR | D_COL_MAJOR);
+    check_wmma<__nv_bfloat16, __nv_bfloat16, 16, R, Cm>("bf16, two warps of one block, each its own tile", 2, 16, 16, 0);
+    check_wmma<__nv_bfloat16, __nv_bfloat16, 16, R, Cm>("bf16, fill_fragment(c, 0.5) for C", 1, 16, 16, FILL_C);
+    expect(wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>::num_elements == 8 &&
+           wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major>::num_elements == 16 &&
+           wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>::num_elements == 4 &&
+           wmma::fragment<wmma::accumulator, 16, 16, 16, float>::num_elements == 8,
+           "WMMA fragments hold as many elements a lane as CUDA's: bf16 a 8, fp16 b 16, tf32 a 4, accumulator 8");
+    float tie = 1.0f + 1.0f / 2048, below = tie - 1.0f / 8388608;  // halfway between 1 and 1 + 2^-10, and just under
+    expect(wmma::__float_to_tf32(tie) == 1.0f + 1.0f / 1024 && wmma::__float_to_tf32(-tie) == -(1.0f + 1.0f / 1024) &&
+           wmma::__float_to_tf32(below) == 1.0f && wmma::__float_to_tf32(1.0f / 3) == (float)tf32_host(1.0f / 3),
+           "__float_to_tf32 rounds to 10 mantissa bits, to nearest, ties away from zero (1 + 2^-11 -> 1 + 2^-10)");
+    float *c, *d;
+    cudaMalloc(&c, 256 * sizeof(float)); cudaMalloc(&d, 512 * sizeof(float));
+    std::vector<float> h(512);
+    for (int i = 0; i < 256; i++) h[i] = (float)i;
+    cudaMemcpy(c, h.data(), 256 * sizeof(float), cudaMemcpyHostToDevice);
+    wmma_shared_tile<<<1, 64>>>(d, c, 1);
+    cudaMemcpy(h.data(), d, 512 * sizeof(float), cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int i = 0; i < 512; i++) ok = ok && h[i] == (float)(i % 256);
+    expect(ok, "WMMA: two warps load a shared-memory tile both wrote, after __syncthreads, and store it");
+    cudaFree(c); cudaFree(d);
+}
+
 // NCCL under mpirun -np 2, one emulated GPU each
 static ncclComm_t nccl_world(int* rank) {
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
@@ -346,7 +529,24 @@ int main(int argc, char** argv) {
     cudaMalloc(&d, 64 * sizeof(float));
     float* five;
     cudaMalloc(&five, 5 * sizeof(float));
-    if (!*c) { launches(); poison(); cublas(); }
+    __nv_bfloat16* ab;  // two 16x16 bf16 tiles, for the WMMA bugs
+    cudaMalloc(&ab, 512 * sizeof(__nv_bfloat16));
+    cudaMemset(ab, 0, 512 * sizeof(__nv_bfloat16));
+    if (!*c) { launches(); poison(); cublas(); wmma_checks(); }
+    else if (!strcmp(c, "wmma")) wmma_checks();  // also under ThreadSanitizer
+    else if (!strcmp(c, "wmma-half-warp")) wmma_half_warp<<<1, 32>>>(d, ab, 0);
+    else if (!strcmp(c, "wmma-after-exit")) wmma_half_warp<<<1, 32>>>(d, ab, 1);
+    else if (!strcmp(c, "wmma-diverging")) wmma_diverging<<<1, 32>>>(d, ab);
+    else if (!strcmp(c, "wmma-short-warp")) wmma_load<<<1, 16>>>(ab, 0, 0, 16);
+    else if (!strcmp(c, "wmma-lane-pointers")) wmma_load<<<1, 32>>>(ab, 0, 256, 16);
+    else if (!strcmp(c, "wmma-misaligned")) wmma_load<<<1, 32>>>(ab, 8, 0, 16);
+    else if (!strcmp(c, "wmma-bad-ldm")) wmma_load<<<1, 32>>>(ab, 0, 0, 12);
+    else if (!strcmp(c, "wmma-race")) {
+        float* t;  // c: 256 floats, then d: two tiles
+        cudaMalloc(&t, 768 * sizeof(float));
+        cudaMemset(t, 0, 768 * sizeof(float));
+        wmma_shared_tile<<<1, 64>>>(t + 256, t, 0);
+    }
     else if (!strcmp(c, "host-deref")) printf("%f\n", d[0]);
     else if (!strcmp(c, "out-of-range")) write_past_end<<<1, 32>>>(d, 64);
     else if (!strcmp(c, "past-odd-end")) write_past_end<<<1, 32>>>(five, 5);  // into the slack before the guard page

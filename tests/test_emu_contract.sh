@@ -6,7 +6,11 @@
 # odd size, p[-1]) end the run, so a kernel reading memory nobody wrote, or writing just out of
 # range, fails here as it would corrupt results on a GPU.
 # Also: the kernel launchers' test under ThreadSanitizer (no data race in any kernel), and a
-# kernel without its __syncthreads reported as a data race.
+# kernel without its __syncthreads reported as a data race. WMMA (tests/emu/mma.h): the products
+# against float64 run with the checks above and again under ThreadSanitizer; a WMMA call that part
+# of a warp reaches, lanes that disagree on the pointer, a misaligned pointer, a bad ldm and a shared
+# tile loaded without its barrier each end the run with a line; and the contract's WMMA kernels
+# compile with the real nvcc and <mma.h> where nvcc is installed (NVCC=), so both compilers take them.
 set -uo pipefail
 E=tests/build/emu
 D=$E/contract; rm -rf $D; mkdir -p $D
@@ -48,6 +52,19 @@ must_end shuffle-absent "names lanes beyond the 16 this warp has" $E/test_emu_co
 must_end divergent-barrier "cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation" \
     $E/test_emu_contract divergent-barrier
 must_end caller-line "CUDA out of memory at tests/test_emu_contract.cu:" $E/test_emu_contract caller-line
+must_end wmma-half-warp "thread (16,0,0) exited while lanes 0x0000ffff of its warp wait in mma_sync, which every lane of the warp must call" \
+    $E/test_emu_contract wmma-half-warp
+must_end wmma-after-exit "thread (0,0,0): mma_sync while lane [0-9]* of its warp has exited: every one of a warp's 32 lanes must call it" \
+    $E/test_emu_contract wmma-after-exit
+must_end wmma-diverging "thread (16,0,0): store_matrix_sync while lanes 0x0000ffff of its warp wait in load_matrix_sync" \
+    $E/test_emu_contract wmma-diverging
+must_end wmma-short-warp "load_matrix_sync in a warp of 16 lanes (blockDim 16): every one of a warp's 32 lanes must call it" \
+    $E/test_emu_contract wmma-short-warp
+must_end wmma-lane-pointers "load_matrix_sync: lane 31 passes pointer .*, ldm 16, row-major but lane 0 passes .*, ldm 16, row-major" \
+    $E/test_emu_contract wmma-lane-pointers
+must_end wmma-misaligned "kernel wmma_load .*load_matrix_sync: the pointer .* is not 256-bit (32-byte) aligned" \
+    $E/test_emu_contract wmma-misaligned
+must_end wmma-bad-ldm "load_matrix_sync: ldm 12 is not a multiple of 8 elements" $E/test_emu_contract wmma-bad-ldm
 # each rank names the other's call; whichever rank's line comes first (the launcher ends the other)
 A="ncclAllReduce(count 4, type ncclFloat32, op ncclSum, root 0)"
 must_end nccl-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 8\|rank 1 calls ncclAllReduce(count 8, .*) but rank 0 calls $A" \
@@ -71,6 +88,28 @@ must_end race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/t
 if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract no-race > $D/no-race.txt 2>&1; then
     echo "ok   no-race: the same kernel with its __syncthreads runs clean under ThreadSanitizer"
 else echo "FAIL no-race"; tail -n 20 $D/no-race.txt; fails=1; fi
+must_end wmma-race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract wmma-race
+if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract wmma > $D/wmma-tsan.txt 2>&1; then
+    echo "ok   wmma under ThreadSanitizer: $(grep -c '^ok' $D/wmma-tsan.txt) WMMA checks pass, no data race"
+else echo "FAIL wmma under ThreadSanitizer"; grep -m3 -A12 "WARNING\|FAIL" $D/wmma-tsan.txt; fails=1; fi
+# the WMMA kernels, cut from the contract, instantiated for every input type and layout, through the real nvcc
+NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
+if [ -n "$NVCC" ]; then
+    {
+        printf '#include <mma.h>\n#include <type_traits>\n'
+        sed -n '/(nvcc begin)/,/(nvcc end)/p' tests/test_emu_contract.cu
+        for t in "__nv_bfloat16 __nv_bfloat16 16" "__half __half 16" "wmma::precision::tf32 float 8"; do
+            set -- $t
+            for la in row_major col_major; do for lb in row_major col_major; do
+                echo "template __global__ void wmma_tile<$1, $2, $3, wmma::$la, wmma::$lb>(float*, const $2*, const $2*, const float*, int, int, int, int);"
+            done; done
+        done
+    } > $D/wmma_nvcc.cu
+    if "$NVCC" -std=c++17 -arch=sm_90 -c $D/wmma_nvcc.cu -o $D/wmma_nvcc.o > $D/wmma_nvcc.txt 2>&1; then
+        echo "ok   nvcc-wmma: the contract's WMMA kernels (bf16, fp16, tf32, every layout) compile with nvcc -arch=sm_90 and CUDA's <mma.h>"
+    else echo "FAIL nvcc-wmma: nvcc cannot compile the contract's WMMA kernels"; head -n 20 $D/wmma_nvcc.txt; fails=1; fi
+elif [ -n "${CI:-}" ]; then echo "FAIL nvcc-wmma: no nvcc under CI, which installs the CUDA toolkit"; fails=1
+else echo "SKIP nvcc-wmma: no nvcc here (NVCC=), the WMMA kernels were compiled by g++ only"; fi
 if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_kernels_bf16 > $D/kernels-tsan.txt 2>&1; then
     echo "ok   every kernel launcher (bf16) under ThreadSanitizer: no data race, $(grep -c '^ok' $D/kernels-tsan.txt) checks passed"
 else echo "FAIL kernels under ThreadSanitizer"; grep -m3 -A12 "WARNING" $D/kernels-tsan.txt; fails=1; fi

@@ -3,27 +3,29 @@ tests/emu/cuda_emu.cpp: the emulated CUDA runtime: devices, memory, copies, laun
 the scheduler that runs every CUDA thread of a block on a fiber (cuda_emu.h says why).
 
 A block runs on one OS thread. Each CUDA thread gets a fiber (a stack of its own) when it
-starts; it runs until it reaches __syncthreads, a warp operation or its end, and the
-scheduler then runs the next one. A fiber whose thread ended serves the next thread, so a
-kernel without barriers uses one fiber per block. Switches are _setjmp/_longjmp (no system
-call), the first entry into a fiber setcontext. Under ThreadSanitizer (a program built with
--fsanitize=thread, this file with CUDA_EMU_TSAN=1) each thread of a block has a TSan fiber of its
-own, switched without implied ordering, and the barriers and the
-block's start and end are the only happens-before edges: a missing __syncthreads between
-two threads' accesses to shared memory is a reported data race, as compute-sanitizer's
-racecheck would report it.
+starts; it runs until it reaches __syncthreads, a warp operation or its end, and the scheduler
+then runs the next one. A WMMA call (mma.h) is a meeting of all 32 lanes of the warp that also
+gathers each lane's share of the fragments (cuda_emu_warp_all_gather). A fiber whose thread
+ended serves the next thread, so a kernel without barriers uses one fiber per block. Switches
+are _setjmp/_longjmp (no system call), the first entry into a fiber setcontext. Under
+ThreadSanitizer (a program built with -fsanitize=thread, this file with CUDA_EMU_TSAN=1) each
+thread of a block has a TSan fiber of its own, switched without implied ordering, and the
+barriers, the warp meetings and the block's start and end are the only happens-before edges: a
+missing __syncthreads between two threads' accesses to shared memory is a reported data race,
+as compute-sanitizer's racecheck would report it.
 
-Device memory: each allocation is a mapping of its own, placed so that its data, 16-byte
-aligned as 128-bit accesses need, ends at the allocation's size rounded up to 16 bytes, just
-before a PROT_NONE guard page; and a second, PROT_NONE reservation of the same size whose
-address is the pointer cudaMalloc returns. Host code that dereferences it faults; launches,
-copies and the libraries translate it to the real mapping. The SIGSEGV handler names the
-fault: device memory read on the host, or an access past an allocation's end (and the kernel
-that made it). The bytes a fault cannot guard, the slack between the requested size and the
-16-byte end and a 64-byte zone before the first byte, are canaries: they hold the poison
-below and are checked, in every allocation, after every launch, copy, memset and library
-call; a write into them (p[n] of an odd-sized buffer, p[-1]) ends the run with the same line
-a fault gives ("N bytes past the end", "N bytes before the start").
+Device memory: each allocation is a mapping of its own, placed so that its data, 32-byte
+aligned as WMMA's loads and stores need (256 bits; a real cudaMalloc gives 256 bytes), ends at
+the allocation's size rounded up to 32 bytes, just before a PROT_NONE guard page; and a
+second, PROT_NONE reservation of the same size whose address is the pointer cudaMalloc
+returns. Host code that dereferences it faults; launches, copies and the libraries translate
+it to the real mapping. The SIGSEGV handler names the fault: device memory read on the host,
+or an access past an allocation's end (and the kernel that made it). The bytes a fault cannot
+guard, the slack between the requested size and the 32-byte end and a 64-byte zone before the
+first byte, are canaries: they hold the poison below and are checked, in every allocation,
+after every launch, copy, memset and library call; a write into them (p[n] of an odd-sized
+buffer, p[-1]) ends the run with the same line a fault gives ("N bytes past the end", "N bytes
+before the start").
 
 Poison: cudaMalloc does not clear, and here fresh memory (and the canaries) holds the 16-bit
 word 0xFFA5 everywhere: a NaN as fp32 (0xFFA5FFA5), bf16 and fp16, a negative int. A kernel
@@ -143,7 +145,7 @@ static std::map<uintptr_t, size_t>& pinned() { static std::map<uintptr_t, size_t
 static const size_t PAGE = 4096;
 static const size_t FRONT = 64;            // canary bytes before an allocation's first byte
 static const uint16_t POISON = 0xFFA5;     // never-written memory, as 16-bit words (the header says why)
-static size_t rounded_size(size_t bytes) { return (bytes + 15) / 16 * 16; }
+static size_t rounded_size(size_t bytes) { return (bytes + 31) / 32 * 32; }  // 32-byte aligned data (the header says why)
 
 // the allocation whose handle range [handle, handle + size] holds p (one past the end included)
 static const Allocation* find_allocation(const void* p) {
@@ -273,7 +275,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     int device = physical_device();
     if (d.allocated[device] + bytes > d.memory) return record(cudaErrorMemoryAllocation);
     if (bytes == 0) return cudaSuccess;
-    size_t rounded = rounded_size(bytes);                         // 16-byte aligned, as 128-bit accesses need
+    size_t rounded = rounded_size(bytes);                         // 32-byte aligned, as WMMA's loads need
     size_t data_pages = (FRONT + rounded + PAGE - 1) / PAGE * PAGE;  // room for the canaries before it
     Allocation a;
     a.map_size = data_pages + PAGE;
@@ -502,11 +504,14 @@ struct Fiber {
     void* tsan;
 #endif
 };
-struct WarpSync {      // the lanes of one warp meeting at a shuffle or __syncwarp
+struct WarpSync {      // the lanes of one warp meeting at a shuffle, __syncwarp or a WMMA call
     unsigned mask, arrived;
     int generation;
+    const char* what;        // the call the waiting lanes are in
+    bool whole_warp;         // a WMMA call: every lane must come, to this same call
     uint64_t values[2][32];  // by generation parity: a fast lane's next exchange cannot overwrite this one's
 };
+static const size_t GATHER_BYTES = cuda_emu_gather_bytes;  // the most a lane leaves in a warp all-gather (mma.h's fragments)
 struct Worker {        // one per OS thread that runs blocks
     jmp_buf scheduler;
     std::vector<Fiber*> idle;  // fibers whose thread has ended, for the next thread
@@ -520,6 +525,7 @@ struct Worker {        // one per OS thread that runs blocks
     std::vector<uint8_t> state;
     std::vector<Fiber*> fiber_of;
     std::vector<WarpSync> warps;
+    std::vector<char> gathered;  // all-gathers: per warp, per generation parity, 32 lanes x GATHER_BYTES
 #if CUDA_EMU_TSAN
     void* tsan_scheduler;
     char block_start, block_end, barrier[2], warp_sync[32][2];  // their addresses: happens-before edges
@@ -616,6 +622,9 @@ static void thread_exited(Worker* w) {
     if (s.arrived && (s.mask >> (t % 32) & 1u)) {
         char who[256];
         describe_thread(who, sizeof(who), t);
+        if (s.whole_warp)
+            die("%s exited while lanes 0x%08x of its warp wait in %s, which every lane of the warp must call", who,
+                s.arrived, s.what);
         die("%s exited while lanes 0x%08x of its warp wait in a shuffle or __syncwarp whose mask 0x%08x names it", who,
             s.arrived, s.mask);
     }
@@ -679,6 +688,8 @@ static Worker* this_worker(const LaunchSite& site, dim3 block, void (*run_thread
     w->state.resize(w->threads);
     w->fiber_of.resize(w->threads);
     w->warps.resize((w->threads + 31) / 32);
+    size_t gather_space = w->warps.size() * 2 * 32 * GATHER_BYTES;
+    if (w->gathered.size() < gather_space) w->gathered.resize(gather_space);  // only grows
     return w;
 }
 
@@ -730,8 +741,10 @@ void __syncthreads() {
 #endif
 }
 
-// lane `lane` of its warp meets the lanes of `mask`, leaving `bits`; returns the bits lane `source` left
-static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* what) {
+// the calling lane meets the lanes of `mask` in its warp, leaving `bits` (and, for an all-gather,
+// `bytes` bytes at `data`); returns the parity of the meeting, whose values stay until the lanes'
+// next meeting but one. `whole_warp`: a WMMA call, which the waiting lanes must all be in too
+static int warp_meet_at(unsigned mask, uint64_t bits, const void* data, size_t bytes, const char* what, bool whole_warp) {
     check_in_kernel(what);
     Worker* w = worker;
     int t = w->current, warp = t / 32, lane = t % 32, lanes = std::min(32, w->threads - warp * 32);
@@ -755,9 +768,17 @@ static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* 
         describe_thread(who, sizeof(who), t);
         die("%s: %s with mask 0x%08x while lanes 0x%08x wait with mask 0x%08x", who, what, mask, s.arrived, s.mask);
     }
+    if (s.arrived && (whole_warp || s.whole_warp) && strcmp(what, s.what) != 0) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s while lanes 0x%08x of its warp wait in %s (a WMMA call every lane of the warp must make)", who, what,
+            s.arrived, s.what);
+    }
     s.mask = mask;
+    s.what = what;
+    s.whole_warp = whole_warp;
     int parity = s.generation & 1;
     s.values[parity][lane] = bits;
+    if (bytes) memcpy(&w->gathered[((warp * 2 + parity) * 32 + lane) * GATHER_BYTES], data, bytes);
     s.arrived |= 1u << lane;
 #if CUDA_EMU_TSAN
     char* sync = &w->warp_sync[warp % 32][parity];
@@ -775,9 +796,15 @@ static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* 
 #if CUDA_EMU_TSAN
     __tsan_acquire(sync);
 #endif
+    return parity;
+}
+
+// a shuffle or __syncwarp: returns the bits lane `source` left (source < 0: none)
+static uint64_t warp_meet(unsigned mask, uint64_t bits, int source, const char* what) {
+    int parity = warp_meet_at(mask, bits, nullptr, 0, what, false);
     if (source < 0) return bits;
     // a lane its mask leaves out has no value for it: undefined in CUDA, all ones here (NaN, -1)
-    return mask >> source & 1u ? s.values[parity][source] : ~(uint64_t)0;
+    return mask >> source & 1u ? worker->warps[worker->current / 32].values[parity][source] : ~(uint64_t)0;
 }
 
 void __syncwarp(unsigned mask) { warp_meet(mask, 0, -1, "__syncwarp"); }
@@ -792,4 +819,34 @@ uint64_t cuda_emu_shuffle(unsigned mask, uint64_t bits, CudaEmuShuffle kind, int
         case SHUFFLE_XOR: source = ((lane ^ arg) & ~(width - 1)) <= segment ? lane ^ arg : lane; break;
     }
     return warp_meet(mask, bits, source, "a shuffle");
+}
+
+void cuda_emu_kernel_error(const char* format, ...) {
+    check_in_kernel("cuda_emu_kernel_error");
+    char who[256], message[1024];
+    describe_thread(who, sizeof(who), worker->current);
+    va_list args;
+    va_start(args, format);
+    vsnprintf(message, sizeof(message), format, args);
+    va_end(args);
+    die("%s: %s", who, message);
+}
+
+// a WMMA call (mma.h): all 32 lanes of the warp must come, to this same call; a warp of fewer lanes,
+// or one with a lane that has exited, can never complete it, and ends the run at once
+const void* cuda_emu_warp_all_gather(const char* what, const void* mine, size_t bytes) {
+    check_in_kernel(what);
+    Worker* w = worker;
+    int t = w->current, warp = t / 32, lanes = std::min(32, w->threads - warp * 32);
+    if (bytes > GATHER_BYTES)
+        cuda_emu_kernel_error("%s gathers %zu bytes a lane, over the emulator's %zu", what, bytes, GATHER_BYTES);
+    if (lanes < 32)
+        cuda_emu_kernel_error("%s in a warp of %d lanes (blockDim %u): every one of a warp's 32 lanes must call it", what,
+                              lanes, blockDim.x * blockDim.y * blockDim.z);
+    for (int l = 0; l < 32; l++)
+        if (w->state[warp * 32 + l] == EXITED)
+            cuda_emu_kernel_error("%s while lane %d of its warp has exited: every one of a warp's 32 lanes must call it",
+                                  what, l);
+    int parity = warp_meet_at(0xffffffffu, 0, mine, bytes, what, true);
+    return &w->gathered[(warp * 2 + parity) * 32 * GATHER_BYTES];
 }

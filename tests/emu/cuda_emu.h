@@ -10,7 +10,8 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
     kernels    every CUDA thread really runs, on a fiber of its own (cuda_emu.cpp):
                __syncthreads is a barrier of the block's live threads (exited threads
                leave it, as on sm_70+), shuffles exchange values between the lanes a
-               mask names; blocks run one after another or on OpenMP threads
+               mask names, WMMA's calls (mma.h) meet all 32 lanes of the warp; blocks
+               run one after another or on OpenMP threads
     launches   `kernel<<<grid, block, shared>>>(args)` becomes
                `cuda_emu_launch(kernel, "kernel", __FILE__, __LINE__, grid, block, shared)(args)`
                by a mechanical rewrite at build time (rewrite_launches.pl): the kernel
@@ -22,7 +23,7 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
                the pointer the program holds is an address that faults when host code
                dereferences it, and a launch, a copy, cuBLAS and NCCL translate it to the
                place the bytes really are; an access past an allocation's end faults on
-               a guard page, a write into the bytes a page cannot guard (up to 15 past
+               a guard page, a write into the bytes a page cannot guard (up to 31 past
                an odd size, 64 before the start) is caught by canaries checked after every
                launch and call. Each ends the run with a line naming it. Fresh memory
                holds a NaN in every precision (0xFFA5 words), as a reminder that cudaMalloc
@@ -52,7 +53,9 @@ in fp32 on the host through OpenBLAS).
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+// a GNU attribute, not alignas: CUDA code writes `__shared__ __align__(32) T tile[...]`, where the
+// attribute stands between the specifiers, which C++ allows only GNU attributes to do
+#define __align__(n) __attribute__((aligned(n)))
 // a block's shared memory: one copy per OS thread, which runs one block at a time
 #define __shared__ static thread_local
 
@@ -107,6 +110,13 @@ inline float atomicAdd(float* address, float v) {
 }
 inline int atomicAdd(int* address, int v) { return __atomic_fetch_add(address, v, __ATOMIC_RELAXED); }
 inline unsigned atomicAdd(unsigned* address, unsigned v) { return __atomic_fetch_add(address, v, __ATOMIC_RELAXED); }
+// WMMA (mma.h): every one of the warp's 32 lanes must make this call, named `what`, else the run
+// ends with a line naming the lanes; each leaves `bytes` bytes (at most 128) from `mine` and gets
+// back all 32 lanes' contributions, lane l's at l * 128 bytes, valid until its next warp operation
+static constexpr size_t cuda_emu_gather_bytes = 128;
+const void* cuda_emu_warp_all_gather(const char* what, const void* mine, size_t bytes);
+// ends the run with a line naming the kernel, block and thread, then the message (a contract broken)
+[[noreturn]] void cuda_emu_kernel_error(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 // ---------------------------------------------------------------- the runtime (cuda_emu.cpp)
 typedef enum cudaError {
