@@ -65,24 +65,21 @@ must_end wmma-lane-pointers "load_matrix_sync: lane 31 passes pointer .*, ldm 16
 must_end wmma-misaligned "kernel wmma_load .*load_matrix_sync: the pointer .* is not 256-bit (32-byte) aligned" \
     $E/test_emu_contract wmma-misaligned
 must_end wmma-bad-ldm "load_matrix_sync: ldm 12 is not a multiple of 8 elements" $E/test_emu_contract wmma-bad-ldm
-# each rank names the other's call; whichever rank's line comes first (the launcher ends the other)
+# two ranks each: the case, then the line it must end with. A mismatch is named by each rank (whichever
+# line comes first: the launcher ends the other rank), so either order is accepted
 A="ncclAllReduce(count 4, type ncclFloat32, op ncclSum, root 0)"
-must_end nccl-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 8\|rank 1 calls ncclAllReduce(count 8, .*) but rank 0 calls $A" \
-    mpirun -np 2 $E/test_emu_contract nccl-mismatch
-must_end nccl-type-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclBfloat16\|ncclBfloat16, op ncclSum, root 0) but rank 0 calls $A" \
-    mpirun -np 2 $E/test_emu_contract nccl-type-mismatch
-must_end nccl-op-mismatch "rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclFloat32, op ncclMax\|op ncclMax, root 0) but rank 0 calls $A" \
-    mpirun -np 2 $E/test_emu_contract nccl-op-mismatch
-must_end nccl-overlap-allreduce "ncclAllReduce: sendbuff and recvbuff overlap without being the same" \
-    mpirun -np 2 $E/test_emu_contract nccl-overlap-allreduce
-must_end nccl-overlap-reducescatter "ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank \* recvcount" \
-    mpirun -np 2 $E/test_emu_contract nccl-overlap-reducescatter
-must_end nccl-overlap-allgather "ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank \* sendcount" \
-    mpirun -np 2 $E/test_emu_contract nccl-overlap-allgather
-must_end nccl-overlap-broadcast "ncclBroadcast: sendbuff and recvbuff overlap without being the same" \
-    mpirun -np 2 $E/test_emu_contract nccl-overlap-broadcast
-must_end nccl-deadlock "deadlock: rank [01]'s ncclSend to rank [01] never completes: rank [01] sends to it first too" \
-    mpirun -np 2 $E/test_emu_contract nccl-deadlock
+while IFS='|' read -r name want <&3; do  # (on fd 3: mpirun reads standard input)
+    must_end $name "$want" mpirun -np 2 $E/test_emu_contract $name
+done 3<<CASES
+nccl-mismatch|rank 0 calls $A but rank 1 calls ncclAllReduce(count 8\|rank 1 calls ncclAllReduce(count 8, .*) but rank 0 calls $A
+nccl-type-mismatch|rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclBfloat16\|ncclBfloat16, op ncclSum, root 0) but rank 0 calls $A
+nccl-op-mismatch|rank 0 calls $A but rank 1 calls ncclAllReduce(count 4, type ncclFloat32, op ncclMax\|op ncclMax, root 0) but rank 0 calls $A
+nccl-overlap-allreduce|ncclAllReduce: sendbuff and recvbuff overlap without being the same
+nccl-overlap-reducescatter|ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank \* recvcount
+nccl-overlap-allgather|ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank \* sendcount
+nccl-overlap-broadcast|ncclBroadcast: sendbuff and recvbuff overlap without being the same
+nccl-deadlock|deadlock: rank [01]'s ncclSend to rank [01] never completes: rank [01] sends to it first too
+CASES
 must_end nccl-one-gpu "Duplicate GPU detected" env CUDA_EMU_DEVICES=1 mpirun -np 2 $E/test_emu_contract nccl
 must_end race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract race
 if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract no-race > $D/no-race.txt 2>&1; then
