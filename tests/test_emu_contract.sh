@@ -32,39 +32,33 @@ must_end() {  # must_end CASE EXPECTED [LAUNCHER...]: the run ends non-zero and 
         echo "FAIL $name: exit $code, expected '$want'"; tail -n 5 $D/$name.txt; fails=1
     fi
 }
-must_end host-deref "host code dereferenced device memory" $E/test_emu_contract host-deref
-must_end out-of-range "out-of-range device memory access, 0 bytes past the end of a 256-byte allocation, in kernel write_past_end" \
-    $E/test_emu_contract out-of-range
-must_end past-odd-end "out-of-range device memory access, 0 bytes past the end of a 20-byte allocation, in kernel write_past_end launched at tests/test_emu_contract.cu:" \
-    $E/test_emu_contract past-odd-end
-must_end before-start "out-of-range device memory access, 4 bytes before the start of a 256-byte allocation, in kernel write_before_start" \
-    $E/test_emu_contract before-start
+# one process each: the case, then the line it must end with
+while IFS='|' read -r name want <&3; do
+    must_end $name "$want" $E/test_emu_contract $name
+done 3<<'CASES'
+host-deref|host code dereferenced device memory
+out-of-range|out-of-range device memory access, 0 bytes past the end of a 256-byte allocation, in kernel write_past_end
+past-odd-end|out-of-range device memory access, 0 bytes past the end of a 20-byte allocation, in kernel write_past_end launched at tests/test_emu_contract.cu:
+before-start|out-of-range device memory access, 4 bytes before the start of a 256-byte allocation, in kernel write_before_start
+gemm-batch-past-end|cublasGemmStridedBatchedEx A: 240 bytes at offset 0 run past the end of a 204-byte allocation
+host-argument|argument 1 is the host pointer
+copy-kind|the source pointer .* is host memory but the kind says device
+shuffle-exited|names lane 0, which has exited
+shuffle-absent|names lanes beyond the 16 this warp has
+divergent-barrier|cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation
+caller-line|CUDA out of memory at tests/test_emu_contract.cu:
+wmma-half-warp|thread (16,0,0) exited while lanes 0x0000ffff of its warp wait in mma_sync, which every lane of the warp must call
+wmma-after-exit|thread (0,0,0): mma_sync while lane [0-9]* of its warp has exited: every one of a warp's 32 lanes must call it
+wmma-diverging|thread (16,0,0): store_matrix_sync while lanes 0x0000ffff of its warp wait in load_matrix_sync
+wmma-short-warp|load_matrix_sync in a warp of 16 lanes (blockDim 16): every one of a warp's 32 lanes must call it
+wmma-lane-pointers|load_matrix_sync: lane 31 passes pointer .*, ldm 16, row-major but lane 0 passes .*, ldm 16, row-major
+wmma-misaligned|kernel wmma_load .*load_matrix_sync: the pointer .* is not 256-bit (32-byte) aligned
+wmma-bad-ldm|load_matrix_sync: ldm 12 is not a multiple of 8 elements
+CASES
 if CUDA_EMU_REPORT_UNWRITTEN=1 $E/test_emu_contract unwritten > $D/unwritten.txt 2>&1 &&
    grep -q "cudaMemcpyDeviceToHost of 16 bytes from .*: 8 16-bit words never written since cudaMalloc (0xFFA5), the first at byte 0" $D/unwritten.txt
 then echo "ok   unwritten: $(grep -m1 'never written' $D/unwritten.txt | cut -c1-160)"
 else echo "FAIL unwritten: CUDA_EMU_REPORT_UNWRITTEN=1 did not report a copy of never-written memory"; cat $D/unwritten.txt; fails=1; fi
-must_end gemm-batch-past-end "cublasGemmStridedBatchedEx A: 240 bytes at offset 0 run past the end of a 204-byte allocation" \
-    $E/test_emu_contract gemm-batch-past-end
-must_end host-argument "argument 1 is the host pointer" $E/test_emu_contract host-argument
-must_end copy-kind "the source pointer .* is host memory but the kind says device" $E/test_emu_contract copy-kind
-must_end shuffle-exited "names lane 0, which has exited" $E/test_emu_contract shuffle-exited
-must_end shuffle-absent "names lanes beyond the 16 this warp has" $E/test_emu_contract shuffle-absent
-must_end divergent-barrier "cannot go on: 16 threads wait at __syncthreads, 16 at a warp operation" \
-    $E/test_emu_contract divergent-barrier
-must_end caller-line "CUDA out of memory at tests/test_emu_contract.cu:" $E/test_emu_contract caller-line
-must_end wmma-half-warp "thread (16,0,0) exited while lanes 0x0000ffff of its warp wait in mma_sync, which every lane of the warp must call" \
-    $E/test_emu_contract wmma-half-warp
-must_end wmma-after-exit "thread (0,0,0): mma_sync while lane [0-9]* of its warp has exited: every one of a warp's 32 lanes must call it" \
-    $E/test_emu_contract wmma-after-exit
-must_end wmma-diverging "thread (16,0,0): store_matrix_sync while lanes 0x0000ffff of its warp wait in load_matrix_sync" \
-    $E/test_emu_contract wmma-diverging
-must_end wmma-short-warp "load_matrix_sync in a warp of 16 lanes (blockDim 16): every one of a warp's 32 lanes must call it" \
-    $E/test_emu_contract wmma-short-warp
-must_end wmma-lane-pointers "load_matrix_sync: lane 31 passes pointer .*, ldm 16, row-major but lane 0 passes .*, ldm 16, row-major" \
-    $E/test_emu_contract wmma-lane-pointers
-must_end wmma-misaligned "kernel wmma_load .*load_matrix_sync: the pointer .* is not 256-bit (32-byte) aligned" \
-    $E/test_emu_contract wmma-misaligned
-must_end wmma-bad-ldm "load_matrix_sync: ldm 12 is not a multiple of 8 elements" $E/test_emu_contract wmma-bad-ldm
 # two ranks each: the case, then the line it must end with. A mismatch is named by each rank (whichever
 # line comes first: the launcher ends the other rank), so either order is accepted
 A="ncclAllReduce(count 4, type ncclFloat32, op ncclSum, root 0)"
