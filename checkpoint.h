@@ -34,14 +34,17 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 //          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
 //          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune,
 //          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
-//          optimizer_path, read_state_header, state_path, steps_named, take_run_state
+//          optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
+//          check_output_dir, output_dir_problem
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
 #include <unistd.h>    // defines: unlink
 #include <algorithm>   // defines: std::sort
 #include <string>      // defines: std::string
-#include <sys/stat.h>  // defines: stat
+#include <sys/stat.h>  // defines: stat, mkdir
+#include <sys/statvfs.h>  // defines: statvfs
+#include <errno.h>     // defines: errno
 #include "comm.h"        // defines: ProcessGrid
 #include "zero.h"        // defines: Zero, zero_optimizer_state
 #include "loss_scale.h"  // defines: LossScaler
@@ -269,4 +272,49 @@ inline void checkpoint_prune(const char* dir, int keep) {
             if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) unlink((std::string(dir) + "/" + e->d_name).c_str());
         if (d) closedir(d);
     }
+}
+
+// ---------------------------------------------------------------- -o, before any work
+// bytes one checkpoint takes on disk, every rank's files together: the model file (fp32, or bf16 in a
+// bf16 build) and, with -n, the optimizer file and the state files, each holding m, v and (16-bit
+// builds) the fp32 master once: the optimizer file whole, the state files a shard per rank
+inline size_t checkpoint_bytes(size_t parameters, bool with_state) {
+    size_t model = 1024 + parameters * (PRECISION == PRECISION_BF16 ? 2 : 4);
+    size_t optimizer = 1024 + parameters * sizeof(float) * (FLOATX_IS_FP32 ? 2 : 3);
+    return model + (with_state ? 2 * optimizer : 0);
+}
+
+// what is wrong with dir as this rank sees it: not a directory, no file can be written in it, or less
+// room than one checkpoint; "" when nothing is
+inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* problem, size_t size) {
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) { snprintf(problem, size, "-o %s is not a directory", dir); return; }
+    std::string probe = std::string(dir) + "/.write_test_rank" + std::to_string(rank);
+    FILE* f = fopen(probe.c_str(), "wb");
+    bool wrote = f && fputc(0, f) != EOF;
+    int error = errno;
+    if (f && fclose(f) != 0) wrote = false;
+    unlink(probe.c_str());
+    if (!wrote) { snprintf(problem, size, "-o %s: cannot write a file there (%s)", dir, strerror(error)); return; }
+    struct statvfs vfs;
+    double free_bytes = statvfs(dir, &vfs) == 0 ? (double)vfs.f_bavail * vfs.f_frsize : -1.0;
+    if (free_bytes >= 0 && free_bytes < (double)bytes)
+        snprintf(problem, size, "-o %s: %.1f MiB free, one checkpoint needs %.1f MiB (a full disk would end the run at "
+                 "its first checkpoint)", dir, free_bytes / (1 << 20), (double)bytes / (1 << 20));
+}
+
+// -o before any work, so that a bad one costs no training (it used to surface at the first checkpoint):
+// rank 0 creates the directory if it is missing; then every rank checks it (output_dir_problem), and
+// the first rank that finds a problem names it on every rank, which all exit 1
+inline void check_output_dir(const char* dir, size_t bytes, int rank, int world) {
+    char problem[1024] = "";
+    if (rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0)
+        snprintf(problem, sizeof(problem), "-o %s: cannot create the directory (%s)", dir, strerror(errno));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!problem[0]) output_dir_problem(dir, bytes, rank, problem, sizeof(problem));
+    int mine = problem[0] ? rank : world, first = world;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == world) return;
+    MPI_Bcast(problem, sizeof(problem), MPI_CHAR, first, MPI_COMM_WORLD);
+    comm_fail_all("%s", problem);
 }

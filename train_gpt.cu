@@ -85,7 +85,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "cp.h"                    // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
-#include "checkpoint.h"            // defines: checkpoint_model_path (model_file.h: the rest)
+#include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir, checkpoint_bytes
 #include "options.h"               // defines: TrainConfig, parse_args, print_usage
 
 // ----------------------------------------------------------------------------
@@ -1286,12 +1286,12 @@ int main(int argc, char** argv) {
         comm_finalize(&comm);
         return 0;
     }
+    if (tc.output_dir)  // a bad -o ends the run now, not at the first checkpoint
+        check_output_dir(tc.output_dir, checkpoint_bytes(model.num_parameters, tc.checkpoint_every > 0), rank, world);
     check_memory(&model, tc, sharing);
     gpt2_free(&model);
     build_model(&model, tc, &comm, run.grad_accum, true);
     open_data(&run);
-    if (rank == 0 && tc.output_dir && !file_exists(tc.output_dir) && mkdir(tc.output_dir, 0755) != 0)
-        fail("cannot create output directory %s", tc.output_dir);
     if (rank == 0) print_run_header(&model, tc, use_nccl, run.grad_accum, run.max_steps, run.train_loader);
     if (rank == 0 && tc.log_path && !(run.log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
     run.sample_rng = Rng{(uint64_t)tc.seed + 0x5A5A};

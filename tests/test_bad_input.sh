@@ -86,6 +86,29 @@ expect_error "does not fit in memory" $TRAINER $GOOD -e d12 -b ${DOES_NOT_FIT_B:
 # each seeing a world of 1: one line, not two single-rank runs writing the same files
 expect_error "MPI sees 1 rank but the launcher started OMPI_COMM_WORLD_SIZE=2" env OMPI_COMM_WORLD_SIZE=2 $TRAINER $GOOD
 
+# -o checked before any work, on every rank (it used to surface at the first checkpoint, after the
+# training): a regular file, a directory nobody can create, one that takes no file (/proc), and one
+# without room for a checkpoint (a 1 MiB tmpfs: the model file alone is 12.7 MiB)
+out_refused() {  # out_refused "EXPECTED" DIR: 2 ranks, both say it, exit 1, no step taken
+    local want=$1 dir=$2 code=0
+    timeout 120 mpirun -np 2 $TRAINER $GOOD -n 1 -o $dir > $D/out.txt 2> $D/err.txt || code=$?
+    local count=$(grep -c -- "^error: -o $dir.*$want" $D/err.txt || true)
+    if [ $code -ne 1 ] || [ "$count" -ne 2 ] || grep -q "^step" $D/out.txt; then
+        echo "FAIL: -o $dir -> exit $code, $count of 2 ranks said '$want': $(head -c 300 $D/err.txt)"; fails=$((fails + 1))
+    else echo "ok (2 ranks, before step 1): $(head -n 1 $D/err.txt)"; fi
+}
+touch $D/a_file
+out_refused "is not a directory" $D/a_file
+out_refused "cannot create the directory" /proc/no_such_dir
+out_refused "cannot write a file there" /proc
+mkdir -p $D/small
+if mount -t tmpfs -o size=1m tmpfs $D/small; then
+    out_refused "MiB free, one checkpoint needs" $D/small
+    umount $D/small
+else echo "FAIL: cannot mount a 1 MiB tmpfs (root is needed) for the full-disk case"; fails=$((fails + 1)); fi
+$TRAINER $GOOD -o $D/made/here > /dev/null 2> $D/err.txt && { echo "FAIL: -o two levels down was created"; fails=$((fails + 1)); }
+grep -q "cannot create the directory" $D/err.txt && echo "ok: $(head -n 1 $D/err.txt)" || { echo "FAIL: $(cat $D/err.txt)"; fails=$((fails + 1)); }
+
 # a failing run leaves an existing model file alone
 mkdir -p $D/out
 $TRAINER $GOOD -o $D/out > /dev/null 2>&1 || { echo "FAIL: good run"; fails=$((fails + 1)); }
