@@ -371,30 +371,6 @@ static double compulsory_bytes(int version, int B, int T, int C, int NH) {
     return rows + (double)B * T * C * sizeof(floatX) + (double)B * NH * T * sizeof(float);
 }
 
-// lse[b, h, t] = log sum_{j <= t} exp(q_t . k_j / sqrt(hs)) in float64 from the same floatX
-// inputs, stored fp32 as the forward's versions 3 and 4 keep it
-static std::vector<float> lse_float64(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    std::vector<float> lse((size_t)B * NH * T);
-    std::vector<double> s(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const floatX* q = &qkv[((size_t)b * T + t) * 3 * C + h * hs];
-                double max = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const floatX* k = &qkv[((size_t)b * T + j) * 3 * C + C + h * hs];
-                    double dot = 0.0;
-                    for (int i = 0; i < hs; i++) dot += as_double(q[i]) * as_double(k[i]);
-                    s[j] = dot / sqrt((double)hs);
-                    max = fmax(max, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - max);
-                lse[((size_t)b * NH + h) * T + t] = (float)(max + log(sum));
-            }
-    return lse;
-}
-
 // the inputs every version needs, uploaded: att and out as the trainer's forward (the host twin)
 // gives them, lse from float64. dqkv_twin, where given: the host twin's backward, the reference
 static Buffers upload_case(const std::vector<floatX>& qkv, const std::vector<floatX>& dout, int B, int T, int C, int NH,
@@ -405,7 +381,8 @@ static Buffers upload_case(const std::vector<floatX>& qkv, const std::vector<flo
         dqkv_twin->resize(qkv.size());
         attention_backward_host(dqkv_twin->data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
     }
-    return upload(dout, qkv, att, out, lse_float64(qkv, B, T, C, NH), B, T, C, NH);
+    std::vector<double> lse = lse_float64(qkv, B, T, C, NH);  // dev/lab.h
+    return upload(dout, qkv, att, out, std::vector<float>(lse.begin(), lse.end()), B, T, C, NH);  // fp32, as the forward keeps it
 }
 
 // times every wanted version at its block sizes, with each version's compulsory bytes

@@ -456,28 +456,6 @@ static void attention_forward_version(int version, int block, const Buffers& d, 
     }
 }
 
-// lse[b, h, t] = log sum_{j <= t} exp(q_t . k_j / sqrt(hs)) in float64, from the same floatX
-// inputs: the reference for versions 3 to 5 (the host twin keeps att, not lse)
-static std::vector<double> lse_float64(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    std::vector<double> lse((size_t)B * NH * T), s(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const floatX* q = &qkv[((size_t)b * T + t) * 3 * C + h * hs];
-                double max = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
-                    const floatX* k = &qkv[((size_t)b * T + j) * 3 * C + C + h * hs];
-                    double dot = 0.0;
-                    for (int i = 0; i < hs; i++) dot += as_double(q[i]) * as_double(k[i]);
-                    s[j] = dot / sqrt((double)hs);
-                    max = fmax(max, s[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - max);
-                lse[((size_t)b * NH + h) * T + t] = max + log(sum);
-            }
-    return lse;
-}
 // lse is fp32 statistics: 1e-5 against float64 in every build, as the labs hold fp32 state.
 // Quiet unless it fails; *worst keeps the largest relative error for the report
 static void check_lse(Lab* lab, const float* d_lse, const std::vector<double>& reference, double* worst) {

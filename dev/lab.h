@@ -16,10 +16,11 @@ float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error,
 */
 #pragma once
 // defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, lab_skip_in_emulation, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
-//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, as_floatx
+//          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, as_floatx, lse_float64
 #include <stdio.h>     // defines: printf
 #include <stdlib.h>    // defines: atoi, getenv
 #include <algorithm>   // defines: std::sort
+#include <math.h>      // defines: exp, log, sqrt, fmax, INFINITY
 #include <initializer_list>  // defines: std::initializer_list
 #include <string>      // defines: std::string
 #include <vector>      // defines: std::vector
@@ -210,4 +211,28 @@ template <typename Run> inline void time_versions(const Lab& lab, int versions, 
             printf("\n");
         }
     }
+}
+
+// lse[b, h, t] = log sum_{j <= t} exp(q_t . k_j / sqrt(hs)) in float64, from the same floatX
+// inputs: the flash attention versions' reference (the host twin keeps att, not lse), in
+// attention_forward's and attention_backward's labs
+inline std::vector<double> lse_float64(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    std::vector<double> lse((size_t)B * NH * T), s(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const floatX* q = &qkv[((size_t)b * T + t) * 3 * C + h * hs];
+                double max = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const floatX* k = &qkv[((size_t)b * T + j) * 3 * C + C + h * hs];
+                    double dot = 0.0;
+                    for (int i = 0; i < hs; i++) dot += as_double(q[i]) * as_double(k[i]);
+                    s[j] = dot / sqrt((double)hs);
+                    max = fmax(max, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - max);
+                lse[((size_t)b * NH + h) * T + t] = max + log(sum);
+            }
+    return lse;
 }
