@@ -42,7 +42,7 @@ copy_tree() {  # copy_tree DIR
     for ref in ref ref4 pytorch_ops; do [ -d tests/build/$ref ] && cp -rs $ROOT/tests/build/$ref $1/tests/build/$ref; done
     true
 }
-run_check() {  # run_check DIR NAME: builds the mutant's targets in DIR and runs its check there
+run_check() {  # run_check DIR NAME TAG: builds the mutant's targets in DIR and runs its check there (logs: NAME.TAG.*)
     local dir=$1 name=$2
     (cd $dir && make -s $(field $name build) > $ROOT/$S/$name.$3.build.log 2>&1) || return 2
     (cd $dir && timeout 600 bash -c "$(field $name check)") > $S/$name.$3.log 2>&1
