@@ -55,8 +55,7 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
         if (recompute_keeps(model->recompute, t))
-            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel,
-                                                              model->layout.cp);
+            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2

@@ -6,7 +6,8 @@ Everything in a transformer block but attention works token by token, so c ranks
 the others (every earlier key and value of its sequence). Ring attention (Liu et al. 2023;
 Megatron-LM's context parallelism, picotron's context_parallel) keeps each rank's queries at home
 and passes the keys and values round the ring: c steps, each merging one rank's block into every
-query's softmax with the online rescaling of kernels/attention_block.cuh (running max and sum).
+query's softmax with the online rescaling of flash attention (kernels/attention.cuh: running max
+and sum): each step is flash attention of this rank's queries against the visitor's keys.
 
 Causal masking makes an even split uneven: with the sequence cut into c contiguous parts, the
 last rank's queries see every key and the first rank's only their own, so the last rank works c
@@ -30,18 +31,19 @@ early chunk of every sequence of the micro-batch, then the late chunk of every s
 (cp_batch_index), so each half is a (B, T/2c) batch of consecutive positions: the embedding adds
 wpe's rows from the chunk's first position on, and an attention block is a half's rows.
 
-The backward recomputes the scores block by block from the forward's log-sum-exp, and passes
-the keys and values round the ring again, each block with the sum of its dk and dv so far
-(fp32); after c steps every block's gradient is back at its owner.
+Only k and v travel, as [k | v] rows of 2C (attention_pack_kv): a rank's queries never leave it.
+The backward recomputes the scores block by block from the forward's log-sum-exp (flash
+attention's backward on each block), and passes the keys and values round the ring again, each
+block with the sum of its dk and dv so far (fp32); after c steps every block's gradient is back
+at its owner.
 
 Per rank and layer, with T_c = T/c local tokens, C and NH of this TP rank, X = sizeof(floatX):
-    activations   q, k, v, the output and everything outside attention: 1/c of one rank's;
-                  the (B, NH, T, T) probabilities are not kept: lse, B*NH*T_c floats, instead
-    scratch       two blocks in flight (2 B T_c 3C X), their dk dv sums (2 B T_c 2C 4), the
-                  fp32 output and dq (B T_c C 4 each), D (B NH T_c 4)
-    sent          forward (c-1) blocks of B T_c 3C X (q travels along: one layout for every
-                  block; a faster ring sends k and v only); backward the same, and c sums of
-                  dk, dv of B T_c 2C 4 bytes
+    activations   q, k, v, the output, lse and everything outside attention: 1/c of one rank's
+    scratch       one rank's attention scratch (the fp32 output and dq, B T_c C 4 each, a dk dv
+                  sum, B T_c 2C 4, D, B NH T_c 4), and two [k | v] blocks in flight (2 B T_c 2C X)
+                  and a second dk dv sum (B T_c 2C 4)
+    sent          forward (c-1) blocks of B T_c 2C X; backward the same, and c sums of dk, dv
+                  of B T_c 2C 4 bytes
 Read ring_attention_forward first. Applied in train_gpt.cu: sequence_attention_forward and
 _backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), tokens_of_rank
 (a micro-batch's tokens for this rank), for_each_position_run (the embedding's positions),
@@ -51,7 +53,7 @@ next_token_logits (sampling); the dp group of comm.h is dp x cp (ZeRO, the gradi
 // defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_attention_forward, ring_attention_backward,
 //          cp_ring_bytes_per_layer, cp_for_each_block
 #include "comm.h"                       // defines: Comm, comm_send_recv
-#include "kernels/attention_block.cuh"  // defines: AttentionBlock, attention_block_forward, attention_block_backward, ...
+#include "kernels/attention.cuh"  // defines: AttentionBlock, AttentionScratch, attention_block_forward, attention_pack_kv, ...
 
 // the chunk of the sequence (of 2c) that half `half` (0: early, 1: late) of rank r's tokens is
 inline int cp_chunk(int c, int r, int half) { return half == 0 ? r : 2 * c - 1 - r; }
@@ -70,13 +72,13 @@ inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
     *row = (size_t)half * chunk_tokens + p % chunk_tokens;
 }
 
-// the scratch of a ring (cp.h's header: sizes): blocks of qkv rows in flight, their dk dv sums,
-// and this rank's fp32 output, dq and D
-struct RingBuffers { floatX* block[2]; float* dkv[2]; float *out, *dq, *D; };
+// the scratch of a ring beyond one rank's attention (kernels/attention.cuh: AttentionScratch, whose
+// fp32 output, dq, D and dk dv sums it uses as well): two [k | v] blocks in flight and a second dk dv sum
+struct RingBuffers { floatX* block[2]; float* dkv; };
 
 // visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting
-// rank's key chunks (rows of the block it sent) that the causal mask leaves: chunk i's queries see
-// chunk j's keys whole when j < i, causally when j == i
+// rank's key chunks (rows of the [k | v] block it sent) that the causal mask leaves: chunk i's
+// queries see chunk j's keys whole when j < i, causally when j == i
 template <typename Visit>
 inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
     int chunk_tokens = T_local / 2;
@@ -85,59 +87,62 @@ inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int
             int i = cp_chunk(c, r, q_half), j = cp_chunk(c, visitor, k_half);
             if (j > i) continue;
             visit(q_half, AttentionBlock{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens,
-                                         B, chunk_tokens, chunk_tokens, C, NH, j == i, false});
+                                         B, chunk_tokens, chunk_tokens, C, NH, 2 * C, j == i, false});
         }
 }
 
 // attention of this rank's tokens (qkv: B*T_local rows in cp_batch_index's order) against every
-// rank's, round the ring `cp`: out (B*T_local, C) and lse (B*T_local, NH), which the backward reads
-inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floatX* qkv, const RingBuffers& s, int B,
-                                   int T_local, int C, int NH) {
+// rank's, round the ring `cp`: out (B*T_local, C) and lse (B*T_local, NH), which the backward reads.
+// Only k and v travel ([k | v] rows, 2C): the queries stay home
+inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floatX* qkv, const AttentionScratch& a,
+                                   const RingBuffers& s, int B, int T_local, int C, int NH) {
     int c = cp->size, r = cp->rank;
-    size_t block_elements = (size_t)B * T_local * 3 * C;
+    size_t rows = (size_t)B * T_local;
     bool started[2] = {false, false};  // has a block been merged into this query half yet?
-    const floatX* visiting = qkv;       // step 0: this rank's own keys and values
+    attention_pack_kv(s.block[0], qkv, rows, C);  // step 0: this rank's own keys and values
     for (int step = 0; step < c; step++) {
-        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionBlock a) {
-            a.first = !started[q_half];
-            attention_block_forward(a, qkv, visiting, s.out, lse);
+        const floatX* visiting = s.block[step % 2];
+        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionBlock block) {
+            block.first = !started[q_half];
+            attention_block_forward(block, qkv, visiting, a.out, lse);
             started[q_half] = true;
         });
         if (step == c - 1) break;
-        comm_send_recv(cp, visiting, (r + 1) % c, s.block[step % 2], (r - 1 + c) % c, block_elements);
-        visiting = s.block[step % 2];
+        comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
     }
-    attention_block_output(out, s.out, (size_t)B * T_local * C);
+    attention_block_output(out, a.out, rows * C);
 }
 
 // its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
 // values go round the ring again, each block with its dk, dv summed so far, home after c steps
 inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
-                                    const floatX* qkv, const RingBuffers& s, int B, int T_local, int C, int NH) {
+                                    const floatX* qkv, const AttentionScratch& a, const RingBuffers& s, int B, int T_local,
+                                    int C, int NH) {
     int c = cp->size, r = cp->rank;
-    size_t block_elements = (size_t)B * T_local * 3 * C, dkv_elements = (size_t)B * T_local * 2 * C;
-    attention_block_row_dot(s.D, dout, out, B * T_local, C, NH);
-    device_zero(s.dq, (size_t)B * T_local * C * sizeof(float));
-    device_zero(s.dkv[0], dkv_elements * sizeof(float));
-    const floatX* visiting = qkv;
-    float* dkv = s.dkv[0];  // the visiting block's dk, dv so far
+    size_t rows = (size_t)B * T_local, dkv_elements = rows * 2 * C;
+    float* dkv_buffers[2] = {a.dkv, s.dkv};
+    attention_block_row_dot(a.D, dout, out, (int)rows, C, NH);
+    device_zero(a.dq, rows * C * sizeof(float));
+    device_zero(dkv_buffers[0], dkv_elements * sizeof(float));
+    attention_pack_kv(s.block[0], qkv, rows, C);
+    float* dkv = dkv_buffers[0];  // the visiting block's dk, dv so far
     for (int step = 0; step < c; step++) {
-        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionBlock a) {
-            attention_block_backward(a, qkv, visiting, s.dq, dkv, dout, lse, s.D);
+        const floatX* visiting = s.block[step % 2];
+        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionBlock block) {
+            attention_block_backward(block, qkv, visiting, a.dq, dkv, dout, lse, a.D);
         });
         if (c == 1) break;
-        if (step < c - 1) comm_send_recv(cp, visiting, (r + 1) % c, s.block[step % 2], (r - 1 + c) % c, block_elements);
-        comm_send_recv(cp, dkv, (r + 1) % c, s.dkv[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);  // the last: home
-        visiting = s.block[step % 2];
-        dkv = s.dkv[(step + 1) % 2];
+        if (step < c - 1) comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+        comm_send_recv(cp, dkv, (r + 1) % c, dkv_buffers[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);  // the last: home
+        dkv = dkv_buffers[(step + 1) % 2];
     }
-    attention_block_gradients(dqkv, s.dq, dkv, (size_t)B * T_local, C);
+    attention_block_gradients(dqkv, a.dq, dkv, rows, C);
 }
 
 // bytes one rank sends round its ring per layer for a micro-batch: forward and backward
 inline unsigned long long cp_ring_bytes_per_layer(int c, int B, int T_local, int C, int forwards) {
     if (c <= 1) return 0;
-    unsigned long long block = (unsigned long long)B * T_local * 3 * C * sizeof(floatX);
+    unsigned long long block = (unsigned long long)B * T_local * 2 * C * sizeof(floatX);
     unsigned long long dkv = (unsigned long long)B * T_local * 2 * C * sizeof(float);
     return (unsigned long long)forwards * (c - 1) * block + (c - 1) * block + c * dkv;
 }

@@ -306,8 +306,8 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_held)
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
-    floatX* attention;  // attention_scratch_elements (one rank's attention)
-    RingBuffers ring;   // -cp: ring attention's blocks in flight, their dk dv sums, fp32 output, dq, D (cp.h)
+    AttentionScratch attention;  // attention's fp32 output, dq, dk dv, D (kernels/attention.cuh)
+    RingBuffers ring;   // -cp: ring attention's [k | v] blocks in flight and a second dk dv sum (cp.h)
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
     int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward
@@ -318,9 +318,10 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
 
 // one layer's view of the activations, as the forward and backward use them
 struct LayerActivations {
-    floatX *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    floatX *ln1, *qkv, *atty;
+    float* lse;  // (B,T,NH/tp) attention's log-sum-exp, what its backward reads (kernels/attention.cuh)
+    floatX *residual2, *ln2, *fch, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    float* lse;  // -cp: ring attention keeps each row's log-sum-exp where att would be (cp.h)
 };
 
 // ----------------------------------------------------------------------------
@@ -370,12 +371,12 @@ inline LayerActivations layer_activations(const GPT2* model, const ActivationTen
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t layer = recompute_keeps(model->recompute, t) ? l - a.first_layer : 0;
         at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp,
-                                                                    model->layout.sequence_parallel, model->layout.cp);
+                                                                    model->layout.sequence_parallel);
     }
-    return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (floatX*)at[ATT],
+    return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (float*)at[LSE],
                             (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
                             (floatX*)at[RESIDUAL3], (float*)at[LN1_MEAN], (float*)at[LN1_RSTD],
-                            (float*)at[LN2_MEAN], (float*)at[LN2_RSTD], (float*)at[ATT]};
+                            (float*)at[LN2_MEAN], (float*)at[LN2_RSTD]};
 }
 
 // -sp: a LayerNorm's weight and bias gradients (ln1, ln2, lnf) are sums over the tokens, and each
@@ -449,7 +450,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     bool sp = model->layout.sequence_parallel;
-    size_t ring = model->layout.cp > 1 ? 1 : 0;  // -cp: ring attention's scratch in place of one rank's
+    size_t ring = model->layout.cp > 1 ? 1 : 0;  // -cp: ring attention's scratch beside one rank's
     size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / tp, NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
     LayerOutputGradients& g = s.layer_grads;
@@ -471,12 +472,12 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         };
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
-                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp, model->layout.cp), 1, KEPT});
+                kept.push_back({&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, KEPT});
         specs.insert(specs.end(), kept.begin(), kept.end());
     }
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
-            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp, model->layout.cp), 1, WORK});
+            specs.push_back({&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, WORK});
     // kept from B to W: the layers' output gradients
     specs.push_back({(void**)&model->waiting_grads, holds.weight_slots * L * layer_output_gradient_elements(BT, BT_held, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = {
@@ -487,11 +488,10 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
         {(void**)&g.ln2, BT_held * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
         {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT_held * C, X, WORK},
-        {(void**)&s.attention, ring ? 0 : attention_scratch_elements(B, T, C_rank, NH_rank), X, WORK},
-        {(void**)&s.ring.block[0], ring * BT * 3 * C_rank, X, WORK}, {(void**)&s.ring.block[1], ring * BT * 3 * C_rank, X, WORK},
-        {(void**)&s.ring.dkv[0], ring * BT * 2 * C_rank, FP32, WORK}, {(void**)&s.ring.dkv[1], ring * BT * 2 * C_rank, FP32, WORK},
-        {(void**)&s.ring.out, ring * BT * C_rank, FP32, WORK}, {(void**)&s.ring.dq, ring * BT * C_rank, FP32, WORK},
-        {(void**)&s.ring.D, ring * BT * NH_rank, FP32, WORK},
+        {(void**)&s.attention.out, BT * C_rank, FP32, WORK}, {(void**)&s.attention.dq, BT * C_rank, FP32, WORK},
+        {(void**)&s.attention.dkv, BT * 2 * C_rank, FP32, WORK}, {(void**)&s.attention.D, BT * NH_rank, FP32, WORK},
+        {(void**)&s.ring.block[0], ring * BT * 2 * C_rank, X, WORK}, {(void**)&s.ring.block[1], ring * BT * 2 * C_rank, X, WORK},
+        {(void**)&s.ring.dkv, ring * BT * 2 * C_rank, FP32, WORK},
         {(void**)&s.loss_max, BT, FP32, WORK}, {(void**)&s.loss_sum, BT, FP32, WORK}, {(void**)&s.loss_target, BT, FP32, WORK},
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
@@ -552,14 +552,16 @@ inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, in
 // -cp, where a rank holds B sequences' T/cp zig-zag tokens (T here), round the ring (cp.h)
 inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, int B, int T) {
     int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
-    if (model->layout.cp > 1) ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, model->scratch.ring, B, T, C_rank, NH_rank);
-    else attention_forward(la.atty, la.att, la.qkv, model->scratch.attention, B, T, C_rank, NH_rank);
+    const ScratchTensors& s = model->scratch;
+    if (model->layout.cp > 1) ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T, C_rank, NH_rank);
+    else attention_forward(la.atty, la.lse, la.qkv, s.attention, B, T, C_rank, NH_rank);
 }
 inline void sequence_attention_backward(GPT2* model, const LayerActivations& la, floatX* dqkv, const floatX* datty, int B, int T) {
     int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
     ScratchTensors& s = model->scratch;
-    if (model->layout.cp > 1) ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.ring, B, T, C_rank, NH_rank);
-    else attention_backward(dqkv, datty, la.qkv, la.att, s.attention, B, T, C_rank, NH_rank);
+    if (model->layout.cp > 1)
+        ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T, C_rank, NH_rank);
+    else attention_backward(dqkv, datty, la.atty, la.lse, la.qkv, s.attention, B, T, C_rank, NH_rank);
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.

@@ -3,10 +3,10 @@ dev/attention_backward.cu: causal self-attention's backward (kernels/attention.c
 dout and the kept att, through out = att v, the softmax (dpre = att * (datt - sum(att *
 datt)), the O(T) identity instead of the T x T Jacobian) and q k^T / sqrt(hs), to dqkv.
 
-version 1: one thread per (b, h): the host twin's head (attention_backward_head) on the
+version 1: one thread per (b, h): the host twin's head (materialized_backward_head) on the
            device, dq, dk, dv summed in fp32 in global scratch and stored once. Only
            B*NH threads: a reference
-version 2: the trainer's attention_backward: permutes, four strided-batched cuBLAS GEMMs
+version 2: the trainer's attention_backward before flash attention (dev/attention_materialized.h): permutes, four strided-batched cuBLAS GEMMs
            (datt = dy v^T, dv = att^T dy, dq = dpre k, dk = dpre^T q) around a
            warp-per-row softmax backward, permuted back
 Versions 3 and 4 are flash attention's backward: they read the forward's lse (B,NH,T) fp32
@@ -25,8 +25,14 @@ version 4: FlashAttention-2's backward structure on CUDA cores: the dk, dv kerne
            dk, dv in registers, written once. The dq kernel gives a block 32 queries and
            walks the key tiles at or left of the diagonal. Each k, v, q, dout element is
            read from global memory once per 32 rows of the other side instead of once per row
+version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flash_attention.cuh):
+           version 4 made general for ring attention's blocks (row offsets, keys from qkv or
+           [k | v] rows), adding into fp32 dq and dk dv sums that a last pass turns into floatX
+           dqkv (what summing over ring steps needs: two more passes over B T 3C than version 4).
+           CUDA cores in every build: a WMMA backward (dS, dP and the three products on tensor
+           cores) is the next step
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
-floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 and 4: at B 8,
+floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,
 T 1024, C 768, NH 12 in bf16, 289.4 MB against 101.1 MB (printed with the timings). Versions 3
 and 4 take the head size at run time, up to a capacity compiled in (16, 32, 64 or 128, the
 smallest that holds it): the dq or dk, dv rows live in registers, whose count the compiler must
@@ -35,24 +41,21 @@ to the D kernel of version 4. Every output is summed by one thread in a fixed or
 the same bits every run.
 */
 #include "lab.h"
-#include "../kernels/attention.cuh"  // defines: attention_backward_host (the reference), attention_backward_head
-                                     //          (version 1), attention_backward (version 2), attention_forward_host
+#include "attention_materialized.h"  // defines: materialized_backward_host (the reference), materialized_backward_head
+                                     //          (version 1), materialized_backward (version 2), materialized_forward_host
+#include "../kernels/attention.cuh"  // defines: attention_backward (version 5), AttentionScratch
 
-// acc: attention_head_scratch_floats per (b, h)
+// acc: materialized_head_scratch_floats per (b, h)
 __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
                                            float* acc, int B, int T, int C, int NH) {
     int bh = blockIdx.x * blockDim.x + threadIdx.x;
     if (bh < B * NH)
-        attention_backward_head(bh / NH, bh % NH, dqkv, dout, qkv, att, acc + bh * attention_head_scratch_floats(T, C, NH), T, C, NH);
+        materialized_backward_head(bh / NH, bh % NH, dqkv, dout, qkv, att, acc + bh * materialized_head_scratch_floats(T, C, NH), T, C, NH);
 }
 
 // ---------------------------------------------------------------- version 3: a thread per row
-// (kernels/attention_block.cuh's attention_block_dq_row and attention_block_dkv_row are this
-// arithmetic for a ring attention block, and with one block covering the whole causal row they
-// would give these sums. They are not reused: they add into fp32 rows in global memory (dq (B,T,C),
-// dkv (B,T,2C), zeroed first and converted to floatX by a further kernel), and read lse and D as
-// (B,T,NH), the layout ring attention merges in; this lab's forward writes lse (B,NH,T). A
-// one-pass kernel keeps the sums in registers and stores floatX once.)
+// (kernels/attention.cuh's attention_block_dq_row and attention_block_dkv_row, the trainer's host
+// twin, are this arithmetic for a block of keys, adding into fp32 sums; lse and D there are (B,T,NH).)
 
 // D[(b NH + h) T + t] = dout_t . out_t over head h's channels, summed in fp32
 __global__ void attention_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
@@ -329,17 +332,22 @@ static void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* 
 
 // ---------------------------------------------------------------- the lab
 // versions 1, 2 read att; 3, 4 read out and lse (and write D, their scratch)
-struct Buffers { floatX *dqkv, *dout, *qkv, *att, *out, *scratch; float *acc, *lse, *D; };
+// version 5 (the trainer's) reads lse as (B,T,NH), lse_rows, and needs the fp32 AttentionScratch
+struct Buffers { floatX *dqkv, *dout, *qkv, *att, *out, *scratch; float *acc, *lse, *D, *lse_rows; AttentionScratch flash; };
+static float* device_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
 static Buffers upload(const std::vector<floatX>& dout, const std::vector<floatX>& qkv, const std::vector<floatX>& att,
-                      const std::vector<floatX>& out, const std::vector<float>& lse, int B, int T, int C, int NH) {
-    return {(floatX*)device_malloc((size_t)B * T * 3 * C * sizeof(floatX)), to_device(dout), to_device(qkv), to_device(att), to_device(out),
-            (floatX*)device_malloc(attention_scratch_elements(B, T, C, NH) * sizeof(floatX)),
-            (float*)device_malloc(B * NH * attention_head_scratch_floats(T, C, NH) * sizeof(float)), to_device(lse),
-            (float*)device_malloc((size_t)B * NH * T * sizeof(float))};
+                      const std::vector<floatX>& out, const std::vector<float>& lse, const std::vector<float>& lse_rows, int B, int T,
+                      int C, int NH) {
+    size_t n = (size_t)B * T * C, stats = (size_t)B * NH * T;
+    return {(floatX*)device_malloc(3 * n * sizeof(floatX)), to_device(dout), to_device(qkv), to_device(att), to_device(out),
+            (floatX*)device_malloc(materialized_scratch_elements(B, T, C, NH) * sizeof(floatX)),
+            device_floats(B * NH * materialized_head_scratch_floats(T, C, NH)), to_device(lse), device_floats(stats), to_device(lse_rows),
+            {device_floats(n), device_floats(n), device_floats(2 * n), device_floats(stats)}};
 }
 static void release(const Buffers& d) {
     device_free(d.dqkv); device_free(d.dout); device_free(d.qkv); device_free(d.att); device_free(d.out);
-    device_free(d.scratch); device_free(d.acc); device_free(d.lse); device_free(d.D);
+    device_free(d.scratch); device_free(d.acc); device_free(d.lse); device_free(d.D); device_free(d.lse_rows);
+    device_free(d.flash.out); device_free(d.flash.dq); device_free(d.flash.dkv); device_free(d.flash.D);
 }
 // dqkv and D set to NaN (all bits set, in every precision): a version that leaves an element
 // unwritten fails its check instead of passing on the last version's result
@@ -353,7 +361,9 @@ static void attention_backward_version(int version, int block, const Buffers& d,
         attention_backward_kernel1<<<ceil_div(B * NH, block), block>>>(d.dqkv, d.dout, d.qkv, d.att, d.acc, B, T, C, NH);
         launchCheck();
     } else if (version == 2) {
-        attention_backward(d.dqkv, d.dout, d.qkv, d.att, d.scratch, B, T, C, NH);
+        materialized_backward(d.dqkv, d.dout, d.qkv, d.att, d.scratch, B, T, C, NH);
+    } else if (version == 5) {  // the trainer's: kernels/flash_attention.cuh through kernels/attention.cuh
+        attention_backward(d.dqkv, d.dout, d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH);
     } else {
         attention_row_dot(d.D, d.dout, d.out, B, T, C, NH, block);
         if (version == 3) attention_backward3(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH, block);
@@ -361,8 +371,11 @@ static void attention_backward_version(int version, int block, const Buffers& d,
     }
 }
 static bool reads_att(int version) { return version <= 2; }
-// version 3 runs at the lab's block sizes up to KERNEL3_MAX_BLOCK (version 4's D kernel takes any)
-static bool runs_at(int version, int block) { return version != 3 || block <= KERNEL3_MAX_BLOCK; }
+// version 3 runs at the lab's block sizes up to KERNEL3_MAX_BLOCK (version 4's D kernel takes any);
+// version 5 ignores the block size and runs once
+static bool runs_at(int version, int block) {
+    return version == 3 ? block <= KERNEL3_MAX_BLOCK : version != 5 || block == LAB_BLOCK_SIZES[0];
+}
 // qkv and dout read, dqkv written; att read (versions 1, 2) or out and lse read (3, 4). Scratch
 // (version 2's permutes, the D of 3 and 4) is not counted
 static double compulsory_bytes(int version, int B, int T, int C, int NH) {
@@ -376,13 +389,15 @@ static double compulsory_bytes(int version, int B, int T, int C, int NH) {
 static Buffers upload_case(const std::vector<floatX>& qkv, const std::vector<floatX>& dout, int B, int T, int C, int NH,
                            std::vector<floatX>* dqkv_twin = nullptr) {
     std::vector<floatX> out((size_t)B * T * C), att((size_t)B * NH * T * T);
-    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    materialized_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
     if (dqkv_twin) {
         dqkv_twin->resize(qkv.size());
-        attention_backward_host(dqkv_twin->data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+        materialized_backward_host(dqkv_twin->data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
     }
-    std::vector<double> lse = lse_float64(qkv, B, T, C, NH);  // dev/lab.h
-    return upload(dout, qkv, att, out, std::vector<float>(lse.begin(), lse.end()), B, T, C, NH);  // fp32, as the forward keeps it
+    std::vector<double> lse = lse_float64(qkv, B, T, C, NH);  // dev/lab.h: (B,NH,T)
+    std::vector<float> lse_rows(lse.size());  // (B,T,NH), as the trainer keeps it
+    for (size_t i = 0; i < lse.size(); i++) lse_rows[((i / (NH * T)) * T + i % T) * NH + (i / T) % NH] = (float)lse[i];
+    return upload(dout, qkv, att, out, std::vector<float>(lse.begin(), lse.end()), lse_rows, B, T, C, NH);  // fp32, as the forward keeps it
 }
 
 // times every wanted version at its block sizes, with each version's compulsory bytes
@@ -406,7 +421,7 @@ static void time_backward(const Lab& lab, const Buffers& d, int versions, int B,
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 4;
+    const int VERSIONS = 5;
     Lab lab = lab_start(argc, argv, "attention_backward", VERSIONS);
     // the awkward sizes: T = 1, 17, 64, 100 (all but 64 leave version 4's last 32-row tile part
     // empty) at head sizes 16, 64, 128; then the lab's first sizes (head sizes 8, 12, 64); T = 256 is timed

@@ -2,16 +2,17 @@
 dev/attention_forward.cu: causal self-attention (kernels/attention.cuh), per head h of size
 hs = C/NH:  att = softmax(q k^T / sqrt(hs)) over t2 <= t;  out = att v.
 qkv rows are [q | k | v] with the heads side by side, as GPT-2's c_attn writes them; att
-(B,NH,T,T) is kept for the backward by versions 1 and 2. Versions 3 and 4 keep instead the
+(B,NH,T,T) is kept for the backward by versions 1 and 2. Versions 3 to 6 keep instead the
 log-sum-exp of each query's scores, lse (B,NH,T) fp32, from which a flash-attention backward
 recomputes any probability: p = exp(q.k/sqrt(hs) - lse). No (T,T) matrix is ever stored.
 
-version 1: one thread per (b, h, t) query row: the host twin's row (attention_forward_row)
+version 1: one thread per (b, h, t) query row: the host twin's row (materialized_forward_row)
            on the device, the scores staged in att itself. O(T hs) serial work per
            thread, no reuse of k, v
-version 2: the trainer's attention_forward: q, k, v permuted to (B,NH,T,hs), two
-           strided-batched cuBLAS GEMMs (scores scaled in the GEMM) around a warp-per-row
-           causal softmax, the output permuted back. Materialises (B,NH,T,T) scores
+version 2: the trainer's attention_forward before flash attention (dev/attention_materialized.h):
+           q, k, v permuted to (B,NH,T,hs), two strided-batched cuBLAS GEMMs (scores scaled in
+           the GEMM) around a warp-per-row causal softmax, the output permuted back.
+           Materialises (B,NH,T,T) scores
 version 3: one thread per (b, h, t), the online softmax: q, k, v read straight from the qkv
            rows (no permute), a running max m and sum l, the output row held in registers and
            rescaled as each key arrives, written once with lse. Reads (B,T,3C), writes (B,T,C)
@@ -57,6 +58,13 @@ version 5: version 4 with its two products on tensor cores (WMMA, 16x16x16 bf16/
            of S and O, 16 lanes at strides of 32 and HS_MAX words, hit one or two banks: up to
            16-way conflicts, which a padded leading dimension would remove), the real fragment layout and a tensor core's order of
            summation (results agree within the tolerance, not bit for bit)
+version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash_attention.cuh):
+           version 5 made general for ring attention's blocks (queries and keys at row offsets,
+           keys from qkv rows or [k | v] rows, a block merged into the output and lse of earlier
+           ones), with version 4's CUDA-core kernel where WMMA cannot go (the fp32 build, head
+           sizes not a multiple of 16). It writes lse as (B,T,NH) and its output in fp32 first,
+           then in floatX (a second pass over B T C: what merging blocks needs); the lab turns lse
+           into (B,NH,T) for its checks, which the timing includes
 The block size applies to versions 1 and 3 (3: up to 256 threads, for its registers). The bytes
 each must move differ: B T 4C floatX (qkv read, out written) for all, plus att's B NH T T floatX
 for versions 1 and 2 or lse's B NH T fp32 for 3 to 5: 251 MB against 51 MB at B 8, T 1024,
@@ -67,12 +75,13 @@ block size and runs once per size. Every version sums in a fixed order:
 no atomics, the same bits every run.
 */
 #include "lab.h"
-#include "../kernels/attention.cuh"  // defines: attention_forward_host (the reference), attention_forward_row (version 1),
-                                     //          attention_forward (version 2)
+#include "attention_materialized.h"  // defines: materialized_forward_host (the reference), materialized_forward_row
+                                     //          (version 1), materialized_forward (version 2)
+#include "../kernels/attention.cuh"  // defines: attention_forward (version 6), AttentionScratch
 
 __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
-    if (idx < B * NH * T) attention_forward_row(idx / (T * NH), (idx / T) % NH, idx % T, out, att, qkv, T, C, NH);
+    if (idx < B * NH * T) materialized_forward_row(idx / (T * NH), (idx / T) % NH, idx % T, out, att, qkv, T, C, NH);
 }
 
 // ---------------------------------------------------------------- version 3: online softmax, a thread per row
@@ -81,11 +90,8 @@ __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX
 // what was summed against the old m is scaled by exp(m - m') and the new key adds exp(s - m'):
 //     l' = l exp(m - m') + exp(s - m')      o' = o exp(m - m') + exp(s - m') v
 // At the end out = o / l and lse = m + log l. exp never sees a positive argument, so nothing
-// overflows, and the scores need not be kept. (kernels/attention_block.cuh's
-// attention_block_forward_row, ring attention's block, is the same recurrence; with the whole
-// causal row as one block it computes this version's numbers, but keeps o in global fp32 memory,
-// read and written back for every key, lse as (B,T,NH), and needs a second pass to floatX: what
-// merging blocks from other ranks needs, not what a one-pass kernel wants.)
+// overflows, and the scores need not be kept. (kernels/attention.cuh's attention_block_forward_row,
+// the trainer's host twin, is the same recurrence, written for a block of keys merged into earlier ones.)
 // A thread holds o in registers: ptxas -v (sm_90) counts 49 a thread at HS_MAX 16, 128 at 64 and
 // 172 at 128, and a block may use 64K registers, so blocks of at most 256 threads
 // (__launch_bounds__ tells the compiler, which may then use up to 255 a thread without spilling)
@@ -404,14 +410,23 @@ static void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B
 }
 
 // ---------------------------------------------------------------- the lab
-struct Buffers { floatX *out, *att, *qkv, *scratch; float* lse; };
+// version 6 (the trainer's) keeps lse as (B,T,NH), lse_rows, and needs the fp32 AttentionScratch
+struct Buffers { floatX *out, *att, *qkv, *scratch; float *lse, *lse_rows; AttentionScratch flash; };
+static float* device_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
 static Buffers upload(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
-    return {(floatX*)device_malloc((size_t)B * T * C * sizeof(floatX)), (floatX*)device_malloc((size_t)B * NH * T * T * sizeof(floatX)),
-            to_device(qkv), (floatX*)device_malloc(attention_scratch_elements(B, T, C, NH) * sizeof(floatX)),
-            (float*)device_malloc((size_t)B * NH * T * sizeof(float))};
+    size_t n = (size_t)B * T * C, stats = (size_t)B * NH * T;
+    return {(floatX*)device_malloc(n * sizeof(floatX)), (floatX*)device_malloc((size_t)B * NH * T * T * sizeof(floatX)),
+            to_device(qkv), (floatX*)device_malloc(materialized_scratch_elements(B, T, C, NH) * sizeof(floatX)),
+            device_floats(stats), device_floats(stats), {device_floats(n), device_floats(n), device_floats(2 * n), device_floats(stats)}};
 }
 static void release(const Buffers& d) {
-    device_free(d.out); device_free(d.att); device_free(d.qkv); device_free(d.scratch); device_free(d.lse);
+    device_free(d.out); device_free(d.att); device_free(d.qkv); device_free(d.scratch); device_free(d.lse); device_free(d.lse_rows);
+    device_free(d.flash.out); device_free(d.flash.dq); device_free(d.flash.dkv); device_free(d.flash.D);
+}
+// version 6's lse (B,T,NH) into the lab's (B,NH,T), where the checks read it
+__global__ void lse_rows_to_heads_kernel(float* lse, const float* rows, int B, int T, int NH) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
+    if (i < B * NH * T) lse[i] = rows[((size_t)(i / (NH * T)) * T + i % T) * NH + (i / T) % NH];
 }
 // out, att and lse set to NaN (all bits set, in every precision): a version that leaves an element
 // unwritten fails its check instead of passing on the last version's result
@@ -420,11 +435,11 @@ static void poison_outputs(const Buffers& d, int B, int T, int C, int NH) {
     cudaCheck(cudaMemset(d.att, 0xFF, (size_t)B * NH * T * T * sizeof(floatX)));
     cudaCheck(cudaMemset(d.lse, 0xFF, (size_t)B * NH * T * sizeof(float)));
 }
-static bool writes_att(int version) { return version <= 2; }  // versions 3 to 5 write lse instead
-// version 3 runs at the lab's block sizes up to KERNEL3_MAX_BLOCK; versions 2, 4 and 5 ignore the
-// block size (version 5 runs once, at the first: the emulated build's time is make test's)
+static bool writes_att(int version) { return version <= 2; }  // versions 3 to 6 write lse instead
+// version 3 runs at the lab's block sizes up to KERNEL3_MAX_BLOCK; versions 2, 4, 5 and 6 ignore the
+// block size (5 and 6 run once, at the first: the emulated build's time is make test's)
 static bool runs_at(int version, int block) {
-    return version == 3 ? block <= KERNEL3_MAX_BLOCK : version != 5 || block == LAB_BLOCK_SIZES[0];
+    return version == 3 ? block <= KERNEL3_MAX_BLOCK : version < 5 || block == LAB_BLOCK_SIZES[0];
 }
 // why version `version` cannot run at head size hs in this build, or nullptr: it can. The lab
 // prints the reason in place of the version's checks, so the report shows what was not run
@@ -446,13 +461,17 @@ static void attention_forward_version(int version, int block, const Buffers& d, 
         attention_forward_kernel1<<<ceil_div(B * NH * T, block), block>>>(d.out, d.att, d.qkv, B, T, C, NH);
         launchCheck();
     } else if (version == 2) {
-        attention_forward(d.out, d.att, d.qkv, d.scratch, B, T, C, NH);
+        materialized_forward(d.out, d.att, d.qkv, d.scratch, B, T, C, NH);
     } else if (version == 3) {
         attention_forward3(d.out, d.lse, d.qkv, B, T, C, NH, block);
     } else if (version == 4) {
         attention_forward4(d.out, d.lse, d.qkv, B, T, C, NH);
-    } else {
+    } else if (version == 5) {
         attention_forward5(d.out, d.lse, d.qkv, B, T, C, NH);
+    } else {  // the trainer's: kernels/flash_attention.cuh through kernels/attention.cuh
+        attention_forward(d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH);
+        lse_rows_to_heads_kernel<<<ceil_div(B * NH * T, 256), 256>>>(d.lse, d.lse_rows, B, T, NH);
+        launchCheck();
     }
 }
 
@@ -512,7 +531,7 @@ static void time_attention(const Lab& lab, const Buffers& d, int versions, int B
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 5;
+    const int VERSIONS = 6;
     Lab lab = lab_start(argc, argv, "attention_forward", VERSIONS);
     // the awkward sizes: T = 1, 17, 64, 100 (all but 64 leave version 4's last 32-query tile and
     // version 5's last 64- or 32-query tile part empty) at head sizes 16, 64, 128; then the lab's
@@ -525,7 +544,7 @@ int main(int argc, char** argv) {
         if (lab_skip_in_emulation((double)s.B * s.NH * s.T * s.T)) continue;
         std::vector<floatX> qkv = random_floatx((size_t)s.B * s.T * 3 * s.C, 1), out((size_t)s.B * s.T * s.C),
                             att((size_t)s.B * s.NH * s.T * s.T);
-        attention_forward_host(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+        materialized_forward_host(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
         std::vector<double> lse = lse_float64(qkv, s.B, s.T, s.C, s.NH);
         Buffers d = upload(qkv, s.B, s.T, s.C, s.NH);
         check_versions(&lab, d, out, att, lse, VERSIONS, s.B, s.T, s.C, s.NH);

@@ -121,10 +121,12 @@ def attention_outputs(x, sizes):
     q, k, v = (qkv[:, :, i * C:(i + 1) * C].reshape(B, T, NH, hs).transpose(1, 2) for i in range(3))
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(hs))
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    att = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    masked = scores.masked_fill(~causal, float("-inf"))
+    att = torch.softmax(masked, dim=-1)
+    lse = torch.logsumexp(masked, dim=-1).transpose(1, 2)  # (B, T, NH): flash attention's, as the trainer keeps it
     out = (att @ v).transpose(1, 2).reshape(B, T, C)
     (dqkv,) = grads(out, (qkv,), x["dout"])
-    return dict(out=out, att=att, dqkv=dqkv)
+    return dict(out=out, att=att, lse=lse, dqkv=dqkv)
 
 
 def gelu_inputs(gen, n):
@@ -210,7 +212,7 @@ CASES = {
     "encoder": [(2, 4, 8, 16), (3, 33, 48, 64)],
     "layernorm": [(8, 32), (65, 96)],
     "matmul": [(8, 16, 24), (33, 64, 96)],
-    "attention": [(2, 8, 16, 2), (1, 33, 48, 4)],
+    "attention": [(2, 8, 16, 2), (1, 33, 48, 4), (2, 17, 32, 2), (1, 70, 128, 2)],  # head sizes 8, 12, 16, 64
     "gelu": [(1000,), (4099,)],
     "crossentropy": [(4, 50, 64), (7, 1000, 1024)],
     "adamw": [(1000,), (4099,)],

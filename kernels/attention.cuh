@@ -1,288 +1,347 @@
 /*
-kernels/attention.cuh: causal multi-head self-attention, softmax(q k^T / sqrt(hs)) v.
+kernels/attention.cuh: causal multi-head self-attention, softmax(q k^T / sqrt(hs)) v, without the
+(T,T) matrix: flash attention (Dao et al. 2022; FlashAttention-2, Dao 2023), for one rank and for
+each step of ring attention (cp.h).
 
-qkv rows are [q (C) | k (C) | v (C)] with head h at channels h*hs .. h*hs+hs-1, as
-GPT-2's c_attn produces them. C and NH are the channels and heads *this rank*
-holds (C/tp and NH/tp under tensor parallelism): heads are independent.
-The attention probabilities att (B,NH,T,T) are kept for the backward.
+qkv rows are [q (C) | k (C) | v (C)] with head h at channels h*hs .. h*hs+hs-1, as GPT-2's c_attn
+writes them. C and NH are the channels and heads *this rank* holds (C/tp and NH/tp under tensor
+parallelism): heads are independent.
 
-Host twin: loops over (b, h, t), the specification; the backward sums each head's dq,
-dk, dv in fp32 and stores them once, and uses the O(T) softmax identity
-dpre = att * (datt - sum(att * datt)) instead of the Jacobian.
-CPU build: the same arithmetic with the four products through sgemm, one (b, h) per
-task (tested against the twin in tests/test_kernels.cpp).
-GPU: llm.c's first fast version: permute q, k, v to (B,NH,T,hs), two strided-batched
-GEMMs around a causal softmax kernel, permute back. Its scratch holds the permuted
-tensors and the (B,NH,T,T) pre-softmax / gradient matrix; flash attention is a later
-kernel in dev/.
+The online softmax. Split a query's keys into blocks. After some blocks the row holds its
+normalized output o and the log-sum-exp of its scores so far, lse = log sum_j exp(s_j). A new
+block's scores s_j continue the same running sum, rescaled to the running maximum m:
+    m' = max(m, s_j)     l' = l exp(m - m') + exp(s_j - m')     o' = o exp(m - m') + exp(s_j - m') v_j
+starting from m = lse, l = 1 (o, normalized, is the sum of its own weights) or, before any block,
+m = -inf, l = 0, o = 0; at the end o = o'/l', lse = m' + log l'. exp never sees a positive argument,
+so nothing overflows, and the blocks may come in any order: the result is the softmax over every
+key seen, to fp32 round-off. Ring attention merges one rank's keys at a time this way; one rank
+runs its whole causal sequence as one block. The forward keeps lse (B,T,NH) fp32 for its backward,
+never the probabilities, and the backward recomputes each one from it:
+    p_tj = exp(s_tj - lse_t)   dp_tj = dout_t . v_j   ds_tj = p_tj (dp_tj - D_t)   D_t = dout_t . out_t
+    dq_t += ds_tj k_j / sqrt(hs)   dk_j += ds_tj q_t / sqrt(hs)   dv_j += p_tj dout_t
+(D_t = sum_j p_tj dp_tj is the softmax backward's row sum, the same for every block of the row).
+
+    memory per layer, kept       lse: B T NH fp32 (the (B,NH,T,T) probabilities are gone)
+    scratch, one for all layers  the fp32 output and dq (B T C each), dk dv (B T 2C), D (B T NH)
+    work per head                2 T^2 hs multiply-adds forward (half masked, skipped by tiles),
+                                 4 T^2 hs backward (p recomputed: one more exp per score)
+
+A block (AttentionBlock) is B sequences' Tq queries against their Tk keys; sequence b's query t is
+row b * q_rows + q_first + t of the query rows, its key j row b * kv_rows + kv_first + j of the key
+rows, so that ring attention's zig-zag chunks (cp.h) are blocks without copying them out. Queries
+are read from qkv rows (q at 0, stride 3C); keys and values from rows of kv_stride values, k at 0 and
+v at C: a rank's own qkv (kv = qkv + C, stride 3C) or the [k | v] rows that travel round the ring
+(stride 2C). The output (fp32, normalized), lse, dq and dout follow the queries' rows; dkv
+([dk | dv], 2C fp32 per row) the keys'. The backward adds into dq and dkv (zeroed by the caller).
+
+    host twin   attention_block_*_host: a loop over rows, the specification (tests compare to it)
+    CPU build   per (b, h), 64 queries at a time: their scores against the keys they see by sgemm,
+                the online softmax by rows, p v by sgemm; the backward's four products likewise.
+                Scratch: a tile of scores (64 x Tk) per thread, O(T)
+    GPU         kernels/flash_attention.cuh: tiles of queries and keys in shared memory, on CUDA
+                cores in the fp32 build and on tensor cores (WMMA) in the bf16 and fp16 builds
+Every sum runs in a fixed order (no atomics): the same bits every run, as resume needs.
+Read attention_block_forward_row first, then attention_forward. Applied in train_gpt.cu:
+sequence_attention_forward and _backward (one rank), and through cp.h's ring attention (-cp).
 */
 #pragma once
-// defines: attention_forward, attention_backward, attention_scratch_elements,
-//          attention_backward_head, attention_backward_host, attention_forward_host, attention_forward_row,
-//          attention_head_scratch_floats, causal_softmax_backward_kernel, causal_softmax_kernel,
-//          causal_softmax_row, heads_to_rows_kernel, rows_to_heads_kernel
-#include <math.h>  // defines: expf, sqrtf
-#include <vector>  // defines: std::vector
+// defines: AttentionBlock, AttentionScratch, attention_whole_sequences, attention_block_q_row, attention_block_kv_row,
+//          attention_block_keys, attention_block_score, attention_block_forward_row, attention_block_dq_row,
+//          attention_block_dkv_row, attention_block_row_dot_row, attention_block_forward_host, attention_block_backward_host,
+//          attention_block_row_dot_host, attention_block_output_host, attention_block_gradients_host,
+//          attention_block_forward, attention_block_backward, attention_block_row_dot, attention_block_output,
+//          attention_block_gradients, attention_forward, attention_backward, attention_forward_host, attention_backward_host,
+//          ATTENTION_CPU_QUERIES, gather_head_rows, attention_block_forward_head, attention_block_backward_head,
+//          attention_pack_kv, attention_pack_kv_host
+#include <math.h>    // defines: expf, logf, sqrtf, INFINITY
+#include <algorithm> // defines: std::min
+#include <vector>    // defines: std::vector
 #include "common.cuh"
-#include "matmul.cuh"  // defines: gemm_batched
 
-// floatX elements of scratch the GPU path needs (the host twin needs none)
-inline size_t attention_scratch_elements(int B, int T, int C, int NH) {
-    return 7 * (size_t)B * T * C + (size_t)B * NH * T * T;
+// which rows of the queries (qkv layout) and of the keys and values (kv_stride per row) a block
+// is, on this rank's C channels and NH heads. The pointers travel beside it, as arguments of their
+// own: the emulated CUDA build (tests/emu) translates a kernel's pointer arguments, not a struct's fields
+struct AttentionBlock {
+    int q_rows, q_first;   // sequence b's query t at row b * q_rows + q_first + t (of out, lse, dq, dout too)
+    int kv_rows, kv_first; // its key j at row b * kv_rows + kv_first + j (of dkv too)
+    int B, Tq, Tk, C, NH;  // Tq queries and Tk keys of each of B sequences
+    int kv_stride;         // values per key row: 3C (qkv rows, kv = qkv + C) or 2C ([k | v] rows)
+    bool causal;           // the diagonal block: query t sees keys j <= t only (Tq == Tk)
+    bool first;            // forward: no block before this one (what out and lse hold is ignored)
+};
+
+// one rank's attention: every query of B whole sequences against its own causal keys, one block
+inline AttentionBlock attention_whole_sequences(int B, int T, int C, int NH) {
+    return AttentionBlock{T, 0, T, 0, B, T, T, C, NH, 3 * C, true, true};
 }
 
-// row t of a (T,T) score matrix, in place: the softmax over t2 <= t, zero beyond (the causal
-// mask). The host twin's and the CPU build's softmax (the GPU's is a warp per row, below)
-HOST_DEVICE inline void causal_softmax_row(floatX* row, int t, int T) {
-    float maxval = -INFINITY, sum = 0.0f;
-    #pragma omp simd reduction(max : maxval)
-    for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, to_float(row[t2]));
-    #pragma omp simd reduction(+ : sum)
-    for (int t2 = 0; t2 <= t; t2++) sum += expf(to_float(row[t2]) - maxval);
-    for (int t2 = 0; t2 < T; t2++) row[t2] = from_float(expf(t2 <= t ? to_float(row[t2]) - maxval : -INFINITY) / sum);
+HOST_DEVICE inline size_t attention_block_q_row(const AttentionBlock& a, int b, int t) { return (size_t)b * a.q_rows + a.q_first + t; }
+HOST_DEVICE inline size_t attention_block_kv_row(const AttentionBlock& a, int b, int j) { return (size_t)b * a.kv_rows + a.kv_first + j; }
+// the keys query t sees: all of the block, or under the causal mask j <= t
+HOST_DEVICE inline int attention_block_keys(const AttentionBlock& a, int t) { return a.causal ? t + 1 : a.Tk; }
+// q_t . k_j / sqrt(hs) for head h of sequence b
+HOST_DEVICE inline float attention_block_score(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t, int j) {
+    int hs = a.C / a.NH;
+    const floatX* q_row = q + attention_block_q_row(a, b, t) * 3 * a.C + h * hs;
+    const floatX* k_row = kv + attention_block_kv_row(a, b, j) * a.kv_stride + h * hs;
+    float dot = 0.0f;
+    for (int i = 0; i < hs; i++) dot += to_float(q_row[i]) * to_float(k_row[i]);
+    return dot / sqrtf((float)hs);
 }
 
-// query row t of head h in sequence b: scores, softmax, output. The host twin's loop body and
-// the kernel of dev/attention_forward.cu's version 1 (a thread per row)
-HOST_DEVICE inline void attention_forward_row(int b, int h, int t, floatX* out, floatX* att, const floatX* qkv,
-                                              int T, int C, int NH) {
+// ---------------------------------------------------------------- the host twin: the specification
+// query t of head h, sequence b: the block's keys merged into out (fp32, normalized) and lse, key by key
+HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t,
+                                                    float* out, float* lse) {
+    int hs = a.C / a.NH;
+    size_t row = attention_block_q_row(a, b, t);
+    float* o = out + row * a.C + h * hs;
+    float* row_lse = lse + row * a.NH + h;
+    float m = a.first ? -INFINITY : *row_lse, l = a.first ? 0.0f : 1.0f;  // the blocks so far: weight 1 at m = lse
+    if (a.first) for (int i = 0; i < hs; i++) o[i] = 0.0f;
+    for (int j = 0; j < attention_block_keys(a, t); j++) {
+        float s = attention_block_score(a, q, kv, b, h, t, j);
+        float m_new = fmaxf(m, s), rescale = expf(m - m_new), p = expf(s - m_new);
+        const floatX* v = kv + attention_block_kv_row(a, b, j) * a.kv_stride + a.C + h * hs;
+        for (int i = 0; i < hs; i++) o[i] = o[i] * rescale + p * to_float(v[i]);
+        l = l * rescale + p;
+        m = m_new;
+    }
+    for (int i = 0; i < hs; i++) o[i] /= l;
+    *row_lse = m + logf(l);
+}
+
+// D = dout . out for one query row and head h (out: what the forward returned, floatX)
+HOST_DEVICE inline void attention_block_row_dot_row(size_t row, int h, float* D, const floatX* dout, const floatX* out, int C, int NH) {
     int hs = C / NH;
+    float d = 0.0f;
+    for (int i = 0; i < hs; i++) d += to_float(dout[row * C + h * hs + i]) * to_float(out[row * C + h * hs + i]);
+    D[row * NH + h] = d;
+}
+
+// dq of query t, head h: the block's keys' share, added
+HOST_DEVICE inline void attention_block_dq_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t,
+                                               float* dq, const floatX* dout, const float* lse, const float* D) {
+    int hs = a.C / a.NH;
+    size_t row = attention_block_q_row(a, b, t), stat = row * a.NH + h;
+    const floatX* dy = dout + row * a.C + h * hs;
+    float* dq_row = dq + row * a.C + h * hs;
     float scale = 1.0f / sqrtf((float)hs);
-    const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-    floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-    for (int t2 = 0; t2 <= t; t2++) {
-        const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-        float dot = 0.0f;
-        for (int i = 0; i < hs; i++) dot += to_float(q[i]) * to_float(k[i]);
-        att_row[t2] = from_float(dot * scale);
-    }
-    causal_softmax_row(att_row, t, T);
-    floatX* out_row = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = 0; i < hs; i++) {
-        float y = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) y += to_float(att_row[t2]) * to_float(qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i]);
-        out_row[i] = from_float(y);
+    for (int j = 0; j < attention_block_keys(a, t); j++) {
+        const floatX* key = kv + attention_block_kv_row(a, b, j) * a.kv_stride + h * hs;  // k; v at +C
+        float p = expf(attention_block_score(a, q, kv, b, h, t, j) - lse[stat]), dp = 0.0f;
+        for (int i = 0; i < hs; i++) dp += to_float(dy[i]) * to_float(key[a.C + i]);
+        float ds = p * (dp - D[stat]) * scale;
+        for (int i = 0; i < hs; i++) dq_row[i] += ds * to_float(key[i]);
     }
 }
 
-inline void attention_forward_host(floatX* out,         // (B,T,C)
-                                   floatX* att,         // (B,NH,T,T)
-                                   const floatX* qkv,   // (B,T,3C)
-                                   int B, int T, int C, int NH) {
+// dk and dv of key j, head h: from every query of the block that sees it, added
+HOST_DEVICE inline void attention_block_dkv_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int j,
+                                                float* dkv, const floatX* dout, const float* lse, const float* D) {
+    int hs = a.C / a.NH;
+    const floatX* v = kv + attention_block_kv_row(a, b, j) * a.kv_stride + a.C + h * hs;
+    float* dk = dkv + attention_block_kv_row(a, b, j) * 2 * a.C + h * hs;
+    float* dv = dk + a.C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int t = a.causal ? j : 0; t < a.Tq; t++) {
+        size_t row = attention_block_q_row(a, b, t), stat = row * a.NH + h;
+        const floatX* dy = dout + row * a.C + h * hs;
+        const floatX* query = q + row * 3 * a.C + h * hs;
+        float p = expf(attention_block_score(a, q, kv, b, h, t, j) - lse[stat]), dp = 0.0f;
+        for (int i = 0; i < hs; i++) dp += to_float(dy[i]) * to_float(v[i]);
+        float ds = p * (dp - D[stat]) * scale;
+        for (int i = 0; i < hs; i++) {
+            dk[i] += ds * to_float(query[i]);
+            dv[i] += p * to_float(dy[i]);
+        }
+    }
+}
+
+inline void attention_block_forward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
     #pragma omp parallel for collapse(3)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) attention_forward_row(b, h, t, out, att, qkv, T, C, NH);
+    for (int b = 0; b < a.B; b++)
+        for (int h = 0; h < a.NH; h++)
+            for (int t = 0; t < a.Tq; t++) attention_block_forward_row(a, q, kv, b, h, t, out, lse);
+}
+inline void attention_block_backward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
+                                          const floatX* dout, const float* lse, const float* D) {
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < a.B; b++)
+        for (int h = 0; h < a.NH; h++)
+            for (int t = 0; t < a.Tq; t++) attention_block_dq_row(a, q, kv, b, h, t, dq, dout, lse, D);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < a.B; b++)
+        for (int h = 0; h < a.NH; h++)
+            for (int j = 0; j < a.Tk; j++) attention_block_dkv_row(a, q, kv, b, h, j, dkv, dout, lse, D);
+}
+inline void attention_block_row_dot_host(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+    #pragma omp parallel for
+    for (int i = 0; i < rows * NH; i++) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, C, NH);
+}
+inline void attention_block_output_host(floatX* out, const float* acc, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = from_float(acc[i]);
+}
+inline void attention_block_gradients_host(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
+    #pragma omp parallel for
+    for (size_t row = 0; row < rows; row++)
+        for (int c = 0; c < 3 * C; c++) dqkv[row * 3 * C + c] = from_float(c < C ? dq[row * C + c] : dkv[row * 2 * C + c - C]);
+}
+// the [k | v] rows (2C) of qkv rows (3C): what ring attention sends (cp.h)
+inline void attention_pack_kv_host(floatX* kv, const floatX* qkv, size_t rows, int C) {
+    #pragma omp parallel for
+    for (size_t row = 0; row < rows; row++)
+        for (int c = 0; c < 2 * C; c++) kv[row * 2 * C + c] = qkv[row * 3 * C + C + c];
 }
 
-// the fp32 scratch attention_backward_head needs for one head: dq, dk, dv (T,hs) each, datt (T)
-HOST_DEVICE inline size_t attention_head_scratch_floats(int T, int C, int NH) { return (size_t)3 * T * (C / NH) + T; }
-
-// head h of sequence b of the backward: each (b,h) owns its slice of dqkv (overwritten), so
-// heads run in parallel without races. dq, dk, dv are summed in fp32 in `acc`
-// (attention_head_scratch_floats) and stored once. The host twin's loop body, and the kernel
-// of dev/attention_backward.cu's version 1 (a thread per head)
-HOST_DEVICE inline void attention_backward_head(int b, int h, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                                const floatX* att, float* acc, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    float *dq_all = acc, *dk_all = acc + (size_t)T * hs, *dv_all = acc + (size_t)2 * T * hs;
-    float* datt = acc + (size_t)3 * T * hs;
-    for (size_t i = 0; i < (size_t)3 * T * hs; i++) acc[i] = 0.0f;
-    for (int t = 0; t < T; t++) {
-        const floatX* att_row = att + (((size_t)b * NH + h) * T + t) * T;
-        const floatX* dy = dout + ((size_t)b * T + t) * C + h * hs;
-        const floatX* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-        float* dq = dq_all + (size_t)t * hs;
-        float att_dot_datt = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {  // through y = att @ v
-            const floatX* v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-            float* dv = dv_all + (size_t)t2 * hs;
-            float d = 0.0f;
-            for (int i = 0; i < hs; i++) {
-                d += to_float(dy[i]) * to_float(v[i]);
-                dv[i] += to_float(att_row[t2]) * to_float(dy[i]);
-            }
-            datt[t2] = d;
-            att_dot_datt += to_float(att_row[t2]) * d;
-        }
-        for (int t2 = 0; t2 <= t; t2++) {  // through the softmax, then q k^T * scale
-            float dpre = to_float(att_row[t2]) * (datt[t2] - att_dot_datt) * scale;
-            const floatX* k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-            float* dk = dk_all + (size_t)t2 * hs;
-            for (int i = 0; i < hs; i++) {
-                dq[i] += dpre * to_float(k[i]);
-                dk[i] += dpre * to_float(q[i]);
-            }
-        }
-    }
-    for (int t = 0; t < T; t++)
-        for (int part = 0; part < 3; part++)
-            for (int i = 0; i < hs; i++)
-                dqkv[((size_t)b * T + t) * 3 * C + part * C + h * hs + i] = from_float(acc[((size_t)part * T + t) * hs + i]);
+// one rank's attention by the twin, whole: out (B,T,C) floatX and lse (B,T,NH) from qkv (B,T,3C);
+// dqkv (B,T,3C) from dout and what the forward returned. The tests' reference
+inline void attention_forward_host(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    std::vector<float> acc((size_t)B * T * C);
+    attention_block_forward_host(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, acc.data(), lse);
+    attention_block_output_host(out, acc.data(), acc.size());
 }
-
-inline void attention_backward_host(floatX* dqkv,          // (B,T,3C) overwritten
-                                    const floatX* dout,    // (B,T,C)
-                                    const floatX* qkv,     // (B,T,3C)
-                                    const floatX* att,     // (B,NH,T,T)
+inline void attention_backward_host(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse, const floatX* qkv,
                                     int B, int T, int C, int NH) {
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            std::vector<float> acc(attention_head_scratch_floats(T, C, NH));
-            attention_backward_head(b, h, dqkv, dout, qkv, att, acc.data(), T, C, NH);
-        }
+    size_t rows = (size_t)B * T;
+    std::vector<float> D(rows * NH), dq(rows * C, 0.0f), dkv(rows * 2 * C, 0.0f);
+    attention_block_row_dot_host(D.data(), dout, out, (int)rows, C, NH);
+    attention_block_backward_host(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, dq.data(), dkv.data(), dout, lse, D.data());
+    attention_block_gradients_host(dqkv, dq.data(), dkv.data(), rows, C);
 }
 
 #ifdef __CUDACC__
-// rows (B,T, row_stride) with the heads of one part at column offset 0  <->  heads (B,NH,T,hs)
-__global__ void rows_to_heads_kernel(floatX* heads, const floatX* rows, int row_stride, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // index into heads
-    if (idx >= (size_t)B * NH * T * hs) return;
-    int i = idx % hs; size_t r = idx / hs;
-    int t = r % T; r /= T;
-    int h = r % NH; int b = r / NH;
-    heads[idx] = rows[((size_t)b * T + t) * row_stride + h * hs + i];
-}
-__global__ void heads_to_rows_kernel(floatX* rows, int row_stride, const floatX* heads, int B, int T, int NH, int hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * hs) return;
-    int i = idx % hs; size_t r = idx / hs;
-    int t = r % T; r /= T;
-    int h = r % NH; int b = r / NH;
-    rows[((size_t)b * T + t) * row_stride + h * hs + i] = heads[idx];
-}
-// one warp per row (b,h,t): att = softmax(preatt) over t2 <= t, zero beyond. preatt is already
-// scaled by 1/sqrt(hs) (in the GEMM), as the host twin stores it: unscaled scores would sit
-// sqrt(hs) = 8x closer to fp16's largest value
-__global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, int rows, int T) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    int t = row % T;
-    const floatX* x = preatt + (size_t)row * T;
-    floatX* y = att + (size_t)row * T;
-    float maxval = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, to_float(x[t2]));
-    for (int o = 16; o > 0; o /= 2) maxval = fmaxf(maxval, __shfl_xor_sync(0xffffffff, maxval, o));
-    float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(to_float(x[t2]) - maxval);
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
-    for (int t2 = lane; t2 < T; t2 += 32) y[t2] = from_float(t2 <= t ? expf(to_float(x[t2]) - maxval) / sum : 0.0f);
-}
-// in place: datt -> dpreatt = scale * att * (datt - sum(att * datt)), zero beyond t
-__global__ void causal_softmax_backward_kernel(floatX* datt, const floatX* att, float scale, int rows, int T) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= rows) return;
-    int t = row % T;
-    floatX* d = datt + (size_t)row * T;
-    const floatX* a = att + (size_t)row * T;
-    float dot = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) dot += to_float(a[t2]) * to_float(d[t2]);
-    for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xffffffff, dot, o);
-    __syncwarp();
-    for (int t2 = lane; t2 < T; t2 += 32) d[t2] = from_float(t2 <= t ? scale * to_float(a[t2]) * (to_float(d[t2]) - dot) : 0.0f);
-}
-
-inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t n = (size_t)B * T * C;
-    if (n == 0) return;  // a grid of 0 blocks is a launch error
-    floatX *q = scratch, *k = q + n, *v = k + n, *y = v + n, *preatt = scratch + 7 * n;
-    int grid = ceil_div(n, 256);
-    rows_to_heads_kernel<<<grid, 256>>>(q, qkv, 3 * C, B, T, NH, hs);
-    rows_to_heads_kernel<<<grid, 256>>>(k, qkv + C, 3 * C, B, T, NH, hs);
-    rows_to_heads_kernel<<<grid, 256>>>(v, qkv + 2 * C, 3 * C, B, T, NH, hs);
-    launchCheck();
-    // preatt(T,T) = q(T,hs) @ k^T(hs,T) / sqrt(hs) for each of the B*NH heads: scaled in the GEMM
-    float scale = 1.0f / sqrtf((float)hs);
-    gemm_batched(false, true, T, T, hs, scale, q, hs, (size_t)T * hs, k, hs, (size_t)T * hs, 0.0f, preatt, T, (size_t)T * T, B * NH);
-    int rows = B * NH * T;
-    causal_softmax_kernel<<<ceil_div(rows, 8), 256>>>(att, preatt, rows, T);
-    launchCheck();
-    // y(T,hs) = att(T,T) @ v(T,hs)
-    gemm_batched(false, false, T, hs, T, 1.0f, att, T, (size_t)T * T, v, hs, (size_t)T * hs, 0.0f, y, hs, (size_t)T * hs, B * NH);
-    heads_to_rows_kernel<<<grid, 256>>>(out, C, y, B, T, NH, hs);
-    launchCheck();
-}
-
-inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att, floatX* scratch,
-                               int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t n = (size_t)B * T * C;
-    if (n == 0) return;
-    floatX *q = scratch, *k = q + n, *v = k + n, *dy = v + n, *dq = dy + n, *dk = dq + n, *dv = dk + n, *datt = scratch + 7 * n;
-    int grid = ceil_div(n, 256);
-    rows_to_heads_kernel<<<grid, 256>>>(q, qkv, 3 * C, B, T, NH, hs);
-    rows_to_heads_kernel<<<grid, 256>>>(k, qkv + C, 3 * C, B, T, NH, hs);
-    rows_to_heads_kernel<<<grid, 256>>>(v, qkv + 2 * C, 3 * C, B, T, NH, hs);
-    rows_to_heads_kernel<<<grid, 256>>>(dy, dout, C, B, T, NH, hs);
-    launchCheck();
-    size_t sth = (size_t)T * hs, stt = (size_t)T * T;
-    // datt(T,T) = dy(T,hs) @ v^T ;  dv(T,hs) = att^T(T,T) @ dy(T,hs)
-    gemm_batched(false, true, T, T, hs, 1.0f, dy, hs, sth, v, hs, sth, 0.0f, datt, T, stt, B * NH);
-    gemm_batched(true, false, T, hs, T, 1.0f, att, T, stt, dy, hs, sth, 0.0f, dv, hs, sth, B * NH);
-    int rows = B * NH * T;
-    causal_softmax_backward_kernel<<<ceil_div(rows, 8), 256>>>(datt, att, 1.0f / sqrtf((float)hs), rows, T);
-    launchCheck();
-    // dq = dpreatt @ k ;  dk = dpreatt^T @ q
-    gemm_batched(false, false, T, hs, T, 1.0f, datt, T, stt, k, hs, sth, 0.0f, dq, hs, sth, B * NH);
-    gemm_batched(true, false, T, hs, T, 1.0f, datt, T, stt, q, hs, sth, 0.0f, dk, hs, sth, B * NH);
-    heads_to_rows_kernel<<<grid, 256>>>(dqkv, 3 * C, dq, B, T, NH, hs);
-    heads_to_rows_kernel<<<grid, 256>>>(dqkv + C, 3 * C, dk, B, T, NH, hs);
-    heads_to_rows_kernel<<<grid, 256>>>(dqkv + 2 * C, 3 * C, dv, B, T, NH, hs);
-    launchCheck();
-}
+#include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, attention_block_row_dot, ...
 #else
-// The CPU path: the host twin's arithmetic with its products through sgemm. Each (b, h) is one
-// task: q, k and v of head h are matrices (T, hs) inside qkv with row stride 3C, so sgemm reads
-// them in place; the full (T, T) score matrix is computed (the causal half above the diagonal
-// is wasted, but sgemm's speed pays for it many times) and the softmax zeroes it.
-inline void attention_forward(floatX* out, floatX* att, const floatX* qkv, floatX* scratch, int B, int T, int C, int NH) {
-    (void)scratch;
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const floatX* q = qkv + (size_t)b * T * 3 * C + h * hs;
-            floatX* a = att + ((size_t)b * NH + h) * T * T;
-            gemm_batched(false, true, T, T, hs, scale, q, 3 * C, 0, q + C, 3 * C, 0, 0.0f, a, T, 0, 1);   // q k^T / sqrt(hs)
-            for (int t = 0; t < T; t++) causal_softmax_row(a + (size_t)t * T, t, T);
-            gemm_batched(false, false, T, hs, T, 1.0f, a, T, 0, q + 2 * C, 3 * C, 0, 0.0f,                // att v
-                         out + (size_t)b * T * C + h * hs, C, 0, 1);
-        }
-    }
+// ---------------------------------------------------------------- the CPU build: tiles through sgemm
+#include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
+#define ATTENTION_CPU_QUERIES 64  // queries per tile: a 64 x Tk tile of scores per thread
+
+// head h's rows first .. first + n - 1 of a row-major tensor of `stride` values per row, widened
+// to a contiguous fp32 (n, hs) matrix (hs values from column `offset`)
+inline void gather_head_rows(float* dst, const floatX* src, size_t stride, size_t first, int n, int offset, int hs) {
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < hs; i++) dst[(size_t)r * hs + i] = to_float(src[(first + r) * stride + offset + i]);
 }
-// scratch: its last B*NH*T*T elements (attention_scratch_elements) hold datt
-inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att, floatX* scratch,
-                               int B, int T, int C, int NH) {
-    int hs = C / NH;
+
+// one (b, h) of a block: for each tile of queries, s = q k^T / sqrt(hs) against the keys its
+// queries see (sgemm), the online softmax by rows (the old output rescaled in place), o += p v (sgemm)
+inline void attention_block_forward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, float* out, float* lse) {
+    int hs = a.C / a.NH, Tq = a.Tq, Tk = a.Tk;
     float scale = 1.0f / sqrtf((float)hs);
-    floatX* datt_all = scratch + 7 * (size_t)B * T * C;
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const floatX* q = qkv + (size_t)b * T * 3 * C + h * hs;
-            const floatX* dy = dout + (size_t)b * T * C + h * hs;
-            const floatX* a = att + ((size_t)b * NH + h) * T * T;
-            floatX* dq = dqkv + (size_t)b * T * 3 * C + h * hs;
-            floatX* datt = datt_all + ((size_t)b * NH + h) * T * T;
-            gemm_batched(false, true, T, T, hs, 1.0f, dy, C, 0, q + 2 * C, 3 * C, 0, 0.0f, datt, T, 0, 1);   // dy v^T
-            gemm_batched(true, false, T, hs, T, 1.0f, a, T, 0, dy, C, 0, 0.0f, dq + 2 * C, 3 * C, 0, 1);      // dv = att^T dy
-            for (int t = 0; t < T; t++) {  // through the softmax: dpre = scale * att * (datt - sum(att * datt))
-                const floatX* a_row = a + (size_t)t * T;
-                floatX* d_row = datt + (size_t)t * T;
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += to_float(a_row[t2]) * to_float(d_row[t2]);
-                for (int t2 = 0; t2 < T; t2++)
-                    d_row[t2] = from_float(t2 <= t ? scale * to_float(a_row[t2]) * (to_float(d_row[t2]) - dot) : 0.0f);
+    std::vector<float> Q((size_t)Tq * hs), K((size_t)Tk * hs), V((size_t)Tk * hs), S((size_t)ATTENTION_CPU_QUERIES * Tk);
+    gather_head_rows(Q.data(), q, 3 * a.C, attention_block_q_row(a, b, 0), Tq, h * hs, hs);
+    gather_head_rows(K.data(), kv, a.kv_stride, attention_block_kv_row(a, b, 0), Tk, h * hs, hs);
+    gather_head_rows(V.data(), kv, a.kv_stride, attention_block_kv_row(a, b, 0), Tk, a.C + h * hs, hs);
+    for (int t0 = 0; t0 < Tq; t0 += ATTENTION_CPU_QUERIES) {
+        int nq = std::min(ATTENTION_CPU_QUERIES, Tq - t0), nk = a.causal ? t0 + nq : Tk;  // keys past the tile's last query: masked
+        float* o = out + attention_block_q_row(a, b, t0) * a.C + h * hs;  // the tile's output rows, C apart
+        std::vector<float> l(nq);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q.data() + (size_t)t0 * hs, hs, K.data(), hs,
+                    0.0f, S.data(), nk);
+        for (int r = 0; r < nq; r++) {
+            float* s = S.data() + (size_t)r * nk;
+            float* row_lse = lse + attention_block_q_row(a, b, t0 + r) * a.NH + h;
+            int keys = a.causal ? t0 + r + 1 : nk;
+            float m = a.first ? -INFINITY : *row_lse, m_new = m;
+            for (int j = 0; j < keys; j++) m_new = fmaxf(m_new, s[j]);
+            float rescale = a.first ? 0.0f : expf(m - m_new), sum = a.first ? 0.0f : rescale;  // the blocks so far: l = 1
+            for (int j = 0; j < nk; j++) {
+                s[j] = j < keys ? expf(s[j] - m_new) : 0.0f;  // p, unnormalized
+                sum += s[j];
             }
-            gemm_batched(false, false, T, hs, T, 1.0f, datt, T, 0, q + C, 3 * C, 0, 0.0f, dq, 3 * C, 0, 1);      // dq = dpre k
-            gemm_batched(true, false, T, hs, T, 1.0f, datt, T, 0, q, 3 * C, 0, 0.0f, dq + C, 3 * C, 0, 1);       // dk = dpre^T q
+            for (int i = 0; i < hs; i++) o[(size_t)r * a.C + i] = a.first ? 0.0f : o[(size_t)r * a.C + i] * rescale;  // first: o unset
+            l[r] = sum;
+            *row_lse = m_new + logf(sum);
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, S.data(), nk, V.data(), hs, 1.0f, o, a.C);
+        for (int r = 0; r < nq; r++)
+            for (int i = 0; i < hs; i++) o[(size_t)r * a.C + i] /= l[r];
     }
 }
+
+// one (b, h) of a block's backward: per tile of queries, p recomputed from lse, then
+// dv += p^T dout, dp = dout v^T, ds = p (dp - D) / sqrt(hs), dq += ds k, dk += ds^T q (sgemm each);
+// dk and dv summed over the tiles in a (Tk, hs) pair of this head's own, then added to dkv
+inline void attention_block_backward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, float* dq,
+                                          float* dkv, const floatX* dout, const float* lse, const float* D) {
+    int hs = a.C / a.NH, Tq = a.Tq, Tk = a.Tk;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
+    std::vector<float> Q((size_t)Tq * hs), dY((size_t)Tq * hs), K((size_t)Tk * hs), V((size_t)Tk * hs);
+    std::vector<float> dK((size_t)Tk * hs, 0.0f), dV((size_t)Tk * hs, 0.0f);
+    std::vector<float> P((size_t)ATTENTION_CPU_QUERIES * Tk), dS((size_t)ATTENTION_CPU_QUERIES * Tk);
+    gather_head_rows(Q.data(), q, 3 * a.C, q_first, Tq, h * hs, hs);
+    gather_head_rows(dY.data(), dout, a.C, q_first, Tq, h * hs, hs);
+    gather_head_rows(K.data(), kv, a.kv_stride, kv_first, Tk, h * hs, hs);
+    gather_head_rows(V.data(), kv, a.kv_stride, kv_first, Tk, a.C + h * hs, hs);
+    for (int t0 = 0; t0 < Tq; t0 += ATTENTION_CPU_QUERIES) {
+        int nq = std::min(ATTENTION_CPU_QUERIES, Tq - t0), nk = a.causal ? t0 + nq : Tk;
+        const float *q_tile = Q.data() + (size_t)t0 * hs, *dy_tile = dY.data() + (size_t)t0 * hs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q_tile, hs, K.data(), hs, 0.0f, P.data(), nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy_tile, hs, V.data(), hs, 0.0f, dS.data(), nk);
+        for (int r = 0; r < nq; r++) {  // p = exp(s - lse), masked; ds = p (dp - D) / sqrt(hs)
+            size_t stat = (q_first + t0 + r) * a.NH + h;
+            int keys = a.causal ? t0 + r + 1 : nk;
+            for (int j = 0; j < nk; j++) {
+                float p = j < keys ? expf(P[(size_t)r * nk + j] - lse[stat]) : 0.0f;
+                P[(size_t)r * nk + j] = p;
+                dS[(size_t)r * nk + j] = p * (dS[(size_t)r * nk + j] - D[stat]) * scale;
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, P.data(), nk, dy_tile, hs, 1.0f, dV.data(), hs);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, dS.data(), nk, q_tile, hs, 1.0f, dK.data(), hs);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, dS.data(), nk, K.data(), hs, 1.0f,
+                    dq + (q_first + t0) * a.C + h * hs, a.C);
+    }
+    for (int j = 0; j < Tk; j++)
+        for (int i = 0; i < hs; i++) {
+            dkv[(kv_first + j) * 2 * a.C + h * hs + i] += dK[(size_t)j * hs + i];
+            dkv[(kv_first + j) * 2 * a.C + a.C + h * hs + i] += dV[(size_t)j * hs + i];
+        }
+}
+
+// the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
+inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < a.B; b++)
+        for (int h = 0; h < a.NH; h++) attention_block_forward_head(a, q, kv, b, h, out, lse);
+}
+// the block's share of dq (the queries' rows, C fp32) and of dk, dv (the keys' rows, 2C fp32), added
+inline void attention_block_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
+                                     const floatX* dout, const float* lse, const float* D) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < a.B; b++)
+        for (int h = 0; h < a.NH; h++) attention_block_backward_head(a, q, kv, b, h, dq, dkv, dout, lse, D);
+}
+inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+    attention_block_row_dot_host(D, dout, out, rows, C, NH);
+}
+inline void attention_block_output(floatX* out, const float* acc, size_t n) { attention_block_output_host(out, acc, n); }
+inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
+    attention_block_gradients_host(dqkv, dq, dkv, rows, C);
+}
+inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) { attention_pack_kv_host(kv, qkv, rows, C); }
 #endif
+
+// ---------------------------------------------------------------- one rank's attention
+// the fp32 scratch of one rank's attention (and of each ring step, cp.h): the output and dq
+// (rows, C), dk dv (rows, 2C), D (rows, NH); one for all layers
+struct AttentionScratch { float *out, *dq, *dkv, *D; };
+
+// out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T, int C, int NH) {
+    attention_block_forward(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, s.out, lse);
+    attention_block_output(out, s.out, (size_t)B * T * C);
+}
+// dqkv (B,T,3C), overwritten, from dout and the forward's out and lse
+inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse, const floatX* qkv,
+                               const AttentionScratch& s, int B, int T, int C, int NH) {
+    size_t rows = (size_t)B * T;
+    attention_block_row_dot(s.D, dout, out, (int)rows, C, NH);
+    device_zero(s.dq, rows * C * sizeof(float));
+    device_zero(s.dkv, rows * 2 * C * sizeof(float));
+    attention_block_backward(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, s.dq, s.dkv, dout, lse, s.D);
+    attention_block_gradients(dqkv, s.dq, s.dkv, rows, C);
+}

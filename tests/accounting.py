@@ -21,9 +21,10 @@ columns, LayerNorms and row-parallel biases whole), the head H = 2 C on the last
 padded to a multiple of the ZeRO shards (dp x cp from stage 1 on).
 
 Context parallelism (--cp c, cp.h): a rank holds T/c of every sequence (every per-token tensor and
-message is of B*T/c tokens); ring attention keeps 4 bytes of log-sum-exp per token and head in
-place of the (T,T) probabilities, and sends per layer and micro-batch (c-1) blocks of qkv (B T/c 3C/tp
-floatX) forward, per rerun of the forward and backward, plus c sums of dk, dv (B T/c 2C/tp fp32).
+message is of B*T/c tokens); ring attention sends per layer and micro-batch (c-1) blocks of k and v
+(B T/c 2C/tp floatX: the queries stay home) forward, per rerun of the forward and backward, plus c
+sums of dk, dv (B T/c 2C/tp fp32). Attention (flash, at every cp) keeps 4 bytes of log-sum-exp per
+token and head, never the (T,T) probabilities: every kept tensor is per token.
 
 Sequence parallelism (--sp 1, tp.h): the LayerNorms and the residual stream hold N/tp of a
 micro-batch's N tokens (a layer's activations, the stage's input and output, the pipeline's
@@ -127,7 +128,7 @@ def layer_activation_bytes(a, NH):
     N, C, tp, X = a.B * a.T_rank, a.channels, a.tp, a.x
     Nh = N // tp if a.sp else N
     region = {"ln1": Nh * C * X, "residual2": Nh * C * X, "ln2": Nh * C * X, "residual3": Nh * C * X, "stats": 4 * Nh * 4}
-    pairs = {"qkv": 3 * N * C // tp * X, "atty": N * C // tp * X, "att": N * (NH // tp) * 4 if a.cp > 1 else a.B * (NH // tp) * a.T * a.T * X,
+    pairs = {"qkv": 3 * N * C // tp * X, "atty": N * C // tp * X, "lse": N * (NH // tp) * 4,  # flash attention: no (T, T) term
              "fch": 4 * N * C // tp * X, "fch_gelu": 4 * N * C // tp * X}
     r = a.recompute
     dropped = {1: {"fch_gelu"}, 2: {"fch_gelu", "ln1", "ln2"}}.get(r, set())
@@ -174,7 +175,7 @@ def comm_bytes(a, s, dp_rank=0):
         e["all_reduce"] = 2 * ring(G * E // (1 if zero == 0 else dp), 2)  # the tied embedding's gradient shard
     c = dict.fromkeys(kinds, 0)                                 # -cp: each layer's ring, forward and backward
     if a.cp > 1:
-        block, dkv = N * 3 * a.channels // a.tp * X, N * 2 * a.channels // a.tp * 4
+        block, dkv = N * 2 * a.channels // a.tp * X, N * 2 * a.channels // a.tp * 4  # [k | v] rows travel; q stays home
         c["send"] = g * Ls * ((forwards + 1) * (a.cp - 1) * block + a.cp * dkv)
     return {"dp": d, "tp": t, "pp": p, "embedding": e, "cp": c}
 

@@ -72,6 +72,7 @@ def defined_names(lines, items):
     for start, end, head, has_body in items:
         h = re.sub(r'template\s*<[^>]*>', '', head)
         h = re.sub(r'__attribute__\s*\(\(.*?\)\)|\[\[.*?\]\]', '', h).strip()
+        h = re.sub(r'__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)', '', h).strip()  # a kernel's register budget
         m = re.match(r'(?:\[\[\w+\]\]\s*)?(?:struct|enum|union)\s+(\w+)', h)
         if m:
             names.add(m.group(1))

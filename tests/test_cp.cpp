@@ -27,19 +27,22 @@ static double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 static void ring_equals_whole(Comm* ring, int B, int T, int C, int NH) {
     int c = ring->size, r = ring->rank, T_local = T / c;
     std::vector<float> qkv = random_normal((size_t)B * T * 3 * C, 7, 1.0f), dout = random_normal((size_t)B * T * C, 8, 1.0f);
-    std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv((size_t)B * T * 3 * C);
-    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    std::vector<float> out((size_t)B * T * C), whole_lse((size_t)B * T * NH), dqkv((size_t)B * T * 3 * C);
+    attention_forward_host(out.data(), whole_lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward_host(dqkv.data(), dout.data(), out.data(), whole_lse.data(), qkv.data(), B, T, C, NH);
     // this rank's part, round the ring
     std::vector<float> my_qkv = local_rows(qkv, B, T, 3 * C, c, r), my_dout = local_rows(dout, B, T, C, c, r);
     size_t rows = (size_t)B * T_local;
     std::vector<float> my_out(rows * C), lse(rows * NH), my_dqkv(rows * 3 * C);
-    std::vector<float> blocks(2 * rows * 3 * C), dkv(2 * rows * 2 * C), acc(rows * C), dq(rows * C), D(rows * NH);
-    RingBuffers s = {{blocks.data(), blocks.data() + rows * 3 * C}, {dkv.data(), dkv.data() + rows * 2 * C}, acc.data(), dq.data(), D.data()};
-    ring_attention_forward(ring, my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
-    ring_attention_backward(ring, my_dqkv.data(), my_dout.data(), my_out.data(), lse.data(), my_qkv.data(), s, B, T_local, C, NH);
+    std::vector<float> blocks(2 * rows * 2 * C, NAN), dkv(2 * rows * 2 * C, NAN), acc(rows * C, NAN), dq(rows * C, NAN), D(rows * NH, NAN);
+    AttentionScratch a = {acc.data(), dq.data(), dkv.data(), D.data()};  // NaN: what is read before it is written shows
+    RingBuffers s = {{blocks.data(), blocks.data() + rows * 2 * C}, dkv.data() + rows * 2 * C};
+    ring_attention_forward(ring, my_out.data(), lse.data(), my_qkv.data(), a, s, B, T_local, C, NH);
+    ring_attention_backward(ring, my_dqkv.data(), my_dout.data(), my_out.data(), lse.data(), my_qkv.data(), a, s, B, T_local, C, NH);
     const double tol = 2e-5;  // fp32: the same sums, merged block by block in another order
     double out_diff = max_abs_diff(my_out, local_rows(out, B, T, C, c, r));
+    double lse_diff = max_abs_diff(lse, local_rows(whole_lse, B, T, NH, c, r));
+    EXPECT(lse_diff < tol);
     double grad_diff = max_abs_diff(my_dqkv, local_rows(dqkv, B, T, 3 * C, c, r));
     EXPECT(out_diff < tol);
     EXPECT(grad_diff < tol);

@@ -17,7 +17,6 @@ stored in 16 bits, then used again, differs by a rounding or two of 2^-9 relativ
 #include "../kernels/layernorm.cuh"
 #include "../kernels/matmul.cuh"
 #include "../kernels/attention.cuh"
-#include "../kernels/attention_block.cuh"
 #include "../kernels/gelu.cuh"
 #include "../kernels/crossentropy.cuh"
 #include "../kernels/gradients.cuh"
@@ -152,62 +151,87 @@ static void matmul(int N, int C, int OC) {
         device_free(p);
 }
 
+// fp32 device memory the kernels must write before they read: fresh, so the emulator's NaN poison
+static float* fresh_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
+
+// one rank's flash attention (kernels/attention.cuh, kernels/flash_attention.cuh) against the twin:
+// out, lse and dqkv, the scratch fresh (NaN) so that what is read before it is written shows
 static void attention(int B, int T, int C, int NH) {
-    size_t n = (size_t)B * T * C;
-    vector<floatX> qkv = randx(3 * n, 20), out(n), att((size_t)B * NH * T * T);
-    floatX *d_qkv = upload(qkv), *d_out = upload(out), *d_att = upload(att);
-    floatX* scratch = (floatX*)device_malloc(attention_scratch_elements(B, T, C, NH) * sizeof(floatX));
-    attention_forward(d_out, d_att, d_qkv, scratch, B, T, C, NH);
-    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    check("attention_forward out", download(d_out, n), out);
-    check("attention_forward att", download(d_att, att.size()), att);
-    vector<floatX> dout = randx(n, 21), dqkv(3 * n);
-    floatX *d_dout = upload(dout), *d_dqkv = upload(dqkv);
-    attention_backward(d_dqkv, d_dout, d_qkv, d_att, scratch, B, T, C, NH);
-    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    check("attention_backward dqkv", download(d_dqkv, dqkv.size()), dqkv);
-    for (void* p : {(void*)d_qkv, (void*)d_out, (void*)d_att, (void*)scratch, (void*)d_dout, (void*)d_dqkv}) device_free(p);
+    size_t n = (size_t)B * T * C, stats = (size_t)B * T * NH;
+    vector<floatX> qkv = randx(3 * n, 20), out(n), dout = randx(n, 21), dqkv(3 * n);
+    vector<float> lse(stats);
+    floatX *d_qkv = upload(qkv), *d_out = (floatX*)device_malloc(n * sizeof(floatX)), *d_dout = upload(dout);
+    floatX* d_dqkv = (floatX*)device_malloc(3 * n * sizeof(floatX));
+    float* d_lse = fresh_floats(stats);
+    AttentionScratch s = {fresh_floats(n), fresh_floats(n), fresh_floats(2 * n), fresh_floats(stats)};
+    attention_forward(d_out, d_lse, d_qkv, s, B, T, C, NH);
+    attention_forward_host(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    std::string at = " B T hs NH " + std::to_string(B) + " " + std::to_string(T) + " " + std::to_string(C / NH) + " " + std::to_string(NH);
+    check(("attention_forward out" + at).c_str(), download(d_out, n), out);
+    check(("attention_forward lse" + at).c_str(), download(d_lse, stats), lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
+    attention_backward(d_dqkv, d_dout, d_out, d_lse, d_qkv, s, B, T, C, NH);
+    attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    check(("attention_backward dqkv" + at).c_str(), download(d_dqkv, dqkv.size()), dqkv);
+    for (void* p : {(void*)d_qkv, (void*)d_out, (void*)d_dout, (void*)d_dqkv, (void*)d_lse, (void*)s.out, (void*)s.dq, (void*)s.dkv,
+                    (void*)s.D})
+        device_free(p);
 }
 
 // ring attention's pieces (cp.h): chunk 1 of each sequence's queries against chunk 0's keys (whole,
-// the first block), then against its own (causal, merged into the first), and their backward
+// the first block, its output and lse fresh), then against its own (causal, merged into the first),
+// and their backward; the keys either in the qkv rows (stride 3C) or packed as [k | v] rows (2C)
 static vector<float> randf(size_t n, uint64_t seed) {
     vector<float> v(n);
     Rng r = {seed};
     for (float& x : v) x = (float)rng_normal(&r);
     return v;
 }
-static void attention_block(int B, int chunk, int C, int NH) {
+static void attention_block(int B, int chunk, int C, int NH, bool packed) {
     int rows = 2 * chunk;  // each sequence: chunk 0, then chunk 1
     size_t n = (size_t)B * rows * C, stats = (size_t)B * NH * rows;
-    vector<floatX> qkv = randx(3 * n, 40), dout = randx(n, 41), out(n), dqkv(3 * n);
+    vector<floatX> qkv = randx(3 * n, 40), dout = randx(n, 41), out(n), dqkv(3 * n), kv(2 * n);
     vector<float> acc(n), lse(stats), D(stats), dq = randf(n, 42), dkv = randf(2 * n, 43);
-    floatX *d_qkv = upload(qkv), *d_dout = upload(dout), *d_out = upload(out), *d_dqkv = upload(dqkv);
-    float *d_acc = upload(acc), *d_lse = upload(lse), *d_D = upload(D), *d_dq = upload(dq), *d_dkv = upload(dkv);
-    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, false, true},  // each sequence's rows
-                                {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, true, false}};  // are chunk 0, chunk 1
+    floatX *d_qkv = upload(qkv), *d_dout = upload(dout), *d_out = upload(out), *d_dqkv = upload(dqkv), *d_kv = upload(kv);
+    float *d_acc = fresh_floats(n), *d_lse = fresh_floats(stats), *d_D = upload(D), *d_dq = upload(dq), *d_dkv = upload(dkv);
+    attention_pack_kv(d_kv, d_qkv, (size_t)B * rows, C);
+    attention_pack_kv_host(kv.data(), qkv.data(), (size_t)B * rows, C);
+    if (packed) check("attention_pack_kv", download(d_kv, 2 * n), kv, 0.0);
+    const floatX *keys = packed ? kv.data() : qkv.data() + C, *d_keys = packed ? d_kv : d_qkv + C;
+    int stride = packed ? 2 * C : 3 * C;
+    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, stride, false, true},  // each sequence's rows
+                                {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, stride, true, false}};  // are chunk 0, chunk 1
     for (const AttentionBlock& a : blocks) {
-        attention_block_forward(a, d_qkv, d_qkv, d_acc, d_lse);
-        attention_block_forward_host(a, qkv.data(), qkv.data(), acc.data(), lse.data());
+        attention_block_forward(a, d_qkv, d_keys, d_acc, d_lse);
+        attention_block_forward_host(a, qkv.data(), keys, acc.data(), lse.data());
     }
-    check("attention_block_forward out (two blocks merged)", download(d_acc, n), acc);
-    check("attention_block_forward lse", download(d_lse, stats), lse);
+    vector<float> got_acc = download(d_acc, n), got_lse = download(d_lse, stats);
+    for (int b = 0; b < B; b++)  // chunk 0's queries are in no block: their rows stay fresh, set to 0 here and there
+        for (int t = 0; t < chunk; t++) {
+            size_t row = (size_t)b * rows + t;
+            for (int c = 0; c < C; c++) got_acc[row * C + c] = 0.0f;
+            for (int h = 0; h < NH; h++) got_lse[row * NH + h] = 0.0f;
+        }
+    std::string how = packed ? " ([k | v] rows)" : " (qkv rows)";
+    check(("attention_block_forward out, two blocks merged" + how).c_str(), got_acc, acc);
+    check(("attention_block_forward lse" + how).c_str(), got_lse, lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
+    host_to_device(d_acc, got_acc.data(), n * sizeof(float));
+    host_to_device(d_lse, got_lse.data(), stats * sizeof(float));
     attention_block_output(d_out, d_acc, n);
     attention_block_output_host(out.data(), acc.data(), n);
     attention_block_row_dot(d_D, d_dout, d_out, B * rows, C, NH);
     attention_block_row_dot_host(D.data(), dout.data(), out.data(), B * rows, C, NH);
     check("attention_block_row_dot", download(d_D, stats), D);
     for (const AttentionBlock& a : blocks) {
-        attention_block_backward(a, d_qkv, d_qkv, d_dq, d_dkv, d_dout, d_lse, d_D);
-        attention_block_backward_host(a, qkv.data(), qkv.data(), dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
+        attention_block_backward(a, d_qkv, d_keys, d_dq, d_dkv, d_dout, d_lse, d_D);
+        attention_block_backward_host(a, qkv.data(), keys, dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
     }
-    check("attention_block_backward dq", download(d_dq, n), dq);
-    check("attention_block_backward dk dv", download(d_dkv, 2 * n), dkv);
+    check(("attention_block_backward dq" + how).c_str(), download(d_dq, n), dq);
+    check(("attention_block_backward dk dv" + how).c_str(), download(d_dkv, 2 * n), dkv);
     attention_block_gradients(d_dqkv, d_dq, d_dkv, (size_t)B * rows, C);
     attention_block_gradients_host(dqkv.data(), dq.data(), dkv.data(), (size_t)B * rows, C);
     check("attention_block_gradients dqkv", download(d_dqkv, 3 * n), dqkv);
-    for (void* p : {(void*)d_qkv, (void*)d_dout, (void*)d_out, (void*)d_dqkv, (void*)d_acc, (void*)d_lse, (void*)d_D, (void*)d_dq,
-                    (void*)d_dkv})
+    for (void* p : {(void*)d_qkv, (void*)d_dout, (void*)d_out, (void*)d_dqkv, (void*)d_kv, (void*)d_acc, (void*)d_lse, (void*)d_D,
+                    (void*)d_dq, (void*)d_dkv})
         device_free(p);
 }
 
@@ -304,12 +328,13 @@ static void zero_sizes() {
     c.weight_decay = 0.0f;
     adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
     column_partials_finish(x, f, 0);
-    AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, true, true};  // no sequences
+    AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, 24, true, true};  // no sequences
     attention_block_forward(none, x, x, f, f);
     attention_block_backward(none, x, x, f, f, x, f, f);
     attention_block_row_dot(f, x, x, 0, 8, 2);
     attention_block_output(x, f, 0);
     attention_block_gradients(x, f, f, 0, 8);
+    attention_pack_kv(x, x, 0, 8);
     bool ok = cudaGetLastError() == cudaSuccess;
     printf("%s %-52s\n", ok ? "ok  " : "FAIL", "zero sizes launch nothing");
     failures += !ok;
@@ -325,10 +350,13 @@ int main() {
     layernorm(21, 40);
     layernorm(9, 768);
     matmul(21, 40, 37);
-    attention(2, 7, 40, 5);
+    attention(2, 7, 40, 5);   // head sizes 8 and 7: the CUDA-core kernels in every build
     attention(1, 33, 21, 3);
-    attention_block(2, 7, 40, 5);
-    attention_block(3, 5, 21, 3);
+    for (int T : {1, 17, 64, 100})  // T a multiple of no tile, of the 32-key tile, of every tile
+        for (int hs : {16, 64, 128}) attention(1, T, 2 * hs, 2);  // capacities 16, 64, 128 (and WMMA in bf16, fp16)
+    attention_block(2, 7, 40, 5, false);
+    attention_block(3, 5, 21, 3, true);
+    attention_block(2, 20, 64, 2, true);  // head size 32: WMMA in bf16, fp16
     elementwise(1000);
     crossentropy(13, 53, 50, 0);
     crossentropy(13, 27, 23, 27);  // the second TP rank of a padded vocabulary

@@ -155,9 +155,12 @@ TEST_CASE("bias backward in blocks of columns: the bits of the column-by-column 
     CHECK(blocked == by_column);
 }
 
-static void attention_double(const vector<double>& qkv, vector<double>& out, int B, int T, int C, int NH) {
+// causal attention in float64: out (B,T,C) and, when asked, each row's log-sum-exp lse (B,T,NH)
+static void attention_double(const vector<double>& qkv, vector<double>& out, int B, int T, int C, int NH,
+                             vector<double>* lse = nullptr) {
     int hs = C / NH;
     out.assign(B * T * C, 0.0);
+    if (lse) lse->assign(B * T * NH, 0.0);
     for (int b = 0; b < B; b++) for (int h = 0; h < NH; h++) for (int t = 0; t < T; t++) {
         vector<double> s(t + 1);
         double mx = -1e300, sum = 0;
@@ -168,6 +171,7 @@ static void attention_double(const vector<double>& qkv, vector<double>& out, int
             mx = fmax(mx, s[t2]);
         }
         for (int t2 = 0; t2 <= t; t2++) { s[t2] = exp(s[t2] - mx); sum += s[t2]; }
+        if (lse) (*lse)[(b * T + t) * NH + h] = mx + log(sum);
         for (int t2 = 0; t2 <= t; t2++)
             for (int i = 0; i < hs; i++) out[(b * T + t) * C + h * hs + i] += s[t2] / sum * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
     }
@@ -176,43 +180,66 @@ static void attention_double(const vector<double>& qkv, vector<double>& out, int
 TEST_CASE("attention forward against float64, backward against finite differences") {
     int B = 2, T = 5, C = 8, NH = 2;
     auto qkv = randn(B * T * 3 * C, 30), dout = randn(B * T * C, 31);
-    vector<float> out(B * T * C), att(B * NH * T * T), dqkv(B * T * 3 * C, 123.0f);
-    attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    vector<double> ref;
-    attention_double(to_double(qkv), ref, B, T, C, NH);
+    vector<float> out(B * T * C), lse(B * T * NH), dqkv(B * T * 3 * C, 123.0f);
+    attention_forward_host(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    vector<double> ref, ref_lse;
+    attention_double(to_double(qkv), ref, B, T, C, NH, &ref_lse);
     CHECK(rel_err(out, ref) < 1e-5);
-    for (int row = 0; row < B * NH * T; row++) {  // rows are distributions, causal
-        int t = row % T;
-        double sum = 0;
-        for (int t2 = 0; t2 < T; t2++) { sum += att[row * T + t2]; if (t2 > t) CHECK(att[row * T + t2] == 0.0f); }
-        CHECK(fabs(sum - 1.0) < 1e-5);
-    }
-    attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    CHECK(rel_err(lse, ref_lse) < 1e-5);
+    attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
     auto g = finite_diff([&](const vector<double>& v, vector<double>& o) { attention_double(v, o, B, T, C, NH); },
                          to_double(qkv), to_double(dout));
     CHECK(rel_err(dqkv, g) < 1e-4);
 }
 
-TEST_CASE("attention on the CPU path (sgemm) equals the host twin and float64") {
-    for (int T : {1, 7, 64}) {
+// T = 1, 7, 64 (one tile of ATTENTION_CPU_QUERIES or less), 100 and 130 (a whole tile and a part, two and a part)
+TEST_CASE("attention on the CPU path (sgemm tiles) equals the host twin and float64") {
+    for (int T : {1, 7, 64, 100, 130}) {
         int B = 2, C = 48, NH = 3;
         auto qkv = randn(B * T * 3 * C, 32 + T), dout = randn(B * T * C, 33 + T);
         size_t n = (size_t)B * T * C;
-        vector<float> out(n), att(B * NH * T * T), dqkv(3 * n, 7.0f), scratch(7 * n + B * NH * T * T);
-        vector<float> twin_out(n), twin_att(att.size()), twin_dqkv(3 * n);
-        attention_forward(out.data(), att.data(), qkv.data(), scratch.data(), B, T, C, NH);
-        attention_forward_host(twin_out.data(), twin_att.data(), qkv.data(), B, T, C, NH);
-        vector<double> ref;
-        attention_double(to_double(qkv), ref, B, T, C, NH);
+        vector<float> out(n), lse(B * T * NH), dqkv(3 * n, 7.0f), twin_out(n), twin_lse(lse.size()), twin_dqkv(3 * n);
+        vector<float> acc(n, NAN), dq(n, NAN), dkv(2 * n, NAN), D(B * T * NH, NAN);  // the kernels must write or zero them
+        AttentionScratch s = {acc.data(), dq.data(), dkv.data(), D.data()};
+        attention_forward(out.data(), lse.data(), qkv.data(), s, B, T, C, NH);
+        attention_forward_host(twin_out.data(), twin_lse.data(), qkv.data(), B, T, C, NH);
+        vector<double> ref, ref_lse;
+        attention_double(to_double(qkv), ref, B, T, C, NH, &ref_lse);
         CHECK(rel_err(out, ref) < 1e-5);
+        CHECK(rel_err(lse, ref_lse) < 1e-5);
         CHECK(rel_err(out, to_double(twin_out)) < 1e-5);
-        CHECK(rel_err(att, to_double(twin_att)) < 1e-5);
-        for (int row = 0; row < B * NH * T; row++)
-            for (int t2 = row % T + 1; t2 < T; t2++) CHECK(att[row * T + t2] == 0.0f);
-        attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
-        attention_backward_host(twin_dqkv.data(), dout.data(), qkv.data(), twin_att.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s, B, T, C, NH);
+        attention_backward_host(twin_dqkv.data(), dout.data(), twin_out.data(), twin_lse.data(), qkv.data(), B, T, C, NH);
         CHECK(rel_err(dqkv, to_double(twin_dqkv)) < 1e-5);
     }
+}
+
+// ring attention's pieces on the CPU path: a causal block, then a whole block of other keys merged
+// into it (first = false), from [k | v] rows (kv_stride 2C) at an offset, forward and backward
+TEST_CASE("attention blocks on the CPU path: merged, packed [k | v] rows, against the host twin") {
+    int B = 2, Tq = 70, C = 32, NH = 2, rows = B * Tq;
+    auto qkv = randn(rows * 3 * C, 50), other = randn((rows + 6) * 2 * C, 51), dout = randn(rows * C, 52);
+    vector<float> twin_out(rows * C), twin_lse(rows * NH), twin_dq(rows * C, 0.0f), twin_dkv(rows * 2 * C, 0.0f);
+    vector<float> twin_dother((rows + 6) * 2 * C, 0.0f), D(rows * NH), y(rows * C);
+    auto out = twin_out, lse = twin_lse, dq = twin_dq, dkv = twin_dkv, dother = twin_dother;
+    AttentionBlock own = {Tq, 0, Tq, 0, B, Tq, Tq, C, NH, 3 * C, true, true};
+    AttentionBlock visitor = {Tq, 0, Tq + 3, 6, B, Tq, Tq - 3, C, NH, 2 * C, false, false};  // rows 6.., Tq - 3 keys each
+    attention_block_forward_host(own, qkv.data(), qkv.data() + C, twin_out.data(), twin_lse.data());
+    attention_block_forward_host(visitor, qkv.data(), other.data(), twin_out.data(), twin_lse.data());
+    attention_block_forward(own, qkv.data(), qkv.data() + C, out.data(), lse.data());
+    attention_block_forward(visitor, qkv.data(), other.data(), out.data(), lse.data());
+    CHECK(rel_err(out, to_double(twin_out)) < 1e-5);
+    CHECK(rel_err(lse, to_double(twin_lse)) < 1e-5);
+    attention_block_output_host(y.data(), twin_out.data(), y.size());
+    attention_block_row_dot_host(D.data(), dout.data(), y.data(), rows, C, NH);
+    attention_block_backward_host(own, qkv.data(), qkv.data() + C, twin_dq.data(), twin_dkv.data(), dout.data(), twin_lse.data(), D.data());
+    attention_block_backward_host(visitor, qkv.data(), other.data(), twin_dq.data(), twin_dother.data(), dout.data(), twin_lse.data(), D.data());
+    attention_block_backward(own, qkv.data(), qkv.data() + C, dq.data(), dkv.data(), dout.data(), twin_lse.data(), D.data());
+    attention_block_backward(visitor, qkv.data(), other.data(), dq.data(), dother.data(), dout.data(), twin_lse.data(), D.data());
+    CHECK(rel_err(dq, to_double(twin_dq)) < 1e-5);
+    CHECK(rel_err(dkv, to_double(twin_dkv)) < 1e-5);
+    CHECK(rel_err(dother, to_double(twin_dother)) < 1e-5);
+    for (int i = 0; i < 6 * 2 * C; i++) CHECK(dother[i] == 0.0f);  // rows before kv_first: untouched
 }
 
 TEST_CASE("gelu forward against float64, backward against finite differences; residual add") {

@@ -97,23 +97,25 @@ static bool matmul_case(const Case& c) {  // the forward's twin, and the CPU bui
            check_output(c, "dweight", dw.data(), "dweight") & check_output(c, "dbias", db.data(), "dbias");
 }
 
-static bool attention_case(const Case& c) {  // the twin, then the CPU build's sgemm path
+static bool attention_case(const Case& c) {  // the twin, then the CPU build's sgemm tiles
     vector<int> s = c.sizes();
     int B = s[0], T = s[1], C = s[2], NH = s[3];
+    size_t n = (size_t)B * T * C, stats = (size_t)B * T * NH;
     vector<floatX> qkv = floatx(c["qkv"]), dout = floatx(c["dout"]);
     bool ok = true;
     for (int fast = 0; fast < 2; fast++) {
         printf("   %s\n", fast ? "attention_forward/backward (CPU build)" : "host twin");
-        vector<floatX> out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv((size_t)B * T * 3 * C);
-        vector<floatX> scratch(attention_scratch_elements(B, T, C, NH));
+        vector<floatX> out(n), dqkv(3 * n);
+        vector<float> lse(stats), acc(n), dq(n), dkv(2 * n), D(stats);
         if (fast) {
-            attention_forward(out.data(), att.data(), qkv.data(), scratch.data(), B, T, C, NH);
-            attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), scratch.data(), B, T, C, NH);
+            AttentionScratch scratch = {acc.data(), dq.data(), dkv.data(), D.data()};
+            attention_forward(out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH);
+            attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH);
         } else {
-            attention_forward_host(out.data(), att.data(), qkv.data(), B, T, C, NH);
-            attention_backward_host(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+            attention_forward_host(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+            attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
         }
-        ok &= check_output(c, "out", out.data(), "out") & check_output(c, "att", att.data(), "att") &
+        ok &= check_output(c, "out", out.data(), "out") & check_output(c, "lse", lse.data(), "lse") &
               check_output(c, "dqkv", dqkv.data(), "dqkv");
     }
     return ok;

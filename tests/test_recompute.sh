@@ -32,9 +32,9 @@ for build, X in (("fp32", 4), ("bf16", 2), ("fp16", 2)):
     assert len(rows[0]) == 3
     for r in (1, 2, 3):
         assert rows[r] == rows[0], f"{build}: -r {r} differs from -r 0: {rows[r]} vs {rows[0]}"
-    per_layer = {0: X * (4 * N * C + 12 * N * C + B * NH * T * T) + 16 * N,
-                 1: X * (4 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
-                 2: X * (2 * N * C + 8 * N * C + B * NH * T * T) + 16 * N,
+    per_layer = {0: X * (4 * N * C + 12 * N * C) + 16 * N + 4 * N * NH,   # 4 N NH: attention's log-sum-exp
+                 1: X * (4 * N * C + 8 * N * C) + 16 * N + 4 * N * NH,
+                 2: X * (2 * N * C + 8 * N * C) + 16 * N + 4 * N * NH,
                  3: X * N * C}
     fixed = X * 2 * N * C + 4 * 3 * N                  # encoded, lnf; lnf mean, rstd, losses
     acts = []
