@@ -6,12 +6,13 @@
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
 #    bar (1e-4; 6 steps at one rank, 3 at several), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
-#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
+#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), cp 2, cp 4, cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
 #    attention's kernels, ZeRO over the cp pair); with the 4-layer model, pp 2
 #    ZeRO-3 under interleaved 1F1B (V 2: the ring's paired shifts as NCCL groups with two peers, the
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
-#    host-staged collectives); bf16 and fp16 at one rank within their bars (3e-3, 5e-4);
-#  - resume bit-exact under pp 2 ZeRO-3 (bf16, NCCL), with validation and samples in the logs;
+#    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4);
+#  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
+#  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
 #    rank, and train through -comm mpi;
@@ -61,6 +62,14 @@ trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" .
 $PYTHON tests/check_trajectory.py --trainer ./train_gpt_emu_fp32 --ref $REF4 --accum 4 --tol 1e-4 --launcher "$MPIRUN -np 2" \
     --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 || { tail -n 20 $D/interleaved.txt; exit 1; }
 echo "fp32, pp 2 ZeRO-3, interleaved (V 2), 4 layers: $(tail -n 1 $D/interleaved.txt)"
+# ring attention: every step a block of the flash attention kernels (tensor cores in bf16's forward)
+trajectory "fp32, cp 2" ./train_gpt_emu_fp32 1e-4 2 -cp 2
+trajectory "fp32, cp 4" ./train_gpt_emu_fp32 1e-4 4 -cp 4
+trajectory "bf16, cp 2" ./train_gpt_emu 3e-3 2 -cp 2
+# -r 0..3 bit-identical through the flash kernels (the backward's recomputed forward is the same kernels)
+R="-e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 256 -x 2 -l 1e-3 -c 0.1 -shuffle 0 -v 0 -s 0 -cp 2"
+for r in 0 1 2 3; do $MPIRUN -np 2 ./train_gpt_emu $R -r $r -log $D/r$r.jsonl > /dev/null; done
+$PYTHON tests/identical_steps.py --recompute-levels 0,1,2,3 "bf16, cp 2, -r 0..3" $D/r0.jsonl $D/r1.jsonl $D/r2.jsonl $D/r3.jsonl
 CUDA_EMU_NCCL_REPORT=1 trajectory "fp32, cp 2 x tp 2 -sp 1 x pp 2 ZeRO-3 (ring attention's kernels and sends; f and g as all-gathers and reduce-scatters)" \
     ./train_gpt_emu_fp32 1e-4 8 -cp 2 -tp 2 -sp 1 -pp 2 -z 3
 # every NCCL communicator made carries something (the world group's traffic is host data, through MPI)
@@ -73,6 +82,7 @@ echo "np 8: $communicators NCCL communicators (over the ranks), each carried col
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -m 2 -s 4 -g 8 -n 4"
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
+resume_case bf16_cp2 "$MPIRUN -np 2" ./train_gpt_emu "-cp 2"  # ring attention's flash kernels (WMMA forward)
 
 # GPU binding (8 emulated GPUs, PCI bus ids 0x10..0x17; CUDA_VISIBLE_DEVICES as a launcher sets it)
 ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"

@@ -5,7 +5,8 @@
 # sampling RNG (fp32, one rank); sharded master weights and stochastic rounding (bf16, dp 2,
 # ZeRO-2); the loss scaler's state after an overflow and a growth (fp16, dp 2, ZeRO-3); tensor
 # parallelism with ZeRO over each TP rank's DP group (bf16, tp 2 x dp 2, ZeRO-3); 3D (bf16,
-# dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches); interleaved 1F1B (fp32, pp 2, V 2).
+# dp 2 x tp 2 x pp 2, ZeRO-1, 1F1B over 2 micro-batches); ring attention (bf16, cp 2, ZeRO-1);
+# interleaved 1F1B (fp32, pp 2, V 2).
 # Bad checkpoints (truncated, another precision, another global micro-batch) are refused with a
 # message and left untouched. Resuming under another layout (the optimizer file, re-sharded)
 # continues the unbroken fp32 trajectory within 1e-5 in loss: dp 2 ZeRO-1 -> cp 2 x tp 2 with
@@ -26,6 +27,7 @@ resume_case fp32 "" $TRAINER_FP32 ""
 resume_case bf16_dp2_zero2 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-b 1 -z 2"
 resume_case bf16_tp2_dp2_zero3 "timeout 300 mpirun -np 4" $TRAINER_BF16 "-b 1 -tp 2 -z 3"
 resume_case bf16_3d_zero1 "timeout 300 mpirun -np 8" $TRAINER_BF16 "-b 1 -tp 2 -pp 2 -z 1"
+resume_case bf16_cp2_zero1 "timeout 300 mpirun -np 2" $TRAINER_BF16 "-cp 2 -z 1"  # ring attention
 resume_case fp32_pp2_interleaved "timeout 300 mpirun -np 2" $TRAINER_FP32 "-e $REF4/model.bin -b 1 -pp 2 -ps interleaved -vp 2"
 TRAIN_GPT_INJECT_NONFINITE=2 resume_case fp16_dp2_zero3_scaler "timeout 300 mpirun -np 2" $TRAINER_FP16 "-b 1 -z 3 -lsi 2"
 grep -q '"skipped": true' $D/fp16_dp2_zero3_scaler-whole.jsonl
