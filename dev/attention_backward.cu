@@ -29,8 +29,9 @@ version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flas
            version 4 made general for ring attention's blocks (row offsets, keys from qkv or
            [k | v] rows), adding into fp32 dq and dk dv sums that a last pass turns into floatX
            dqkv (what summing over ring steps needs: two more passes over B T 3C than version 4).
-           CUDA cores in every build: a WMMA backward (dS, dP and the three products on tensor
-           cores) is the next step
+           In the bf16 and fp16 builds at head sizes a multiple of 16 its five products run on
+           tensor cores (WMMA): s and dp into shared memory, p and ds formed there and rounded to
+           floatX, dv, dk, dq summed in accumulator fragments (kernels/flash_attention.cuh)
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
 floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,
 T 1024, C 768, NH 12 in bf16, 289.4 MB against 101.1 MB (printed with the timings). Versions 3

@@ -18,15 +18,23 @@ The (T,T) scores exist a tile at a time, in registers or shared memory, never in
                             unspecified, so code may not read fragments). Head sizes that are not
                             a multiple of 16 take the fp32 build's kernel. Not in the fp32 build: its
                             WMMA is TF32 (10-bit mantissa), which misses the fp32 tolerances
-    backward                flash_dkv_kernel: 32 keys a block, a thread each, summing dk, dv over
+    backward, fp32 build    flash_dkv_kernel: 32 keys a block, a thread each, summing dk, dv over
                             the query tiles that see them; flash_dq_kernel: 32 queries a block,
                             summing dq over the key tiles they see. Two kernels instead of one
                             with atomic adds into dq (FlashAttention-2's): every sum has one owner
-                            and a fixed order, so the bits repeat run to run. CUDA cores in every
-                            build (a WMMA backward is the next lab's step: dev/attention_backward.cu)
+                            and a fixed order, so the bits repeat run to run
+    backward, bf16 / fp16   flash_dkv_wmma_kernel, flash_dq_wmma_kernel: the same two walks with
+                            the five products on tensor cores (s and dout v^T into shared memory,
+                            p and ds formed there by the lanes and rounded to floatX, then dv += p^T
+                            dout, dk += ds^T q, dq += ds k); a warp owns 16 keys or queries, whose
+                            sums stay in accumulator fragments (registers) across every tile
 Causal blocks: key tiles wholly above a query tile's diagonal are never loaded; in the diagonal
 tile each query masks the keys after it. Rows past Tq or Tk are loaded as zeros and never stored.
 
+Registers and shared memory (ptxas, sm_90, bf16, head size 64): the WMMA kernels 90 (forward),
+128 (dk dv), 96 (dq) registers a thread and 45, 29, 46 KB of shared memory; the CUDA-core kernels
+hold a row in registers (249 for the forward at 64, spilling at 128: the fp32 build is for checking,
+not for speed).
 What the emulated build (tests/emu) proves of these kernels: the arithmetic, masks, padding and
 tile walks against the host twin, barriers (ThreadSanitizer), WMMA's contract (warp-collective
 calls, aligned pointers and leading dimensions). What it cannot: speed, shared-memory bank
@@ -44,7 +52,8 @@ Applied in kernels/attention.cuh: attention_block_forward, attention_block_backw
 //          flash_dq_kernel, flash_row_dot_kernel, flash_output_kernel, flash_gradients_kernel, attention_block_forward,
 //          attention_block_backward, attention_block_row_dot, attention_block_output, attention_block_gradients,
 //          WMMA_SIDE, WMMA_KEYS, wmma_query_warps, flash_forward_wmma_kernel, wmma_load_rows, WmmaSums, WmmaRows, wmma_scores, wmma_add_pv, wmma_softmax_row,
-//          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv
+//          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv, wmma_dkv_warps, wmma_dq_warps,
+//          wmma_warp_floats, wmma_rows_times_cols, wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel
 #define FLASH_QUERIES 32  // Br: queries a block, a thread each (CUDA-core kernels)
 #define FLASH_KEYS 32     // Bc: keys a tile; equal to Br, so a causal query tile has one diagonal key tile
 static_assert(FLASH_QUERIES == FLASH_KEYS, "one diagonal key tile per query tile");
@@ -384,6 +393,174 @@ __global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX*
         if (i < hs) dq_row[i] += dq_sum[i];
 }
 
+// ---------------------------------------------------------------- backward on tensor cores (WMMA)
+// The backward's products on tensor cores, in the bf16 and fp16 builds at head sizes a multiple of
+// 16. A warp owns 16 rows of its side (keys in the dk, dv kernel, queries in the dq kernel) and
+// keeps their gradient sums in accumulator fragments, registers it never reads element by element,
+// across every tile of the other side; per tile it computes its 16 x WMMA_KEYS scores and dout . v
+// products by mma_sync into shared memory, where its lanes form p and ds element by element (the
+// mask, exp(s - lse), p (dp - D)) and store them as floatX for the next products. At the end the
+// fragments go through shared memory (their rows past Tq or Tk must not be written) and are added
+// to the fp32 sums. p and ds are rounded to floatX before their products, as FlashAttention-2 does.
+#if !FLOATX_IS_FP32
+// warps a block: as many as keep the tiles in 48 KB of static shared memory
+template <int HS_MAX> __host__ __device__ constexpr int wmma_dkv_warps() { return HS_MAX >= 128 ? 1 : HS_MAX >= 64 ? 2 : 4; }
+template <int HS_MAX> __host__ __device__ constexpr int wmma_dq_warps() { return HS_MAX >= 128 ? 1 : 4; }
+// a warp's fp32 scratch: its scores and dout . v products (16 x WMMA_KEYS each), or its 16 rows of
+// gradient on the way out (16 x HS_MAX)
+template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
+    return 2 * WMMA_SIDE * WMMA_KEYS > WMMA_SIDE * HS_MAX ? 2 * WMMA_SIDE * WMMA_KEYS : WMMA_SIDE * HS_MAX;
+}
+
+// one warp: out (16 x WMMA_KEYS fp32, ld WMMA_KEYS) = rows (its 16, row-major, ld HS_MAX) times
+// cols^T, where cols is a (WMMA_KEYS, hs) row-major tile read column-major
+template <int HS_MAX>
+__device__ inline void wmma_rows_times_cols(float* out, const floatX* rows, const floatX* cols, int hs) {
+    namespace wmma = nvcuda::wmma;
+    for (int n = 0; n < WMMA_KEYS; n += WMMA_SIDE) {
+        WmmaSums sums;
+        wmma::fill_fragment(sums, 0.0f);
+        for (int i = 0; i < hs; i += WMMA_SIDE) {
+            WmmaRows a;
+            wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::col_major> b;
+            wmma::load_matrix_sync(a, rows + i, HS_MAX);
+            wmma::load_matrix_sync(b, cols + n * HS_MAX + i, HS_MAX);
+            wmma::mma_sync(sums, a, b, sums);
+        }
+        wmma::store_matrix_sync(out + n, sums, WMMA_KEYS, wmma::mem_row_major);
+    }
+}
+// one warp: acc[f] (its 16 rows, channels 16 f ..) += left (16 x WMMA_KEYS floatX, ld WMMA_KEYS)
+// times right (WMMA_KEYS x hs, row-major, ld HS_MAX), the WMMA_KEYS in ascending order
+template <int HS_MAX>
+__device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, const floatX* right, int hs) {
+    namespace wmma = nvcuda::wmma;
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
+        if (f * WMMA_SIDE >= hs) continue;
+        for (int k = 0; k < WMMA_KEYS; k += WMMA_SIDE) {
+            WmmaRows a;
+            wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::row_major> b;
+            wmma::load_matrix_sync(a, left + k, WMMA_KEYS);
+            wmma::load_matrix_sync(b, right + k * HS_MAX + f * WMMA_SIDE, HS_MAX);
+            wmma::mma_sync(acc[f], a, b, acc[f]);
+        }
+    }
+}
+// one warp: its 16 rows of acc added to the fp32 rows dst + r * stride (r < valid only), through
+// stage (16 x HS_MAX fp32)
+template <int HS_MAX>
+__device__ inline void wmma_add_rows(float* dst, size_t stride, int valid, const WmmaSums (&acc)[HS_MAX / WMMA_SIDE], float* stage, int hs) {
+    int lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++)
+        if (f * WMMA_SIDE < hs) nvcuda::wmma::store_matrix_sync(stage + f * WMMA_SIDE, acc[f], HS_MAX, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < WMMA_SIDE * hs; e += 32) {
+        int r = e / hs, i = e % hs;
+        if (r < valid) dst[r * stride + i] += stage[r * HS_MAX + i];
+    }
+    __syncwarp();  // the lanes are done with stage before it is written again
+}
+
+// grid (Tk / keys rounded up, B * NH), wmma_dkv_warps warps: warp w owns keys k0 + 16 w ..; per pass
+// of WMMA_KEYS queries it forms p^T and ds^T (its keys by the pass's queries), then dv += p^T dout
+// and dk += ds^T q
+template <int HS_MAX>
+__global__ void __launch_bounds__(32 * wmma_dkv_warps<HS_MAX>()) flash_dkv_wmma_kernel(AttentionBlock a, const floatX* q,
+        const floatX* kv, float* dkv, const floatX* dout, const float* lse, const float* D) {
+    constexpr int WARPS = wmma_dkv_warps<HS_MAX>(), KEYS = WMMA_SIDE * WARPS, QT = WMMA_KEYS;
+    __shared__ __align__(32) uint16_t k_bits[KEYS * HS_MAX], v_bits[KEYS * HS_MAX], q_bits[QT * HS_MAX], dy_bits[QT * HS_MAX],
+                                      p_bits[WARPS * WMMA_SIDE * QT], ds_bits[WARPS * WMMA_SIDE * QT];
+    __shared__ __align__(32) float warp_floats[WARPS * wmma_warp_floats<HS_MAX>()];
+    __shared__ float lse_tile[QT], D_tile[QT];
+    floatX *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits, *q_tile = (floatX*)q_bits, *dy_tile = (floatX*)dy_bits;
+    int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, hs = a.C / a.NH, k0 = blockIdx.x * KEYS;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, j0 = k0 + w * WMMA_SIDE;  // the warp's first key
+    size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
+    float scale = 1.0f / sqrtf((float)hs), *s = warp_floats + w * wmma_warp_floats<HS_MAX>(), *dp = s + WMMA_SIDE * QT;
+    floatX *p = (floatX*)p_bits + w * WMMA_SIDE * QT, *ds = (floatX*)ds_bits + w * WMMA_SIDE * QT;
+    WmmaSums dk[HS_MAX / WMMA_SIDE], dv[HS_MAX / WMMA_SIDE];
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) nvcuda::wmma::fill_fragment(dk[f], 0.0f), nvcuda::wmma::fill_fragment(dv[f], 0.0f);
+    wmma_load_rows(k_tile, HS_MAX, kv + h * hs, a.kv_stride, kv_first + k0, KEYS, a.Tk - k0, hs);
+    wmma_load_rows(v_tile, HS_MAX, kv + a.C + h * hs, a.kv_stride, kv_first + k0, KEYS, a.Tk - k0, hs);
+    for (int t0 = a.causal ? k0 : 0; t0 < a.Tq; t0 += QT) {  // causal: queries before k0 see none of these keys
+        wmma_load_rows(q_tile, HS_MAX, q + h * hs, 3 * a.C, q_first + t0, QT, a.Tq - t0, hs);
+        wmma_load_rows(dy_tile, HS_MAX, dout + h * hs, a.C, q_first + t0, QT, a.Tq - t0, hs);
+        flash_load_stats(lse_tile, lse + h, a.NH, q_first + t0, QT, a.Tq - t0);
+        flash_load_stats(D_tile, D + h, a.NH, q_first + t0, QT, a.Tq - t0);
+        __syncthreads();  // loads in before use
+        if (!a.causal || t0 + QT - 1 >= j0) {  // the same in the whole warp: a pass wholly before its keys is skipped
+            wmma_rows_times_cols<HS_MAX>(s, k_tile + w * WMMA_SIDE * HS_MAX, q_tile, hs);    // s^T = k q^T
+            wmma_rows_times_cols<HS_MAX>(dp, v_tile + w * WMMA_SIDE * HS_MAX, dy_tile, hs);  // dp^T = v dout^T
+            __syncwarp();  // a lane reads elements other lanes' fragments wrote
+            for (int e = lane; e < WMMA_SIDE * QT; e += 32) {
+                int r = e / QT, c = e % QT, j = j0 + r, t = t0 + c;
+                bool seen = j < a.Tk && t < a.Tq && (!a.causal || j <= t);
+                float pe = seen ? expf(s[e] * scale - lse_tile[c]) : 0.0f;
+                p[e] = from_float(pe);
+                ds[e] = from_float(pe * (dp[e] - D_tile[c]) * scale);
+            }
+            __syncwarp();
+            wmma_add_product<HS_MAX>(dv, p, dy_tile, hs);  // dv += p^T dout
+            wmma_add_product<HS_MAX>(dk, ds, q_tile, hs);  // dk += ds^T q
+        }
+        __syncthreads();  // every warp is done with the tiles before the next pass overwrites them
+    }
+    int valid = min(WMMA_SIDE, a.Tk - j0);
+    float* dk_rows = dkv + (kv_first + j0) * 2 * a.C + h * hs;
+    wmma_add_rows<HS_MAX>(dk_rows, 2 * (size_t)a.C, valid, dk, s, hs);
+    wmma_add_rows<HS_MAX>(dk_rows + a.C, 2 * (size_t)a.C, valid, dv, s, hs);  // dv at dk + C
+}
+
+// grid (Tq / queries rounded up, B * NH), wmma_dq_warps warps: warp w owns queries q0 + 16 w ..; per
+// tile of WMMA_KEYS keys it forms ds (its queries by the tile's keys), then dq += ds k
+template <int HS_MAX>
+__global__ void __launch_bounds__(32 * wmma_dq_warps<HS_MAX>()) flash_dq_wmma_kernel(AttentionBlock a, const floatX* q,
+        const floatX* kv, float* dq, const floatX* dout, const float* lse, const float* D) {
+    constexpr int WARPS = wmma_dq_warps<HS_MAX>(), QUERIES = WMMA_SIDE * WARPS, KT = WMMA_KEYS;
+    __shared__ __align__(32) uint16_t q_bits[QUERIES * HS_MAX], dy_bits[QUERIES * HS_MAX], k_bits[KT * HS_MAX], v_bits[KT * HS_MAX],
+                                      ds_bits[WARPS * WMMA_SIDE * KT];
+    __shared__ __align__(32) float warp_floats[WARPS * wmma_warp_floats<HS_MAX>()];
+    __shared__ float lse_tile[QUERIES], D_tile[QUERIES];
+    floatX *q_tile = (floatX*)q_bits, *dy_tile = (floatX*)dy_bits, *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits;
+    int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, hs = a.C / a.NH, q0 = blockIdx.x * QUERIES;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, t0 = q0 + w * WMMA_SIDE;  // the warp's first query
+    size_t q_first = attention_block_q_row(a, b, q0), kv_first = attention_block_kv_row(a, b, 0);
+    float scale = 1.0f / sqrtf((float)hs), *s = warp_floats + w * wmma_warp_floats<HS_MAX>(), *dp = s + WMMA_SIDE * KT;
+    floatX* ds = (floatX*)ds_bits + w * WMMA_SIDE * KT;
+    WmmaSums dq_sum[HS_MAX / WMMA_SIDE];
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) nvcuda::wmma::fill_fragment(dq_sum[f], 0.0f);
+    wmma_load_rows(q_tile, HS_MAX, q + h * hs, 3 * a.C, q_first, QUERIES, a.Tq - q0, hs);
+    wmma_load_rows(dy_tile, HS_MAX, dout + h * hs, a.C, q_first, QUERIES, a.Tq - q0, hs);
+    flash_load_stats(lse_tile, lse + h, a.NH, q_first, QUERIES, a.Tq - q0);
+    flash_load_stats(D_tile, D + h, a.NH, q_first, QUERIES, a.Tq - q0);
+    int key_end = a.causal ? min(q0 + QUERIES, a.Tq) : a.Tk;  // tiles from key_end on: above the diagonal
+    for (int k0 = 0; k0 < key_end; k0 += KT) {
+        wmma_load_rows(k_tile, HS_MAX, kv + h * hs, a.kv_stride, kv_first + k0, KT, a.Tk - k0, hs);
+        wmma_load_rows(v_tile, HS_MAX, kv + a.C + h * hs, a.kv_stride, kv_first + k0, KT, a.Tk - k0, hs);
+        __syncthreads();  // loads in (q, dout, lse, D too, the first time) before use
+        if (!a.causal || k0 <= t0 + WMMA_SIDE - 1) {  // the same in the whole warp: a tile above its queries is skipped
+            wmma_rows_times_cols<HS_MAX>(s, q_tile + w * WMMA_SIDE * HS_MAX, k_tile, hs);    // s = q k^T
+            wmma_rows_times_cols<HS_MAX>(dp, dy_tile + w * WMMA_SIDE * HS_MAX, v_tile, hs);  // dp = dout v^T
+            __syncwarp();
+            for (int e = lane; e < WMMA_SIDE * KT; e += 32) {
+                int r = e / KT, c = e % KT, t = t0 + r, j = k0 + c, row = w * WMMA_SIDE + r;
+                bool seen = j < a.Tk && t < a.Tq && (!a.causal || j <= t);
+                float pe = seen ? expf(s[e] * scale - lse_tile[row]) : 0.0f;
+                ds[e] = from_float(pe * (dp[e] - D_tile[row]) * scale);
+            }
+            __syncwarp();
+            wmma_add_product<HS_MAX>(dq_sum, ds, k_tile, hs);  // dq += ds k
+        }
+        __syncthreads();  // every warp is done with k and v before the next pass overwrites them
+    }
+    wmma_add_rows<HS_MAX>(dq + (q_first + w * WMMA_SIDE) * a.C + h * hs, a.C, min(WMMA_SIDE, a.Tq - t0), dq_sum, s, hs);
+}
+#endif
+
 // ---------------------------------------------------------------- the small kernels around them
 __global__ void flash_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (row, h)
@@ -416,6 +593,15 @@ template <int HS_MAX> inline void flash_launch_forward(const AttentionBlock& a, 
 }
 template <int HS_MAX> inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
                                                         const floatX* dout, const float* lse, const float* D) {
+#if !FLOATX_IS_FP32
+    if ((a.C / a.NH) % WMMA_SIDE == 0) {
+        constexpr int dq_warps = wmma_dq_warps<HS_MAX>(), dkv_warps = wmma_dkv_warps<HS_MAX>();
+        dim3 dq_grid(ceil_div(a.Tq, WMMA_SIDE * dq_warps), a.B * a.NH), dkv_grid(ceil_div(a.Tk, WMMA_SIDE * dkv_warps), a.B * a.NH);
+        flash_dq_wmma_kernel<HS_MAX><<<dq_grid, 32 * dq_warps>>>(a, q, kv, dq, dout, lse, D);
+        flash_dkv_wmma_kernel<HS_MAX><<<dkv_grid, 32 * dkv_warps>>>(a, q, kv, dkv, dout, lse, D);
+        return;
+    }
+#endif
     flash_dq_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, dq, dout, lse, D);
     flash_dkv_kernel<HS_MAX><<<dim3(ceil_div(a.Tk, FLASH_KEYS), a.B * a.NH), FLASH_KEYS>>>(a, q, kv, dkv, dout, lse, D);
 }

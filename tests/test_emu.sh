@@ -62,7 +62,7 @@ trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" .
 $PYTHON tests/check_trajectory.py --trainer ./train_gpt_emu_fp32 --ref $REF4 --accum 4 --tol 1e-4 --launcher "$MPIRUN -np 2" \
     --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 || { tail -n 20 $D/interleaved.txt; exit 1; }
 echo "fp32, pp 2 ZeRO-3, interleaved (V 2), 4 layers: $(tail -n 1 $D/interleaved.txt)"
-# ring attention: every step a block of the flash attention kernels (tensor cores in bf16's forward)
+# ring attention: every step a block of the flash attention kernels (tensor cores in bf16)
 trajectory "fp32, cp 2" ./train_gpt_emu_fp32 1e-4 2 -cp 2
 trajectory "fp32, cp 4" ./train_gpt_emu_fp32 1e-4 4 -cp 4
 trajectory "bf16, cp 2" ./train_gpt_emu 3e-3 2 -cp 2
@@ -82,7 +82,7 @@ echo "np 8: $communicators NCCL communicators (over the ranks), each carried col
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -m 2 -s 4 -g 8 -n 4"
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
-resume_case bf16_cp2 "$MPIRUN -np 2" ./train_gpt_emu "-cp 2"  # ring attention's flash kernels (WMMA forward)
+resume_case bf16_cp2 "$MPIRUN -np 2" ./train_gpt_emu "-cp 2"  # ring attention's flash kernels (WMMA)
 
 # GPU binding (8 emulated GPUs, PCI bus ids 0x10..0x17; CUDA_VISIBLE_DEVICES as a launcher sets it)
 ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"
