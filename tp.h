@@ -86,7 +86,8 @@ Vocabulary-parallel embedding and loss: rank r holds wte rows [r Vp/tp, (r+1) Vp
                head is column-parallel, so f's backward all-reduces d(lnf)
     loss       tp_crossentropy: per row, all-reduce the max (over columns < V), then
                the sum of exponentials, then the target's logit (held by one rank):
-               3 all-reduces of B*T floats, in place of gathering (B,T,Vp) logits
+               3 all-reduces of B*T floats, in place of gathering (B,T,Vp) logits; at
+               tp = 1 the fused classifier instead (kernels/crossentropy.cuh), no collective
 
 Per-rank memory, against one rank holding the whole model (Psi parameters):
     parameters, gradients, optimizer state: (Psi - R)/tp + R, R the replicated elements
@@ -199,6 +200,10 @@ struct LossStatistics { float *max, *sum, *target_logit; };
 // columns >= V are padding. Every TP rank ends with the same losses.
 inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* targets, LossStatistics stats,
                             int N, int V, VocabRange vocab, float dloss) {
+    if (tp->size == 1) {  // every column here: the fused classifier, two reads of the logits and one write
+        crossentropy_forward_backward(logits, losses, targets, N, V, vocab.rows, dloss);
+        return;
+    }
     int valid = std::min(std::max(V - vocab.begin, 0), vocab.rows);  // this rank's columns < V
     crossentropy_row_max(stats.max, logits, N, vocab.rows, valid);
     comm_all_reduce_max(tp, stats.max, N);

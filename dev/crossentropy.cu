@@ -8,51 +8,25 @@ The (N, Vp) logits are the largest tensor of a small GPT: every pass over them c
 version 1: one thread per row, three passes (max, sum of exponentials, gradient): the
            host twin's row (crossentropy_forward_backward_row) on the device; a warp reads
            32 rows far apart
-version 2: the trainer's four pieces, one block of 512 per row each: row max, row sum
+version 2: the trainer's four pieces under tensor parallelism, one block of 512 per row each: row max, row sum
            of exp(z - max), the target's logit, then loss and gradient. Four launches
            and three reads of the row before the gradient, so that under tensor
            parallelism the three per-row numbers can be all-reduced between pieces
 version 3: one block per row, one kernel: an online softmax keeps a running (max, sum)
            per thread, rescaling the sum when the max grows, and merges the pairs across
-           the block; then the gradient pass. Two reads of the row instead of four
-           (fits one rank; tensor parallelism needs version 2's split)
+           the block; then the gradient pass. Two reads of the row instead of four: the
+           trainer's at one tensor-parallel rank (kernels/crossentropy.cuh's
+           crossentropy_forward_backward, 512 threads a row); tensor parallelism needs
+           version 2's split
 The block size applies to versions 1 and 3.
 */
 #include "lab.h"
-#include "../kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_host (the reference), the pieces (version 2)
+#include "../kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_host (the reference), the pieces (version 2),
+                                        //          crossentropy_forward_backward (version 3)
 
 __global__ void crossentropy_kernel1(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) crossentropy_forward_backward_row(i, logits, losses, targets, V, Vp, dloss);  // the host twin's row
-}
-
-// (max, sum of exp(z - max)) merged with another such pair
-__device__ inline void merge_softmax_state(float* m, float* s, float m2, float s2) {
-    float top = fmaxf(*m, m2);
-    if (top == -INFINITY) return;  // both empty
-    *s = *s * expf(*m - top) + s2 * expf(m2 - top);
-    *m = top;
-}
-__global__ void crossentropy_kernel3(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
-    __shared__ float warp_max[32], warp_sum[32];
-    int i = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    floatX* z = logits + (size_t)i * Vp;
-    float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
-    float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {  // the online softmax: one read of the row
-        float x = to_float(z[j]);
-        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
-        else s += expf(x - m);
-    }
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
-    if (lane == 0) { warp_max[warp] = m; warp_sum[warp] = s; }
-    __syncthreads();
-    m = lane < warps ? warp_max[lane] : -INFINITY;
-    s = lane < warps ? warp_sum[lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
-    if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
-    if (dloss == 0.0f) return;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
 }
 
 struct Buffers { floatX* logits; float *losses, *maxes, *sums, *target_logits; int* targets; };
@@ -67,8 +41,7 @@ static void crossentropy_version(int version, int block, const Buffers& d, int N
         crossentropy_target_logit(d.target_logits, d.logits, d.targets, N, Vp, 0);
         crossentropy_finish(d.logits, d.losses, d.targets, d.maxes, d.sums, d.target_logits, N, Vp, 0, V, dloss);
     } else {
-        crossentropy_kernel3<<<N, block>>>(d.logits, d.losses, d.targets, V, Vp, dloss);
-        launchCheck();
+        crossentropy_forward_backward(d.logits, d.losses, d.targets, N, V, Vp, dloss, block);  // the trainer's at tp = 1
     }
 }
 static Buffers upload(const std::vector<floatX>& logits, const std::vector<int>& targets, int N) {

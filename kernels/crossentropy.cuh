@@ -12,19 +12,21 @@ gradient of the step's loss with respect to one token's loss: 1 / (tokens in the
 whole step), so micro-steps and ranks sum to the mean. dloss = 0 computes the loss
 only (validation, sampling). Statistics are fp32 whatever floatX is.
 
-The trainer uses the same computation in four pieces, so that under tensor
-parallelism (tp.h) each rank holds only its Vp/tp logit columns [vocab_begin,
-vocab_begin + cols) and three per-row numbers are all-reduced between the pieces:
+One rank (tp = 1) runs it fused: crossentropy_forward_backward, on the GPU one kernel that reads
+each row twice and writes it once (an online softmax, then the gradient). Under tensor
+parallelism (tp.h) the trainer uses the same computation in four pieces, so that each rank
+holds only its Vp/tp logit columns [vocab_begin, vocab_begin + cols) and three per-row numbers
+are all-reduced between the pieces:
     crossentropy_row_max         m_i = max over the rank's columns j < V
     crossentropy_row_sumexp      s_i = sum over them of exp(z_ij - m_i)   (m_i: the global max)
     crossentropy_target_logit    t_i = z_i,target if this rank holds it, else 0
     crossentropy_finish          loss_i = log(s_i) + m_i - t_i, and dlogits as above
-With one rank the pieces add in the fused op's order: the results are identical.
-The fused op is kept as a host twin only: the reference the tests check against float64
-and compare the pieces with.
+The host twin (a plain loop per row) is the reference the tests check the fused kernel and the
+pieces against; the CPU build's fused op runs the pieces' vectorised loops row by row.
 */
 #pragma once
-// defines: crossentropy_forward_backward_host, crossentropy_row_max, crossentropy_row_sumexp,
+// defines: crossentropy_forward_backward_host, crossentropy_forward_backward, crossentropy_fused_kernel,
+//          merge_softmax_state, crossentropy_row_max, crossentropy_row_sumexp,
 //          crossentropy_target_logit, crossentropy_finish,
 //          block_reduce, crossentropy_finish_host, crossentropy_finish_kernel,
 //          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
@@ -144,6 +146,46 @@ __global__ void crossentropy_finish_kernel(floatX* logits, float* losses, const 
     for (int j = threadIdx.x; j < cols; j += blockDim.x)
         z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i] - vocab_begin, valid, maxes[i], sums[i], dloss);
 }
+// The fused classifier (one rank: tp = 1; llm.c's fused_classifier): one block per row, one
+// kernel. An online softmax keeps a running (max, sum) per thread, rescaling the sum when the max
+// grows, and merges the pairs across the block in a fixed order; then the gradient pass. Two reads
+// of the row and one write, where the four pieces read it three times before they write it.
+// (max, sum of exp(z - max)) merged with another such pair
+__device__ inline void merge_softmax_state(float* m, float* s, float m2, float s2) {
+    float top = fmaxf(*m, m2);
+    if (top == -INFINITY) return;  // both empty
+    *s = *s * expf(*m - top) + s2 * expf(m2 - top);
+    *m = top;
+}
+__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    __shared__ float warp_max[32], warp_sum[32];
+    int i = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    floatX* z = logits + (size_t)i * Vp;
+    float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {  // the online softmax: one read of the row
+        float x = to_float(z[j]);
+        if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+        else s += expf(x - m);
+    }
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    if (lane == 0) { warp_max[warp] = m; warp_sum[warp] = s; }
+    __syncthreads();  // every warp's pair (and every thread's target_logit read) before any gradient is written
+    m = lane < warps ? warp_max[lane] : -INFINITY;
+    s = lane < warps ? warp_sum[lane] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
+    if (dloss == 0.0f) return;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
+}
+// the fused op on N rows (block: threads per row, a multiple of 32; dev/crossentropy.cu times them)
+inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                                          int block = 512) {
+    if (N == 0) return;
+    crossentropy_fused_kernel<<<N, block>>>(logits, losses, targets, V, Vp, dloss);
+    launchCheck();
+}
+
 inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
     if (N == 0) return;  // a grid of 0 blocks is a launch error (so in the three below)
     crossentropy_row_max_kernel<<<N, 512>>>(maxes, logits, cols, valid);
@@ -166,6 +208,23 @@ inline void crossentropy_finish(floatX* logits, float* losses, const int* target
     launchCheck();
 }
 #else
+// the CPU build's fused op: the pieces' vectorised loops (the same sums in the same order as
+// crossentropy_row_max_host and _row_sumexp_host, so tp = 1 and the pieces agree bit for bit),
+// one row at a time while it is in cache
+inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        floatX* z = logits + (size_t)i * Vp;
+        float maxval = -INFINITY, sum = 0.0f;
+        #pragma omp simd reduction(max : maxval)
+        for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
+        #pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
+        losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
+        if (dloss == 0.0f) continue;
+        for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);
+    }
+}
 inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int cols, int valid) {
     crossentropy_row_max_host(maxes, logits, N, cols, valid);
 }

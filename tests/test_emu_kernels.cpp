@@ -271,6 +271,16 @@ static void crossentropy(int N, int cols, int valid, int vocab_begin) {
                              cols, vocab_begin, valid, 1.0f / N);
     check("crossentropy_finish losses", download(d_losses, N), losses, 1e-5);
     check("crossentropy_finish dlogits", download(d_logits, logits.size()), twin);
+    if (vocab_begin == 0 && valid <= cols) {  // one rank's whole vocabulary: the fused classifier, fresh losses
+        vector<floatX> fused_twin = logits;
+        float* d_fused_losses = (float*)device_malloc(N * sizeof(float));
+        host_to_device(d_logits, logits.data(), logits.size() * sizeof(floatX));
+        crossentropy_forward_backward(d_logits, d_fused_losses, d_targets, N, valid, cols, 1.0f / N);
+        crossentropy_forward_backward_host(fused_twin.data(), losses.data(), targets.data(), N, valid, cols, 1.0f / N);
+        check("crossentropy_forward_backward (fused) losses", download(d_fused_losses, N), losses, 1e-5);
+        check("crossentropy_forward_backward (fused) dlogits", download(d_logits, logits.size()), fused_twin);
+        device_free(d_fused_losses);
+    }
     for (void* p : {(void*)d_logits, (void*)d_targets, (void*)d_maxes, (void*)d_sums, (void*)d_target, (void*)d_losses}) device_free(p);
 }
 
@@ -328,6 +338,7 @@ static void zero_sizes() {
     c.weight_decay = 0.0f;
     adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
     column_partials_finish(x, f, 0);
+    crossentropy_forward_backward(x, f, (const int*)f, 0, 8, 8, 1.0f);
     AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, 24, true, true};  // no sequences
     attention_block_forward(none, x, x, f, f);
     attention_block_backward(none, x, x, f, f, x, f, f);
@@ -359,6 +370,7 @@ int main() {
     attention_block(2, 20, 64, 2, true);  // head size 32: WMMA in bf16, fp16
     elementwise(1000);
     crossentropy(13, 53, 50, 0);
+    crossentropy(5, 1500, 1337, 0);  // rows longer than a block of 512: each thread several columns
     crossentropy(13, 27, 23, 27);  // the second TP rank of a padded vocabulary
     gradients_and_adamw(2049);
     zero_sizes();

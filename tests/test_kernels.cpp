@@ -282,6 +282,18 @@ TEST_CASE("cross-entropy over the first V of Vp columns, and its gradient") {
     vector<float> z2 = logits;     // dloss = 0: loss only, logits untouched
     crossentropy_forward_backward_host(z2.data(), losses.data(), targets.data(), N, V, Vp, 0.0f);
     CHECK(z2 == logits);
+    // the CPU build's fused op (tp = 1) against float64, and bit for bit against the four pieces (tp > 1's)
+    vector<float> fused = logits, pieces = logits, fused_losses(N), piece_losses(N), maxes(N), sums(N), target_logits(N);
+    crossentropy_forward_backward(fused.data(), fused_losses.data(), targets.data(), N, V, Vp, dloss);
+    CHECK(rel_err(fused_losses, rl) < 1e-6);
+    CHECK(rel_err(fused, rg) < 1e-6);
+    crossentropy_row_max(maxes.data(), pieces.data(), N, Vp, V);
+    crossentropy_row_sumexp(sums.data(), pieces.data(), maxes.data(), N, Vp, V);
+    crossentropy_target_logit(target_logits.data(), pieces.data(), targets.data(), N, Vp, 0);
+    crossentropy_finish(pieces.data(), piece_losses.data(), targets.data(), maxes.data(), sums.data(), target_logits.data(), N, Vp, 0,
+                        V, dloss);
+    CHECK(fused_losses == piece_losses);
+    CHECK(fused == pieces);
 }
 
 TEST_CASE("global norm against a float64 sum") {
