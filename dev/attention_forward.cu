@@ -62,7 +62,9 @@ version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash
            version 5 made general for ring attention's blocks (queries and keys at row offsets,
            keys from qkv rows or [k | v] rows, a block merged into the output and lse of earlier
            ones), with version 4's CUDA-core kernel where WMMA cannot go (the fp32 build, head
-           sizes not a multiple of 16). It writes lse as (B,T,NH) and its output in fp32 first,
+           sizes not a multiple of 16), and s, p and o padded (leading dimensions 36, 40 and hs + 4)
+           so that the softmax's 16 lanes, a row each, meet 2-way bank conflicts instead of
+           16-way. It writes lse as (B,T,NH) and its output in fp32 first,
            then in floatX (a second pass over B T C: what merging blocks needs); the lab turns lse
            into (B,NH,T) for its checks, which the timing includes
 The block size applies to versions 1 and 3 (3: up to 256 threads, for its registers). The bytes

@@ -38,7 +38,8 @@ not for speed).
 What the emulated build (tests/emu) proves of these kernels: the arithmetic, masks, padding and
 tile walks against the host twin, barriers (ThreadSanitizer), WMMA's contract (warp-collective
 calls, aligned pointers and leading dimensions). What it cannot: speed, shared-memory bank
-conflicts (the softmax's lane-per-row reads of S and O hit few banks), the real fragment layout
+conflicts (the forward's s, p and o rows are padded for its lane-per-row softmax: 2-way; the
+16-bit tiles' rows, 128 bytes apart, likely conflict 8-way in fragment loads), the real fragment layout
 and a tensor core's order of summation (results agree within tolerance, not bit for bit with the
 emulator). Not here: Hopper's wgmma and TMA (FlashAttention-3: asynchronous warpgroup MMAs from
 swizzled shared memory, tiles copied by a unit of their own, producer and consumer warps), about
@@ -51,7 +52,8 @@ Applied in kernels/attention.cuh: attention_block_forward, attention_block_backw
 //          flash_attend_to_tile, flash_forward_kernel, flash_dkv_from_queries, flash_dkv_kernel, flash_dq_from_keys,
 //          flash_dq_kernel, flash_row_dot_kernel, flash_output_kernel, flash_gradients_kernel, attention_block_forward,
 //          attention_block_backward, attention_block_row_dot, attention_block_output, attention_block_gradients,
-//          WMMA_SIDE, WMMA_KEYS, wmma_query_warps, flash_forward_wmma_kernel, wmma_load_rows, WmmaSums, WmmaRows, wmma_scores, wmma_add_pv, wmma_softmax_row,
+//          WMMA_SIDE, WMMA_KEYS, WMMA_S_LD, WMMA_P_LD, wmma_o_ld, wmma_query_warps, flash_forward_wmma_kernel, wmma_load_rows, WmmaSums,
+//          WmmaRows, wmma_add_pv, wmma_softmax_row,
 //          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv, wmma_dkv_warps, wmma_dq_warps,
 //          wmma_warp_floats, wmma_rows_times_cols, wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel
 #define FLASH_QUERIES 32  // Br: queries a block, a thread each (CUDA-core kernels)
@@ -97,6 +99,7 @@ __device__ inline void flash_attend_to_tile(float (&o)[HS_MAX], float& m, float&
         s[c] = dot * scale;
         tile_max = fmaxf(tile_max, s[c]);
     }
+    // keys > 0 (the caller's condition): tile_max is finite, so m_new is, and exp never sees -inf - -inf
     float m_new = fmaxf(m, tile_max), rescale = expf(m - m_new);  // before any key: m = -inf, rescale 0
     l *= rescale;
     #pragma unroll
@@ -150,6 +153,12 @@ __global__ void flash_forward_kernel(AttentionBlock a, const floatX* q, const fl
 #include <mma.h>  // defines: nvcuda::wmma (tests/emu/mma.h in the emulated build)
 #define WMMA_SIDE 16  // m = n = k = 16: a fragment's rows, columns and depth for bf16 and fp16
 #define WMMA_KEYS 32  // Bc: keys a tile, two fragments wide
+// The forward's softmax has a lane per row: 16 lanes read 16 rows of s, p and o at once. Rows 32 floats
+// (or 64 bf16) apart fall in one shared-memory bank, a 16-way conflict; padded leading dimensions
+// spread them over 8 banks (2-way), and keep every 16-row and 16-column step 32-byte aligned for WMMA
+#define WMMA_S_LD (WMMA_KEYS + 4)                                          // s, fp32: 36
+#define WMMA_P_LD (WMMA_KEYS + 8)                                          // p, floatX: 40 (80 bytes)
+template <int HS_MAX> __host__ __device__ constexpr int wmma_o_ld() { return HS_MAX + 4; }  // o, fp32
 // 16 queries a warp; 4 warps where the tiles fit the 48 KB of static shared memory, 2 at head size 128
 template <int HS_MAX> __host__ __device__ constexpr int wmma_query_warps() { return HS_MAX >= 128 ? 2 : 4; }
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, float> WmmaSums;
@@ -163,39 +172,41 @@ __device__ inline void wmma_load_rows(floatX* tile, int ld, const floatX* src, s
     }
 }
 
-// one warp: s (16 x WMMA_KEYS fp32) = its 16 query rows times k^T, 16 keys by 16 channels at a
-// time. k's tile is (key, channel) row-major: read column-major it is k^T
+// one warp: out (16 x WMMA_KEYS fp32, leading dimension ld) = rows (its 16, row-major, ld HS_MAX)
+// times cols^T, where cols is a (WMMA_KEYS, hs) row-major tile read column-major: the scores q k^T
+// (rows q, cols k), and in the backward dout v^T, k q^T and v dout^T
 template <int HS_MAX>
-__device__ inline void wmma_scores(float* s, const floatX* q, const floatX* k, int hs) {
+__device__ inline void wmma_rows_times_cols(float* out, int ld, const floatX* rows, const floatX* cols, int hs) {
     namespace wmma = nvcuda::wmma;
-    for (int key = 0; key < WMMA_KEYS; key += WMMA_SIDE) {
-        WmmaSums scores;
-        wmma::fill_fragment(scores, 0.0f);
+    for (int n = 0; n < WMMA_KEYS; n += WMMA_SIDE) {
+        WmmaSums sums;
+        wmma::fill_fragment(sums, 0.0f);
         for (int i = 0; i < hs; i += WMMA_SIDE) {
-            WmmaRows q_part;
-            wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::col_major> k_part;
-            wmma::load_matrix_sync(q_part, q + i, HS_MAX);
-            wmma::load_matrix_sync(k_part, k + key * HS_MAX + i, HS_MAX);
-            wmma::mma_sync(scores, q_part, k_part, scores);
+            WmmaRows a;
+            wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::col_major> b;
+            wmma::load_matrix_sync(a, rows + i, HS_MAX);
+            wmma::load_matrix_sync(b, cols + n * HS_MAX + i, HS_MAX);
+            wmma::mma_sync(sums, a, b, sums);
         }
-        wmma::store_matrix_sync(s + key, scores, WMMA_KEYS, wmma::mem_row_major);
+        wmma::store_matrix_sync(out + n, sums, ld, wmma::mem_row_major);
     }
 }
-// one warp: o (its 16 rows, fp32) += p (16 x WMMA_KEYS) times v (WMMA_KEYS x hs), keys in order
+// one warp: o (its 16 rows, fp32, ld wmma_o_ld) += p (16 x WMMA_KEYS, ld WMMA_P_LD) times v
+// (WMMA_KEYS x hs), keys in order
 template <int HS_MAX>
 __device__ inline void wmma_add_pv(float* o, const floatX* p, const floatX* v, int hs) {
     namespace wmma = nvcuda::wmma;
     for (int i = 0; i < hs; i += WMMA_SIDE) {
         WmmaSums o_part;
-        wmma::load_matrix_sync(o_part, o + i, HS_MAX, wmma::mem_row_major);
+        wmma::load_matrix_sync(o_part, o + i, wmma_o_ld<HS_MAX>(), wmma::mem_row_major);
         for (int key = 0; key < WMMA_KEYS; key += WMMA_SIDE) {
             WmmaRows p_part;
             wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::row_major> v_part;
-            wmma::load_matrix_sync(p_part, p + key, WMMA_KEYS);
+            wmma::load_matrix_sync(p_part, p + key, WMMA_P_LD);
             wmma::load_matrix_sync(v_part, v + key * HS_MAX + i, HS_MAX);
             wmma::mma_sync(o_part, p_part, v_part, o_part);
         }
-        wmma::store_matrix_sync(o + i, o_part, HS_MAX, wmma::mem_row_major);
+        wmma::store_matrix_sync(o + i, o_part, wmma_o_ld<HS_MAX>(), wmma::mem_row_major);
     }
 }
 // one lane, query t against keys k0 .. k0 + WMMA_KEYS - 1: the online softmax on the scores the
@@ -229,9 +240,10 @@ __global__ void __launch_bounds__(32 * wmma_query_warps<HS_MAX>()) flash_forward
     // floatX tiles as raw 16-bit words, cast at use: the emulated build's bf16 and fp16 are classes
     // with constructors, whose __shared__ arrays would get an initialisation guard (a false race
     // under ThreadSanitizer). Every WMMA pointer 32-byte aligned, every leading dimension 16-byte
+    constexpr int O_LD = wmma_o_ld<HS_MAX>();
     __shared__ __align__(32) uint16_t q_bits[QUERIES * HS_MAX], k_bits[WMMA_KEYS * HS_MAX], v_bits[WMMA_KEYS * HS_MAX],
-                                      p_bits[QUERIES * WMMA_KEYS];
-    __shared__ __align__(32) float s_tile[QUERIES * WMMA_KEYS], o_tile[QUERIES * HS_MAX];
+                                      p_bits[QUERIES * WMMA_P_LD];
+    __shared__ __align__(32) float s_tile[QUERIES * WMMA_S_LD], o_tile[QUERIES * O_LD];
     static_assert(sizeof(q_bits) + sizeof(k_bits) + sizeof(v_bits) + sizeof(p_bits) + sizeof(s_tile) + sizeof(o_tile) <= 48 * 1024,
                   "over the 48 KB of static shared memory");
     floatX *q_tile = (floatX*)q_bits, *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits, *p_tile = (floatX*)p_bits;
@@ -239,8 +251,8 @@ __global__ void __launch_bounds__(32 * wmma_query_warps<HS_MAX>()) flash_forward
     int row0 = threadIdx.x / 32 * WMMA_SIDE, lane = threadIdx.x % 32, t = q0 + row0 + lane;  // the warp's first row
     size_t q_first = attention_block_q_row(a, b, q0), kv_first = attention_block_kv_row(a, b, 0);
     wmma_load_rows(q_tile, HS_MAX, q + h * hs, 3 * a.C, q_first, QUERIES, a.Tq - q0, hs);
-    for (int e = threadIdx.x; e < QUERIES * HS_MAX; e += blockDim.x) {  // o: the blocks so far, or zeros
-        int r = e / HS_MAX, i = e % HS_MAX;
+    for (int e = threadIdx.x; e < QUERIES * O_LD; e += blockDim.x) {  // o: the blocks so far, or zeros
+        int r = e / O_LD, i = e % O_LD;
         o_tile[e] = !a.first && q0 + r < a.Tq && i < hs ? out[(q_first + r) * a.C + h * hs + i] : 0.0f;
     }
     float m = -INFINITY, l = 0.0f;  // lane < 16: row row0 + lane's running max and sum
@@ -251,12 +263,12 @@ __global__ void __launch_bounds__(32 * wmma_query_warps<HS_MAX>()) flash_forward
         wmma_load_rows(v_tile, HS_MAX, kv + a.C + h * hs, a.kv_stride, kv_first + k0, WMMA_KEYS, a.Tk - k0, hs);
         __syncthreads();  // every thread's loads (q and o's too, the first time) are in before any warp reads the tiles
         if (!a.causal || k0 <= q0 + row0 + WMMA_SIDE - 1) {  // the same in the whole warp: a tile above its rows is skipped
-            float *s = s_tile + row0 * WMMA_KEYS, *o = o_tile + row0 * HS_MAX;
-            floatX* p = p_tile + row0 * WMMA_KEYS;
-            wmma_scores<HS_MAX>(s, q_tile + row0 * HS_MAX, k_tile, hs);
+            float *s = s_tile + row0 * WMMA_S_LD, *o = o_tile + row0 * O_LD;
+            floatX* p = p_tile + row0 * WMMA_P_LD;
+            wmma_rows_times_cols<HS_MAX>(s, WMMA_S_LD, q_tile + row0 * HS_MAX, k_tile, hs);  // s = q k^T
             __syncwarp();  // a lane reads rows that other lanes' fragments wrote
             if (lane < WMMA_SIDE)
-                wmma_softmax_row(a, m, l, s + lane * WMMA_KEYS, p + lane * WMMA_KEYS, o + lane * HS_MAX, t, k0, hs,
+                wmma_softmax_row(a, m, l, s + lane * WMMA_S_LD, p + lane * WMMA_P_LD, o + lane * O_LD, t, k0, hs,
                                  1.0f / sqrtf((float)hs));
             __syncwarp();
             wmma_add_pv<HS_MAX>(o, p, v_tile, hs);
@@ -265,7 +277,7 @@ __global__ void __launch_bounds__(32 * wmma_query_warps<HS_MAX>()) flash_forward
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }
     if (lane >= WMMA_SIDE || t >= a.Tq) return;  // padded rows are computed, never stored
-    const float* o_row = o_tile + (row0 + lane) * HS_MAX;
+    const float* o_row = o_tile + (row0 + lane) * O_LD;
     size_t row = q_first + row0 + lane;
     for (int i = 0; i < hs; i++) out[row * a.C + h * hs + i] = o_row[i] / l;
     lse[row * a.NH + h] = m + logf(l);
@@ -412,24 +424,6 @@ template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
     return 2 * WMMA_SIDE * WMMA_KEYS > WMMA_SIDE * HS_MAX ? 2 * WMMA_SIDE * WMMA_KEYS : WMMA_SIDE * HS_MAX;
 }
 
-// one warp: out (16 x WMMA_KEYS fp32, ld WMMA_KEYS) = rows (its 16, row-major, ld HS_MAX) times
-// cols^T, where cols is a (WMMA_KEYS, hs) row-major tile read column-major
-template <int HS_MAX>
-__device__ inline void wmma_rows_times_cols(float* out, const floatX* rows, const floatX* cols, int hs) {
-    namespace wmma = nvcuda::wmma;
-    for (int n = 0; n < WMMA_KEYS; n += WMMA_SIDE) {
-        WmmaSums sums;
-        wmma::fill_fragment(sums, 0.0f);
-        for (int i = 0; i < hs; i += WMMA_SIDE) {
-            WmmaRows a;
-            wmma::fragment<wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, wmma::col_major> b;
-            wmma::load_matrix_sync(a, rows + i, HS_MAX);
-            wmma::load_matrix_sync(b, cols + n * HS_MAX + i, HS_MAX);
-            wmma::mma_sync(sums, a, b, sums);
-        }
-        wmma::store_matrix_sync(out + n, sums, WMMA_KEYS, wmma::mem_row_major);
-    }
-}
 // one warp: acc[f] (its 16 rows, channels 16 f ..) += left (16 x WMMA_KEYS floatX, ld WMMA_KEYS)
 // times right (WMMA_KEYS x hs, row-major, ld HS_MAX), the WMMA_KEYS in ascending order
 template <int HS_MAX>
@@ -492,8 +486,8 @@ __global__ void __launch_bounds__(32 * wmma_dkv_warps<HS_MAX>()) flash_dkv_wmma_
         flash_load_stats(D_tile, D + h, a.NH, q_first + t0, QT, a.Tq - t0);
         __syncthreads();  // loads in before use
         if (!a.causal || t0 + QT - 1 >= j0) {  // the same in the whole warp: a pass wholly before its keys is skipped
-            wmma_rows_times_cols<HS_MAX>(s, k_tile + w * WMMA_SIDE * HS_MAX, q_tile, hs);    // s^T = k q^T
-            wmma_rows_times_cols<HS_MAX>(dp, v_tile + w * WMMA_SIDE * HS_MAX, dy_tile, hs);  // dp^T = v dout^T
+            wmma_rows_times_cols<HS_MAX>(s, WMMA_KEYS, k_tile + w * WMMA_SIDE * HS_MAX, q_tile, hs);    // s^T = k q^T
+            wmma_rows_times_cols<HS_MAX>(dp, WMMA_KEYS, v_tile + w * WMMA_SIDE * HS_MAX, dy_tile, hs);  // dp^T = v dout^T
             __syncwarp();  // a lane reads elements other lanes' fragments wrote
             for (int e = lane; e < WMMA_SIDE * QT; e += 32) {
                 int r = e / QT, c = e % QT, j = j0 + r, t = t0 + c;
@@ -543,8 +537,8 @@ __global__ void __launch_bounds__(32 * wmma_dq_warps<HS_MAX>()) flash_dq_wmma_ke
         wmma_load_rows(v_tile, HS_MAX, kv + a.C + h * hs, a.kv_stride, kv_first + k0, KT, a.Tk - k0, hs);
         __syncthreads();  // loads in (q, dout, lse, D too, the first time) before use
         if (!a.causal || k0 <= t0 + WMMA_SIDE - 1) {  // the same in the whole warp: a tile above its queries is skipped
-            wmma_rows_times_cols<HS_MAX>(s, q_tile + w * WMMA_SIDE * HS_MAX, k_tile, hs);    // s = q k^T
-            wmma_rows_times_cols<HS_MAX>(dp, dy_tile + w * WMMA_SIDE * HS_MAX, v_tile, hs);  // dp = dout v^T
+            wmma_rows_times_cols<HS_MAX>(s, WMMA_KEYS, q_tile + w * WMMA_SIDE * HS_MAX, k_tile, hs);    // s = q k^T
+            wmma_rows_times_cols<HS_MAX>(dp, WMMA_KEYS, dy_tile + w * WMMA_SIDE * HS_MAX, v_tile, hs);  // dp = dout v^T
             __syncwarp();
             for (int e = lane; e < WMMA_SIDE * KT; e += 32) {
                 int r = e / KT, c = e % KT, t = t0 + r, j = k0 + c, row = w * WMMA_SIDE + r;
@@ -608,7 +602,8 @@ template <int HS_MAX> inline void flash_launch_backward(const AttentionBlock& a,
 
 // the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
 inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
-    if (a.B * a.NH * a.Tq == 0) return;  // a grid of 0 blocks is a launch error (so in every launcher below)
+    // a grid of 0 blocks is a launch error (so in every launcher below); no keys: nothing to merge
+    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_forward<16>(a, q, kv, out, lse); break;
         case 32: flash_launch_forward<32>(a, q, kv, out, lse); break;
@@ -620,7 +615,7 @@ inline void attention_block_forward(const AttentionBlock& a, const floatX* q, co
 // the block's share of dq (the queries' rows, C fp32) and of dk, dv (the keys' rows, 2C fp32), added
 inline void attention_block_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
                                      const floatX* dout, const float* lse, const float* D) {
-    if (a.B * a.NH * a.Tq == 0) return;
+    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_backward<16>(a, q, kv, dq, dkv, dout, lse, D); break;
         case 32: flash_launch_backward<32>(a, q, kv, dq, dkv, dout, lse, D); break;
