@@ -42,7 +42,7 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 #pragma once
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
 //          comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
-//          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world,
+//          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world, comm_sum_over_world,
 //          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind,
 //          HostView, ReduceOp, comm_abort_job, comm_all_reduce, comm_group_init, comm_kind_names,
 //          comm_nccl_async_error, comm_set_trace, comm_single_process, comm_span_name, comm_staging,
@@ -487,6 +487,11 @@ inline int comm_min_over_world(int value) {
 // the largest (the worst stage's pipeline bubble)
 inline double comm_max_over_world(double value) {
     MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return value;
+}
+// the sum (every rank's peak FLOP/s, mfu.h)
+inline double comm_sum_over_world(double value) {
+    MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return value;
 }
 

@@ -84,6 +84,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "zero.h"                  // defines: Zero, zero_unit_params, zero_gather_unit, zero_reduce_unit, ...
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "cp.h"                    // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
+#include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
 #include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
 #include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir, checkpoint_bytes
 #include "options.h"               // defines: TrainConfig, parse_args, print_usage
@@ -219,6 +220,12 @@ inline void parameter_shapes(TensorShape shapes[NUM_PARAMETER_TENSORS], const GP
     shapes[LNFW]     = {1, last ? C : 0, 1};
     shapes[LNFB]     = {1, last ? C : 0, 1};
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) tp_local_shape(parameter_partition[i], lay.tp, &shapes[i].rows, &shapes[i].cols);
+}
+// every parameter of the model (the file's, the padded vocabulary's rows included): MFU's N
+inline size_t whole_parameter_count(const GPT2Config& c) {
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, c, whole_model_layout(c));
+    return parameter_count(whole);
 }
 
 // Parameters are stored unit by unit (zero.h): unit 0 the embeddings {wte, wpe},
@@ -1046,13 +1053,14 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
 }
 
 // one JSON object per optimizer step (docs/flags.md: Log rows)
-inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, bool scaling, bool validated,
+inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, double mfu, bool scaling, bool validated,
                      double val_loss, bool sampled, const std::string& sample, const std::string& accounting,
                      const std::string& bubble) {
-    char norm[32] = "null";  // JSON has no inf or nan: a skipped step's norm
+    char norm[32] = "null", utilization[32] = "null";  // JSON has no inf or nan: a skipped step's norm; no known peak
     if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
-    fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f",
-            step, r.loss, r.lr, norm, ms, tokens / (ms / 1000.0));
+    if (mfu >= 0.0) snprintf(utilization, sizeof(utilization), "%.6g", mfu);
+    fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f, \"mfu\": %s",
+            step, r.loss, r.lr, norm, ms, tokens / (ms / 1000.0), utilization);
     if (scaling) fprintf(log, ", \"scale\": %.9g", r.scale);
     if (r.skipped) fprintf(log, ", \"skipped\": true");
     if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
@@ -1117,12 +1125,15 @@ inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_
            tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
 }
 
+
 // the step line; elapsed: seconds since this run's first step, steps_run: steps since then
-inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, bool scaling, double elapsed,
+inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, double mfu, bool scaling, double elapsed,
                        int steps_run) {
     double eta = elapsed / steps_run * (max_steps - done);
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s | %.0f s elapsed, ETA %.0f s", done,
-           max_steps, r.loss, r.norm, r.lr, ms, tokens / (ms / 1000.0), elapsed, eta);
+    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss, r.norm, r.lr, ms,
+           tokens / (ms / 1000.0));
+    if (mfu >= 0.0) printf(" | MFU %.1f%%", 100.0 * mfu);
+    printf(" | %.0f s elapsed, ETA %.0f s", elapsed, eta);
     if (scaling) printf(" | scale %g", r.scale);
     printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
     if (r.skipped && !scaling) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
@@ -1183,6 +1194,8 @@ struct Run {
     bool can_decode;
     FILE* log;         // rank 0, with -log
     Trace trace;       // -trace
+    double flops_per_token;  // mfu.h: the model's, 6 N + 6 L C T
+    PeakFlops peak;          // mfu.h: every rank's peak FLOP/s summed (0: unknown)
 };
 
 // the sequences per rank that validation reads: B, or fewer when the smallest validation shard holds
@@ -1216,6 +1229,20 @@ inline void open_data(Run* run) {
     if (run->max_steps <= 0) comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
 }
 
+// what the step line's MFU is against (mfu.h): the model's FLOPs per token and every rank's peak, said once
+inline void measure_peak(Run* run) {
+    const GPT2Config& c = run->model->config;
+    run->flops_per_token = model_flops_per_token(whole_parameter_count(c), c.num_layers, c.channels, run->tc->T);
+    run->peak = world_peak_flops(device_name());
+    int world = run->model->comm->grid.world;
+    if (run->model->comm->grid.rank != 0) return;
+    if (run->peak.per_s > 0.0)
+        printf("MFU: 6N + 6LCT = %.4g FLOPs per token against %.4g FLOP/s (%d rank%s: %s)\n", run->flops_per_token,
+               run->peak.per_s, world, world > 1 ? "s" : "", run->peak.source.c_str());
+    else
+        printf("MFU: not known for this device (%s): not in mfu.h's table\n", run->peak.source.c_str());
+}
+
 // the steps, each followed by what the flags ask for: log, validation, samples, trace, checkpoint
 inline void train_loop(Run* run) {
     GPT2* model = run->model;
@@ -1232,7 +1259,8 @@ inline void train_loop(Run* run) {
         double ms = ms_since(start);
         int done = step + 1;
         bool last = done == run->max_steps;
-        if (rank == 0) print_step(done, run->max_steps, r, ms, tc.total_batch_tokens, run->scaler.enabled,
+        double mfu = mfu_of(run->flops_per_token, tc.total_batch_tokens / (ms / 1000.0), run->peak.per_s);
+        if (rank == 0) print_step(done, run->max_steps, r, ms, tc.total_batch_tokens, mfu, run->scaler.enabled,
                                   ms_since(began) / 1000.0, done - run->resume_step);
         // the first step's measured memory and traffic, per rank, in the log beside the plan
         std::string accounting = step == run->resume_step ? measured_accounting_json(model, sent_before) : "";
@@ -1243,7 +1271,7 @@ inline void train_loop(Run* run) {
         std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
         if (sampled && rank == 0) printf("sample%s:\n---\n%s\n---\n", run->can_decode ? "" : " (token ids)", sample.c_str());
         std::string bubble = bubble_json(model, r.timing, run->grad_accum);
-        if (run->log) log_step(run->log, done, r, ms, tc.total_batch_tokens, run->scaler.enabled, validated, val_loss, sampled,
+        if (run->log) log_step(run->log, done, r, ms, tc.total_batch_tokens, mfu, run->scaler.enabled, validated, val_loss, sampled,
                                sample, accounting, bubble);
         if (run->trace.on && (done - run->resume_step == tc.trace_steps || last)) write_trace(model->comm, &run->trace, tc.trace_path);
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
@@ -1295,6 +1323,7 @@ int main(int argc, char** argv) {
     build_model(&model, tc, &comm, run.grad_accum, true);
     open_data(&run);
     if (rank == 0) print_run_header(&model, tc, use_nccl, run.grad_accum, run.max_steps, run.train_loader);
+    measure_peak(&run);
     if (rank == 0 && tc.log_path && !(run.log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
     run.sample_rng = Rng{(uint64_t)tc.seed + 0x5A5A};
     if (run.resume_step > 0) resume_state(&model, tc, run.resume_step, &run.scaler, &run.train_loader, &run.sample_rng);

@@ -17,7 +17,7 @@ vals = [r["val_loss"] for r in rows if "val_loss" in r]
 samples = [r["sample"] for r in rows if "sample" in r]
 print(f"first loss {first:.3f}, mean of last 3 {last:.3f}, val {vals}, samples {[s[:40] for s in samples]}")
 assert len(rows) == 20 and [r["step"] for r in rows] == list(range(1, 21))
-assert all(k in rows[0] for k in ("loss", "lr", "norm", "ms", "tok_per_s"))
+assert all(k in rows[0] for k in ("loss", "lr", "norm", "ms", "tok_per_s", "mfu"))
 assert first > 10.5 and last < first - 0.5, "loss did not fall"
 assert len(vals) == 1 and vals[0] < first, "validation did not run or did not improve"
 assert [r["step"] for r in rows if "sample" in r] == [10, 20]
