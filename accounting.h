@@ -285,7 +285,7 @@ inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) 
     // each direction of up to 32 channels, 256 MiB, and as much again for the rest. A margin per
     // communicator, stated here, rather than a measure after the collectives have run
     const char* outside_name = "NCCL buffers";
-    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding};
+    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding, &model->comm->cp};
     for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
 #else
     const char* outside_name = "loading";

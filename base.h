@@ -60,6 +60,7 @@ HOST_DEVICE inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b;
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>  // defines: cudaMalloc, cudaMemcpy, ...
+#include <sched.h>         // defines: sched_yield
 
 inline void cuda_check(cudaError_t err, const char* file, int line) {
     if (err != cudaSuccess) fail("CUDA %s at %s:%d", cudaGetErrorString(err), file, line);
@@ -84,6 +85,7 @@ inline void device_synchronize(CALLER) {
         if (status != cudaErrorNotReady) cuda_check(status, file, line);
         AsyncErrorWatch& w = async_error_watch();
         if (const char* failed = w.check ? w.check(w.context) : nullptr) fail("%s (waiting at %s:%d)", failed, file, line);
+        sched_yield();  // the core to others between polls: NCCL's proxy thread may share it
     }
 }
 inline void* device_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMalloc(&p, bytes), file, line); return p; }

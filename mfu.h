@@ -77,7 +77,8 @@ inline double sgemm_flops_per_s() {
 inline PeakFlops rank_peak_flops(const char* device) {
 #ifdef __CUDACC__
     bool fp32 = PRECISION == PRECISION_FP32;
-    return PeakFlops{device_peak_flops(device, fp32), std::string(device) + (fp32 ? " fp32 (datasheet)" : " tensor cores (datasheet)")};
+    double peak = device_peak_flops(device, fp32);
+    return PeakFlops{peak, std::string(device) + (peak <= 0.0 ? "" : fp32 ? ": fp32 CUDA cores, datasheet" : ": tensor cores, datasheet")};
 #else
     (void)device;
     return PeakFlops{sgemm_flops_per_s(), "OpenBLAS sgemm measured at start-up"};

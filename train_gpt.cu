@@ -1282,6 +1282,7 @@ inline void train_loop(Run* run) {
 #ifndef TESTING
 int main(int argc, char** argv) {
     int world, rank, local_rank;
+    device_choose_before_mpi();  // a CUDA-aware MPI_Init opens a context on the current GPU
     comm_start(&argc, &argv, &world, &rank, &local_rank);
     TrainConfig tc;
     if (!parse_args(&tc, argc, argv)) {

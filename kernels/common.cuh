@@ -8,7 +8,7 @@ error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
-// defines: device_init, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
+// defines: device_init, device_choose_before_mpi, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
 //          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check
@@ -80,6 +80,20 @@ inline int device_count() {
     return count;
 }
 
+// this process's rank on its node as the launcher tells it (Open MPI, MPICH's Hydra, Slurm), or -1:
+// read before MPI_Init, which has no ranks yet
+inline int launcher_local_rank() {
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"})
+        if (const char* v = getenv(name)) return atoi(v);
+    return -1;
+}
+// the GPU chosen before MPI_Init, from the launcher's local rank: a CUDA-aware MPI opens a
+// context on the current device at MPI_Init, which would otherwise be GPU 0 in every rank.
+// device_init, after MPI_Init, chooses again from MPI's own node rank (the same, as launchers number)
+inline void device_choose_before_mpi() {
+    int count = 0, local = launcher_local_rank();
+    if (local >= 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaSetDevice(local % count);
+}
 inline void device_init(int local_rank, int ranks_on_node) {
     (void)ranks_on_node;
     int count = 0;
@@ -132,6 +146,7 @@ inline int device_count() { return 0; }
 inline int device_pci_id() { return 0; }  // every rank of a node shares its memory
 // each rank's threads: the cores this process may run on, shared by the ranks on the node,
 // unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
+inline void device_choose_before_mpi() {}  // no GPU
 inline void device_init(int local_rank, int ranks_on_node) {
     (void)local_rank;
     cpu_set_t cores;
