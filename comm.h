@@ -46,13 +46,15 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 //          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind,
 //          HostView, ReduceOp, comm_abort_job, comm_all_reduce, comm_group_init, comm_kind_names,
 //          comm_nccl_async_error, comm_set_trace, comm_single_process, comm_span_name, comm_staging,
-//          comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes
+//          comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress,
+//          comm_abort_nccl
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
 #include <string.h>  // defines: strcmp
 #include <unistd.h>  // defines: usleep
 #include "base.h"    // defines: fail, fail_hook, device_to_host, host_to_device
+#include "watchdog.h"  // defines: watchdog_progress, watchdog
 #include "trace.h"   // defines: Trace, TraceSpan (-trace: a span per collective)
 #ifdef __CUDACC__
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
@@ -169,6 +171,14 @@ inline void comm_abort_job() {
     MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
 }
 
+#ifdef __CUDACC__
+// the watchdog's last act before it ends the rank (watchdog.h): every communicator's work aborted
+inline void comm_abort_nccl(void* context) {
+    for (Comm* g : comm_groups((Collectives*)context))
+        if (g->use_nccl) ncclCommAbort(g->nccl);
+}
+#endif
+
 // MPI's start-up and the local rank; the grid comes later, once tp and pp are known
 inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* local_rank) {
     MPI_Init(argc, argv);
@@ -249,6 +259,8 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     for (Comm* group : comm_groups(c)) group->sum_floatX = sum_floatX;
 #ifdef __CUDACC__
     async_error_watch() = AsyncErrorWatch{comm_nccl_async_error, c};  // waits on the GPU poll NCCL's errors
+    watchdog().before_exit = comm_abort_nccl;                          // a hang ends NCCL's work first
+    watchdog().context = c;
 #endif
 }
 
@@ -341,6 +353,9 @@ template <typename T> struct HostView {
     }
 };
 
+// the watchdog's progress (watchdog.h): this rank begins `op` in group c
+inline void comm_progress(const Comm* c, const char* op) { watchdog_progress(op, c->name); }
+
 inline unsigned long long ring_bytes(size_t bytes, int p) { return p <= 1 ? 0 : (unsigned long long)bytes * (p - 1) / p; }
 
 // MPI counts are int: byte streams and element-wise reductions go in chunks of at most
@@ -362,6 +377,7 @@ enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, ReduceOp op) {
     if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
+    comm_progress(c, op == REDUCE_MAX ? "an all-reduce (max)" : "an all-reduce");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
@@ -385,6 +401,7 @@ inline void comm_all_reduce_max(Comm* c, float* buf, size_t n) { comm_all_reduce
 template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+    comm_progress(c, "a reduce-scatter");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "reduce-scatter"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
@@ -398,6 +415,7 @@ template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send
 template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n) {
     c->bytes[COMM_ALL_GATHER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
+    comm_progress(c, "an all-gather");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "all-gather"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
@@ -417,6 +435,7 @@ template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* rec
 template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int root) {
     if (c->size <= 1) return;
     if (c->rank == root) c->bytes[COMM_BROADCAST] += n * sizeof(T);
+    comm_progress(c, "a broadcast");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "broadcast"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
@@ -430,6 +449,7 @@ template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int 
 
 template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int peer) {
     c->bytes[COMM_SEND] += n * sizeof(T);
+    comm_progress(c, "a send");
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclSend(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclSend"); return; }
 #endif
@@ -443,6 +463,7 @@ template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int
 // is waited on, so two neighbours exchanging at the same moment cannot deadlock (pipeline.h)
 template <typename T> inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n) {
     c->bytes[COMM_SEND] += n * sizeof(T);
+    comm_progress(c, "a send and receive");
 #ifdef __CUDACC__
     if (c->use_nccl) {
         nccl_check(ncclGroupStart(), "ncclGroupStart");
@@ -461,6 +482,7 @@ template <typename T> inline void comm_send_recv(Comm* c, const T* send, int sen
 }
 
 template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer) {
+    comm_progress(c, "a receive");
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclRecv(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclRecv"); return; }
 #endif
@@ -474,10 +496,14 @@ template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer)
 // host doubles summed over the group (losses, squared norms): small, always through MPI
 inline void comm_all_reduce_scalars(Comm* c, double* values, int n) {
     c->bytes[COMM_SCALARS] += 2 * ring_bytes(n * sizeof(double), c->size);
+    comm_progress(c, "an all-reduce of scalars");
     if (c->size > 1) MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, c->mpi);
 }
 
-inline void comm_barrier(Comm* c) { MPI_Barrier(c->mpi); }
+inline void comm_barrier(Comm* c) {
+    comm_progress(c, "a barrier");
+    MPI_Barrier(c->mpi);
+}
 
 // the smallest of every rank's value (which checkpoint all ranks have); before the groups exist
 inline int comm_min_over_world(int value) {

@@ -54,7 +54,10 @@ struct TrainConfig {
     int trace_steps = 3;
     const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
+    int timeout = 600;             // seconds without progress before the watchdog ends the job (watchdog.h)
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
+    int stop_at_step = 0;          // from TRAIN_GPT_STOP_AT_STEP: the last rank stops itself (SIGSTOP) as this step begins
+    int kill_at_step = 0;          // from TRAIN_GPT_KILL_AT_STEP: the last rank kills itself (SIGKILL) as this step begins
     int die_in_checkpoint = 0;     // from TRAIN_GPT_DIE_IN_CHECKPOINT: the last rank dies writing this step's state
 };
 
@@ -104,6 +107,7 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-vp", OPT_INT, &tc->chunks, "interleaved 1F1B (-ps interleaved): model chunks per pipeline stage, stage s holding chunks s, s+pp, ...; micro-batches a multiple of -pp", 1, 64},
         {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
         {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
+        {"-timeout", OPT_INT, &tc->timeout, "watchdog: end the job when a rank makes no progress (no collective, send or step begun) for S seconds; exit code 3 (watchdog.h; 0: off)", 0, INT_MAX},
         {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
     };
     int n = sizeof(table) / sizeof(table[0]);

@@ -57,6 +57,7 @@ pipeline_stage, train_step, train_loop, main.
 #include <stdio.h>     // defines: printf, fopen
 #include <stdlib.h>    // defines: malloc, atoi, getenv
 #include <limits.h>    // defines: INT_MAX
+#include <signal.h>    // defines: raise, SIGSTOP, SIGKILL (TRAIN_GPT_STOP_AT_STEP, _KILL_AT_STEP)
 #include <string.h>    // defines: strcmp, strpbrk
 #include <math.h>      // defines: sqrt, exp, fmaxf
 #include <stdint.h>    // defines: uint64_t
@@ -1249,7 +1250,11 @@ inline void train_loop(Run* run) {
     const TrainConfig& tc = *run->tc;
     int rank = model->comm->grid.rank;
     auto began = std::chrono::steady_clock::now();
+    watchdog_start(tc.timeout, rank, model->comm->grid.world);
     for (int step = run->resume_step; step < run->max_steps; step++) {
+        watchdog_step(step + 1);
+        if (rank == model->comm->grid.world - 1 && (tc.stop_at_step == step + 1 || tc.kill_at_step == step + 1))
+            raise(tc.stop_at_step == step + 1 ? SIGSTOP : SIGKILL);  // a test's hung or dead rank
         if (tc.trace_path && step == run->resume_step) { comm_barrier(&model->comm->world); trace_start(&run->trace); }
         CommLedger sent_before = comm_ledger(model);
         device_synchronize();
@@ -1277,9 +1282,19 @@ inline void train_loop(Run* run) {
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
             write_checkpoint(model, tc, done, run->scaler, run->train_loader, run->sample_rng);
     }
+    watchdog_stop();
 }
 
 #ifndef TESTING
+// the tests' faults, from the environment (not flags: no user wants them): a non-finite gradient, a
+// rank that dies writing a checkpoint, a rank that stops (the watchdog's case) or dies as a step begins
+inline void read_fault_injections(TrainConfig* tc) {
+    if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc->inject_nonfinite_step = atoi(inject);
+    if (const char* die = getenv("TRAIN_GPT_DIE_IN_CHECKPOINT")) tc->die_in_checkpoint = atoi(die);
+    if (const char* stop = getenv("TRAIN_GPT_STOP_AT_STEP")) tc->stop_at_step = atoi(stop);
+    if (const char* kill = getenv("TRAIN_GPT_KILL_AT_STEP")) tc->kill_at_step = atoi(kill);
+}
+
 int main(int argc, char** argv) {
     int world, rank, local_rank;
     device_choose_before_mpi();  // a CUDA-aware MPI_Init opens a context on the current GPU
@@ -1290,8 +1305,7 @@ int main(int argc, char** argv) {
         comm_shutdown();
         return 0;
     }
-    if (const char* inject = getenv("TRAIN_GPT_INJECT_NONFINITE")) tc.inject_nonfinite_step = atoi(inject);
-    if (const char* die = getenv("TRAIN_GPT_DIE_IN_CHECKPOINT")) tc.die_in_checkpoint = atoi(die);
+    read_fault_injections(&tc);
     bool use_nccl = comm_use_nccl(tc.comm_backend);
     int ranks_on_node = comm_ranks_on_node();
     device_init(local_rank, ranks_on_node);  // before the NCCL communicators, which bind to the current device

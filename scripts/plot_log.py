@@ -21,9 +21,10 @@ def read_log(path):
     for n, line in enumerate(open(path), 1):
         if not line.strip(): continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             sys.exit(f"{path}:{n}: not a JSON log row ({e})")
+        if "step" in row: rows.append(row)  # scripts/supervise.sh's restart rows carry no step
     if not rows: sys.exit(f"{path}: no log rows")
     return rows
 

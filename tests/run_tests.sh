@@ -85,6 +85,7 @@ check sequence_parallel bash tests/test_sp.sh $REF $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check mfu_in_log bash tests/test_mfu.sh "$TRAINER" "$REF"
+check faults_watchdog_supervisor bash tests/test_faults.sh $REF
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)
 check plot_log bash -c "rm -f $BUILD/plot.png && $PYTHON scripts/plot_log.py $REF/run_accum1.jsonl $REF/run_accum2.jsonl -o $BUILD/plot.png && [ -s $BUILD/plot.png ]"
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"

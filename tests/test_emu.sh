@@ -13,6 +13,7 @@
 #    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4);
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
+#  - the watchdog (-timeout 5) under NCCL: a rank stopped at step 3, the job ended with exit code 3;
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
 #    rank, and train through -comm mpi;
@@ -83,6 +84,14 @@ FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespea
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
 resume_case bf16_cp2 "$MPIRUN -np 2" ./train_gpt_emu "-cp 2"  # ring attention's flash kernels (WMMA)
+
+# the watchdog under (emulated) NCCL: a rank stopped as step 3 begins; the other, its collective
+# queued and its host waiting on the GPU, ends the job with the watchdog's line and exit code 3
+code=0; TRAIN_GPT_STOP_AT_STEP=3 $MPIRUN -np 2 ./train_gpt_emu_fp32 -e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -x 6 -v 0 -s 0 \
+    -timeout 5 > $D/watchdog.txt 2>&1 || code=$?
+[ $code -eq 3 ] && grep -q "error: watchdog: rank 0 made no progress for [5-9] s, since it began .* at step 3" $D/watchdog.txt \
+    || { tail -n 5 $D/watchdog.txt; echo "FAIL: the watchdog under NCCL (exit code $code)"; exit 1; }
+echo "ok: a stopped rank under NCCL: $(grep -m1 'error: watchdog' $D/watchdog.txt | cut -c1-120), exit code 3"
 
 # GPU binding (8 emulated GPUs, PCI bus ids 0x10..0x17; CUDA_VISIBLE_DEVICES as a launcher sets it)
 ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"
