@@ -13,7 +13,7 @@ the same trainer source runs unchanged.
 */
 #pragma once
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
-//          whole_file_write, whole_file_commit, whole_file_abandon, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
+//          whole_file_write, whole_file_commit, whole_file_abandon, FileDigest, file_digest_start, file_digest_add, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
 //          CALLER, cudaCheck, cuda_check, pinned_host_free
@@ -21,6 +21,7 @@ the same trainer source runs unchanged.
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
+#include <stdint.h>  // defines: uint64_t
 #include <sys/stat.h>  // defines: stat (file_exists)
 #include <stdarg.h>  // defines: va_list
 #include <string>   // defines: std::string
@@ -156,24 +157,42 @@ inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_M
 // A file that is complete or absent: written under PATH.tmp and renamed to PATH only once every
 // byte is out and closed, so a crash or a full disk never leaves a damaged PATH (model files,
 // checkpoints, token shards). `what` names the file in errors ("model file", "shard", ...).
+// A file's size and 64-bit FNV-1a hash of its bytes, taken as it is written: what a checkpoint's
+// marker records of each of its files, so that a damaged file is found before it is trusted
+// (checkpoint.h). FNV-1a: h = (h xor byte) * 1099511628211 from 14695981039346656037; not a
+// cryptographic hash, a check against truncation and flipped bits
+struct FileDigest { size_t bytes; uint64_t hash; };
+inline FileDigest file_digest_start() { return FileDigest{0, 14695981039346656037ull}; }
+inline void file_digest_add(FileDigest* d, const void* data, size_t bytes) {
+    const unsigned char* p = (const unsigned char*)data;
+    uint64_t h = d->hash;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+    d->hash = h;
+    d->bytes += bytes;
+}
 struct WholeFile {
     std::string path, tmp, what;
     FILE* f;
-    bool ok;  // every write so far succeeded
+    bool ok;            // every write so far succeeded
+    FileDigest digest;  // of the bytes written
 };
 inline WholeFile whole_file_open(const std::string& path, const char* what) {
-    WholeFile w = {path, path + ".tmp", what, fopen((path + ".tmp").c_str(), "wb"), true};
+    WholeFile w = {path, path + ".tmp", what, fopen((path + ".tmp").c_str(), "wb"), true, file_digest_start()};
     if (!w.f) fail("cannot write %s %s", what, w.tmp.c_str());
     return w;
 }
 inline void whole_file_write(WholeFile* w, const void* data, size_t bytes) {
     if (w->ok && bytes > 0) w->ok = fwrite(data, 1, bytes, w->f) == bytes;
+    file_digest_add(&w->digest, data, bytes);
 }
-inline void whole_file_commit(WholeFile* w) {  // close, then rename over PATH
+inline FileDigest whole_file_commit(WholeFile* w) {  // close, then rename over PATH; the file's digest
     w->ok = (fclose(w->f) == 0) && w->ok;
     w->f = nullptr;
-    if (!w->ok || rename(w->tmp.c_str(), w->path.c_str()) != 0)
+    if (!w->ok || rename(w->tmp.c_str(), w->path.c_str()) != 0) {
+        remove(w->tmp.c_str());  // a full disk: the partial file goes, the previous checkpoint stays whole
         fail("writing %s %s failed (disk full?)", w->what.c_str(), w->path.c_str());
+    }
+    return w->digest;
 }
 inline void whole_file_abandon(WholeFile* w) {  // a failed run: no partial file left behind
     if (w->f) fclose(w->f);

@@ -25,8 +25,13 @@ layout sums gradients over other ranks, in another order.
 
 Crash safety: every file is written under a temporary name and renamed when complete, and
 a checkpoint counts only once rank 0 has written its marker, complete_%08d, after every
-rank finished its files (a barrier). A rank killed while writing leaves no marker, so
-`-y 1` takes the newest step that has one, and the previous checkpoint is untouched.
+rank finished its files; no rank goes on before the marker is written (a barrier). A rank
+killed while writing leaves no marker, and a full disk fails the write with one line, its
+partial file removed: either way the previous checkpoint is untouched.
+Damage after the fact (a truncated file, flipped bits): the marker names every file of the
+checkpoint with its size and a 64-bit FNV-1a hash taken as it was written (base.h: FileDigest),
+and `-y 1` verifies the checkpoints newest first, passing over each one that does not verify with
+one line saying which file and why, down to the newest that does (none: one line, exit 1).
 `-nk N` keeps the newest N checkpoints: older ones lose their marker first, then their files.
 */
 #pragma once
@@ -35,7 +40,7 @@ rank finished its files (a barrier). A rank killed while writing leaves no marke
 //          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune,
 //          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
 //          optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
-//          check_output_dir, output_dir_problem
+//          check_output_dir, output_dir_problem, checkpoint_gather_digests, checkpoint_problem, checkpoint_resume_step
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
@@ -80,8 +85,8 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
 
 // die_midway: a test hook (tests/test_resume.sh): the process kills itself (SIGKILL) with the
 // file half written, as a crash would
-inline void checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
-                                   uint64_t layers_held, bool die_midway = false) {
+inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
+                                        uint64_t layers_held, bool die_midway = false) {
     char path[4096];
     state_path(path, sizeof(path), dir, s->step, g.rank);
     ZeroOptimizerState opt = zero_optimizer_state(z);
@@ -97,7 +102,17 @@ inline void checkpoint_write_state(const char* dir, const Zero* z, const Trainin
         whole_file_write(&w, host.data(), host.size() * sizeof(float));
         if (die_midway) { fflush(w.f); raise(SIGKILL); }
     }
-    whole_file_commit(&w);
+    return whole_file_commit(&w);
+}
+
+// every rank's state file digest, at rank 0 (empty elsewhere), once every rank has written its file
+inline std::vector<FileDigest> checkpoint_gather_digests(FileDigest mine, const ProcessGrid& g) {
+    uint64_t pair[2] = {(uint64_t)mine.bytes, mine.hash};
+    std::vector<uint64_t> all(g.rank == 0 ? 2 * (size_t)g.world : 0);
+    MPI_Gather(pair, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    std::vector<FileDigest> digests;
+    for (size_t r = 0; r < all.size() / 2; r++) digests.push_back(FileDigest{(size_t)all[2 * r], all[2 * r + 1]});
+    return digests;
 }
 
 // the header of rank `rank`'s state file of `step`, opened (f: NULL to close it); false if there is no such file
@@ -182,7 +197,7 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
 inline void optimizer_path(char* out, size_t size, const char* dir, int step) {
     snprintf(out, size, "%s/optimizer_%08d.bin", dir, step);
 }
-inline void checkpoint_write_optimizer(const char* dir, int step, const std::vector<std::vector<float>>& buffers) {
+inline FileDigest checkpoint_write_optimizer(const char* dir, int step, const std::vector<std::vector<float>>& buffers) {
     char path[4096];
     optimizer_path(path, sizeof(path), dir, step);
     size_t n = buffers[0].size();
@@ -190,7 +205,7 @@ inline void checkpoint_write_optimizer(const char* dir, int step, const std::vec
     WholeFile w = whole_file_open(path, "optimizer state");
     whole_file_write(&w, header, sizeof(header));
     for (const std::vector<float>& b : buffers) whole_file_write(&w, b.data(), n * sizeof(float));
-    whole_file_commit(&w);
+    return whole_file_commit(&w);
 }
 inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers, size_t elements) {
     char path[4096];
@@ -214,15 +229,62 @@ inline void marker_path(char* out, size_t size, const char* dir, int step) {
     snprintf(out, size, "%s/complete_%08d", dir, step);
 }
 
-// rank 0, after every rank's files of `step` are complete: the checkpoint now counts
-inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage) {
-    char path[4096], text[256];
+// rank 0, after every rank's files of `step` are complete: the checkpoint now counts. The marker
+// names each file with its size and hash (FileDigest), which a resume verifies before trusting it:
+//     step 4: model file and 2 state files, dp 2 tp 1 pp 1 ZeRO-1
+//     file model_00000004.bin 1060864 9c1185a5c5e9fc54
+//     file state_00000004_00001.bin ...
+inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage, FileDigest model,
+                                    FileDigest optimizer, const std::vector<FileDigest>& states) {
+    char path[4096], line[256];
     marker_path(path, sizeof(path), dir, step);
-    int n = snprintf(text, sizeof(text), "step %d: model file and %d state files, dp %d tp %d pp %d ZeRO-%d\n", step,
-                     g.world, g.dp, g.tp, g.pp, zero_stage);
+    std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(g.world) + " state files, dp " +
+                       std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " + std::to_string(g.pp) + " ZeRO-" +
+                       std::to_string(zero_stage) + "\n";
+    auto add = [&](const char* name, FileDigest d) {
+        snprintf(line, sizeof(line), "file %s %zu %016llx\n", name, d.bytes, (unsigned long long)d.hash);
+        text += line;
+    };
+    snprintf(line, sizeof(line), "model_%08d.bin", step), add(std::string(line).c_str(), model);
+    snprintf(line, sizeof(line), "optimizer_%08d.bin", step), add(std::string(line).c_str(), optimizer);
+    for (int r = 0; r < (int)states.size(); r++) snprintf(line, sizeof(line), "state_%08d_%05d.bin", step, r), add(std::string(line).c_str(), states[r]);
     WholeFile w = whole_file_open(path, "checkpoint marker");
-    whole_file_write(&w, text, (size_t)n);
+    whole_file_write(&w, text.data(), text.size());
     whole_file_commit(&w);
+}
+
+// what is wrong with checkpoint `step` in dir: a file its marker names missing, of another size, or
+// with another hash; "" when it verifies (a marker of an older version names no files: trusted)
+inline std::string checkpoint_problem(const char* dir, int step) {
+    char path[4096];
+    marker_path(path, sizeof(path), dir, step);
+    std::string marker = read_whole_file(path, " (a checkpoint's marker)");
+    if (marker.find("\nfile ") == std::string::npos) {  // an older marker: the files must exist
+        char model[4096], optimizer[4096];
+        checkpoint_model_path(model, sizeof(model), dir, step);
+        optimizer_path(optimizer, sizeof(optimizer), dir, step);
+        return file_exists(model) && file_exists(optimizer) ? "" : std::string(model) + " or its optimizer file is missing";
+    }
+    size_t at = 0;
+    while ((at = marker.find("\nfile ", at)) != std::string::npos) {
+        char name[256];
+        unsigned long long bytes, hash;
+        if (sscanf(marker.c_str() + at + 6, "%255s %llu %llx", name, &bytes, &hash) != 3) return std::string(path) + " is damaged";
+        at += 6;
+        std::string file = std::string(dir) + "/" + name;
+        struct stat st;
+        if (stat(file.c_str(), &st) != 0) return file + " is missing";
+        if ((unsigned long long)st.st_size != bytes)
+            return file + ((unsigned long long)st.st_size < bytes ? " is truncated: " : " is longer than written: ") +
+                   std::to_string(st.st_size) + " bytes, its marker says " + std::to_string(bytes);
+        FileDigest d = file_digest_start();
+        FILE* f = fopen(file.c_str(), "rb");
+        std::vector<char> buf(1 << 20);
+        for (size_t got; f && (got = fread(buf.data(), 1, buf.size(), f)) > 0;) file_digest_add(&d, buf.data(), got);
+        if (f) fclose(f);
+        if (d.hash != hash) return file + " does not match its hash in the marker (damaged)";
+    }
+    return "";
 }
 
 // the steps of dir's files named PREFIX%08dSUFFIX, ascending
@@ -252,6 +314,32 @@ inline int checkpoint_latest_step(const char* dir) {
         if (stat(model, &st) == 0 && stat(optimizer, &st) == 0) best = step;
     }
     return best;
+}
+
+// the step -y 1 resumes from: rank 0 verifies the checkpoints newest first (checkpoint_problem) and
+// says in one line each one it passes over and why; every rank gets the step (0: none, start fresh).
+// Checkpoints that exist but none verifies: one line, exit 1 on every rank
+inline int checkpoint_resume_step(const char* dir, int rank) {
+    int step = 0, found = 0;
+    std::string why;
+    if (rank == 0) {
+        std::vector<int> steps = steps_named(dir, "complete_", "");
+        for (int k = (int)steps.size() - 1; k >= 0 && step == 0; k--) {
+            found++;
+            std::string problem = checkpoint_problem(dir, steps[k]);
+            if (problem.empty()) step = steps[k];
+            else printf("checkpoint step %d passed over: %s\n", steps[k], problem.c_str()), why = problem;
+        }
+    }
+    int result[2] = {step, found};
+    MPI_Bcast(result, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    if (result[0] == 0 && result[1] > 0) {
+        char text[1024] = "";
+        snprintf(text, sizeof(text), "%s", why.c_str());
+        MPI_Bcast(text, sizeof(text), MPI_CHAR, 0, MPI_COMM_WORLD);
+        comm_fail_all("-y 1: no checkpoint in %s verifies (the oldest: %s)", dir, text);
+    }
+    return result[0];
 }
 
 // -nk: all but the newest `keep` checkpoints go, each marker first (rank 0)

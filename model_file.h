@@ -186,7 +186,7 @@ inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<fl
 // file: bf16 builds write version 5, the others fp32 version 3. A collective: ZeRO-3
 // gathers over DP; world rank 0 gathers one DP replica's parts (every stage, every TP
 // rank) and places each with that part's layout.
-inline void gpt2_write_file(GPT2* model, const char* path) {
+inline FileDigest gpt2_write_file(GPT2* model, const char* path) {
     const ProcessGrid& g = model->comm->grid;
     std::vector<float> units(model->num_parameters);
     zero_params_to_host(&model->zero, units.data());
@@ -195,7 +195,7 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
                                                                        const std::vector<float>& part, float* out) {
         memcpy(out, part.data(), part.size() * sizeof(float));
     });
-    if (g.rank != 0) return;
+    if (g.rank != 0) return FileDigest{0, 0};
     const GPT2Config& c = model->config;
     size_t total = values.size();
     bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
@@ -210,14 +210,14 @@ inline void gpt2_write_file(GPT2* model, const char* path) {
     WholeFile w = whole_file_open(path, "model file");
     whole_file_write(&w, header, sizeof(header));
     whole_file_write(&w, body.data(), bytes_per * total);
-    whole_file_commit(&w);
+    return whole_file_commit(&w);
 }
 
 // -y 1: the newest checkpoint every rank has replaces -e; returns its step (0: none, start fresh)
 inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int rank) {
     if (!tc->resume) return 0;
     if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
-    int step = comm_min_over_world(checkpoint_latest_step(tc->output_dir));
+    int step = checkpoint_resume_step(tc->output_dir, rank);
     checkpoint_model_path(model_path, size, tc->output_dir, step);
     if (step > 0) tc->init = model_path;
     if (rank == 0 && step > 0) printf("resuming from step %d: %s\n", step, model_path);
@@ -227,7 +227,7 @@ inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int 
 
 // the optimizer state (m, v, master) apart from the layout: every rank's shard, placed by rank 0
 // in llm.c's parameter order (checkpoint.h: optimizer_%08d.bin); a collective
-inline void write_optimizer_file(GPT2* model, const char* dir, int step) {
+inline FileDigest write_optimizer_file(GPT2* model, const char* dir, int step) {
     const Zero* z = &model->zero;
     ZeroOptimizerState opt = zero_optimizer_state(z);
     std::vector<std::vector<float>> buffers;
@@ -243,7 +243,7 @@ inline void write_optimizer_file(GPT2* model, const char* dir, int step) {
             zero_shard_to_units(laid.data(), n, z->shards, z->stage == 0 ? 0 : other.replica_rank, part.data(), out);
         }));
     }
-    if (model->comm->grid.rank == 0) checkpoint_write_optimizer(dir, step, buffers);
+    return model->comm->grid.rank == 0 ? checkpoint_write_optimizer(dir, step, buffers) : FileDigest{0, 0};
 }
 
 // its inverse on every rank: the file's values, this rank's part, this rank's shard
@@ -266,19 +266,21 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
                              const DataLoader& loader, const Rng& sample_rng) {
     char path[4096];
     checkpoint_model_path(path, sizeof(path), tc.output_dir, done);
-    gpt2_write_file(model, path);
+    watchdog_progress("writing a checkpoint", nullptr);
+    FileDigest model_file = gpt2_write_file(model, path);
     if (tc.checkpoint_every > 0) {
         const ProcessGrid& g = model->comm->grid;
         TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
                                loader.shard_index, loader.sample_index, sample_rng.state};
-        write_optimizer_file(model, tc.output_dir, done);
-        checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
-                               done == tc.die_in_checkpoint && g.rank == g.world - 1);
-        comm_barrier(&model->comm->world);  // every rank's files are complete: now it counts
-        if (g.rank == 0) {
-            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage);
+        FileDigest optimizer_file = write_optimizer_file(model, tc.output_dir, done);
+        FileDigest state_file = checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
+                                                       done == tc.die_in_checkpoint && g.rank == g.world - 1);
+        std::vector<FileDigest> states = checkpoint_gather_digests(state_file, g);  // rank 0: every rank's, after all wrote
+        if (g.rank == 0) {  // every rank's files are complete: now it counts
+            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, model_file, optimizer_file, states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
         }
+        comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }
     if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
 }

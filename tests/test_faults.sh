@@ -57,3 +57,38 @@ echo "ok: bad flags: $(grep -m1 'error' $D/bad.txt | cut -c1-100); not restarted
 code=0; bash scripts/supervise.sh -- ./train_gpt_cpu -e $REF/model.bin -x 2 > $D/none.txt 2>&1 || code=$?
 [ $code -eq 1 ] && grep -q "writes no checkpoints" $D/none.txt || { cat $D/none.txt; echo "FAIL: a command without -o, -n"; exit 1; }
 echo "ok: $(cat $D/none.txt)"
+
+# damaged checkpoints: the newest (step 8) with a flipped byte in a state file, the one before (6)
+# with a truncated model file; -y 1 passes over both, saying why, resumes from step 4 and ends with
+# the unbroken run's final model. With every checkpoint damaged: one line on every rank, exit 1
+cp -r $D/whole $D/damaged
+printf '\xff' | dd of=$D/damaged/state_00000008_00001.bin bs=1 seek=5000 conv=notrunc 2> /dev/null
+truncate -s 1000 $D/damaged/model_00000006.bin
+$RUN -o $D/damaged -y 1 > $D/damaged.txt 2>&1 || { tail -n 5 $D/damaged.txt; echo "FAIL: resuming past damaged checkpoints"; exit 1; }
+grep -q "checkpoint step 8 passed over: .*state_00000008_00001.bin does not match its hash" $D/damaged.txt
+grep -q "checkpoint step 6 passed over: .*model_00000006.bin is truncated: 1000 bytes" $D/damaged.txt
+grep -q "resuming from step 4" $D/damaged.txt
+cmp $D/whole/model_00000008.bin $D/damaged/model_00000008.bin || { echo "FAIL: resumed past damage, the final model differs"; exit 1; }
+echo "ok: a flipped byte (step 8) and a truncated file (step 6) passed over, resumed from step 4, final model identical"
+for s in 2 4; do truncate -s 100 $D/damaged/optimizer_0000000$s.bin; done
+rm -f $D/damaged/complete_0000000[68]
+code=0; $RUN -o $D/damaged -y 1 > $D/none_verify.txt 2>&1 || code=$?
+[ $code -ne 0 ] && [ "$(grep -c 'error: -y 1: no checkpoint in .* verifies' $D/none_verify.txt)" = 2 ] \
+    || { cat $D/none_verify.txt; echo "FAIL: no checkpoint verifies, yet (exit $code)"; exit 1; }
+echo "ok: $(grep -m1 'error: -y 1' $D/none_verify.txt | cut -c1-140), on both ranks"
+
+# a full disk while a checkpoint is written: a 150 MB tmpfs holds step 2's checkpoint (about 92 MB:
+# the model, the optimizer file, 2 state files) but not step 4's; the run ends with one line, step 2's
+# checkpoint verifies, and a resume from it (moved to a disk with room) ends as the unbroken run
+mkdir -p $D/full
+mount -t tmpfs -o size=150m tmpfs $D/full || { echo "FAIL: cannot mount a tmpfs (root is needed) for the full-disk case"; exit 1; }
+code=0; $RUN -o $D/full/run > $D/full.txt 2>&1 || code=$?
+cp -r $D/full/run $D/after_full
+umount $D/full
+[ $code -ne 0 ] && grep -q "error: writing .* failed (disk full?)" $D/full.txt \
+    || { tail -n 5 $D/full.txt; echo "FAIL: a full disk mid-checkpoint (exit $code)"; exit 1; }
+[ -f $D/after_full/complete_00000002 ] && [ ! -f $D/after_full/complete_00000004 ] || { ls $D/after_full; echo "FAIL: markers"; exit 1; }
+$RUN -o $D/after_full -y 1 > $D/after_full.txt 2>&1
+grep -q "resuming from step 2" $D/after_full.txt
+cmp $D/whole/model_00000008.bin $D/after_full/model_00000008.bin || { echo "FAIL: resumed after the full disk, final model differs"; exit 1; }
+echo "ok: the disk filled writing step 4: $(grep -m1 'error: writing' $D/full.txt | cut -c1-110); step 2 resumed, final model identical"
