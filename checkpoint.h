@@ -40,7 +40,7 @@ one line saying which file and why, down to the newest that does (none: one line
 //          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune,
 //          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
 //          optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
-//          check_output_dir, output_dir_problem, checkpoint_gather_digests, checkpoint_problem, checkpoint_resume_step
+//          check_output_dir, output_dir_problem, checkpoint_gather_checks, checkpoint_problem, checkpoint_resume_step
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
@@ -105,14 +105,14 @@ inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const T
     return whole_file_commit(&w);
 }
 
-// every rank's state file digest, at rank 0 (empty elsewhere), once every rank has written its file
-inline std::vector<FileDigest> checkpoint_gather_digests(FileDigest mine, const ProcessGrid& g) {
+// every rank's state file check (size, hash), at rank 0 (empty elsewhere), once every rank has written its file
+inline std::vector<FileCheck> checkpoint_gather_checks(FileCheck mine, const ProcessGrid& g) {
     uint64_t pair[2] = {(uint64_t)mine.bytes, mine.hash};
     std::vector<uint64_t> all(g.rank == 0 ? 2 * (size_t)g.world : 0);
     MPI_Gather(pair, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    std::vector<FileDigest> digests;
-    for (size_t r = 0; r < all.size() / 2; r++) digests.push_back(FileDigest{(size_t)all[2 * r], all[2 * r + 1]});
-    return digests;
+    std::vector<FileCheck> checks;
+    for (size_t r = 0; r < all.size() / 2; r++) checks.push_back(FileCheck{(size_t)all[2 * r], all[2 * r + 1]});
+    return checks;
 }
 
 // the header of rank `rank`'s state file of `step`, opened (f: NULL to close it); false if there is no such file
@@ -234,14 +234,14 @@ inline void marker_path(char* out, size_t size, const char* dir, int step) {
 //     step 4: model file and 2 state files, dp 2 tp 1 pp 1 ZeRO-1
 //     file model_00000004.bin 1060864 9c1185a5c5e9fc54
 //     file state_00000004_00001.bin ...
-inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage, FileDigest model,
-                                    FileDigest optimizer, const std::vector<FileDigest>& states) {
+inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage, FileCheck model,
+                                    FileCheck optimizer, const std::vector<FileCheck>& states) {
     char path[4096], line[256];
     marker_path(path, sizeof(path), dir, step);
     std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(g.world) + " state files, dp " +
                        std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " + std::to_string(g.pp) + " ZeRO-" +
                        std::to_string(zero_stage) + "\n";
-    auto add = [&](const char* name, FileDigest d) {
+    auto add = [&](const char* name, FileCheck d) {
         snprintf(line, sizeof(line), "file %s %zu %016llx\n", name, d.bytes, (unsigned long long)d.hash);
         text += line;
     };
@@ -282,7 +282,7 @@ inline std::string checkpoint_problem(const char* dir, int step) {
         std::vector<char> buf(1 << 20);
         for (size_t got; f && (got = fread(buf.data(), 1, buf.size(), f)) > 0;) file_digest_add(&d, buf.data(), got);
         if (f) fclose(f);
-        if (d.hash != hash) return file + " does not match its hash in the marker (damaged)";
+        if (file_digest_hash(d) != hash) return file + " does not match its hash in the marker (damaged)";
     }
     return "";
 }

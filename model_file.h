@@ -275,9 +275,9 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
         FileDigest optimizer_file = write_optimizer_file(model, tc.output_dir, done);
         FileDigest state_file = checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
                                                        done == tc.die_in_checkpoint && g.rank == g.world - 1);
-        std::vector<FileDigest> states = checkpoint_gather_digests(state_file, g);  // rank 0: every rank's, after all wrote
+        std::vector<FileCheck> states = checkpoint_gather_checks(file_check(state_file), g);  // rank 0: every rank's, after all wrote
         if (g.rank == 0) {  // every rank's files are complete: now it counts
-            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, model_file, optimizer_file, states);
+            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file), file_check(optimizer_file), states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete

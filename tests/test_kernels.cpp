@@ -409,3 +409,27 @@ TEST_CASE("loader: shuffling visits every sample once per epoch, reproducibly, s
     for (int s = 0; s < 3; s++) for (int j = 0; j < 8; j++) sequential.push_back(s * 100 + j * 8);
     CHECK(r0 != sequential);
 }
+
+TEST_CASE("a file's digest (checkpoint markers): the same however the writes cut it; a flipped bit changes it") {
+    vector<unsigned char> bytes(100003);
+    Rng r = {7};
+    for (auto& b : bytes) b = (unsigned char)rng_next(&r);
+    FileDigest whole = file_digest_start();
+    file_digest_add(&whole, bytes.data(), bytes.size());
+    for (int trial = 0; trial < 100; trial++) {
+        FileDigest cut = file_digest_start();
+        for (size_t at = 0, n; at < bytes.size(); at += n) {
+            n = std::min(bytes.size() - at, (size_t)(rng_next(&r) % 37));
+            file_digest_add(&cut, bytes.data() + at, n);
+        }
+        CHECK(cut.bytes == whole.bytes);
+        CHECK(file_digest_hash(cut) == file_digest_hash(whole));
+    }
+    for (size_t at : {0ul, 5000ul, bytes.size() - 1}) {  // a word's first byte, the middle, the padded last word
+        vector<unsigned char> flipped = bytes;
+        flipped[at] ^= 0x10;
+        FileDigest d = file_digest_start();
+        file_digest_add(&d, flipped.data(), flipped.size());
+        CHECK(file_digest_hash(d) != file_digest_hash(whole));
+    }
+}
