@@ -1297,6 +1297,7 @@ inline void read_fault_injections(TrainConfig* tc) {
 
 int main(int argc, char** argv) {
     int world, rank, local_rank;
+    cpu_wait_politely(argv);      // the CPU build: idle OpenMP threads yield the core soon (restarts itself once)
     device_choose_before_mpi();  // a CUDA-aware MPI_Init opens a context on the current GPU
     comm_start(&argc, &argv, &world, &rank, &local_rank);
     TrainConfig tc;

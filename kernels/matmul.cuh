@@ -25,11 +25,12 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 // defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input,
 //          matmul_backward_weight, bias_forward, bias_backward,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
-//          bias_forward_kernel, matmul_forward_element, widen
+//          bias_forward_kernel, matmul_forward_element, widen, sgemm_in_pieces
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
 #ifndef __CUDACC__
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
+#include <omp.h>    // defines: omp_in_parallel, omp_get_max_threads
 #include <vector>   // defines: std::vector
 #endif
 
@@ -52,20 +53,47 @@ inline std::vector<float> widen(const floatX* m, int rows, int cols, int ld) {
         for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = to_float(m[(size_t)r * ld + c]);
     return out;
 }
+// OpenBLAS splits a product between its threads evenly, once. On a machine where another program
+// takes a core, the thread that shares it does its half at half speed while the other waits. So
+// the CPU build cuts the output into pieces along its longer side, 4 per thread and at least 64
+// wide, which the OpenMP threads take as they finish (schedule dynamic): the slowed thread does
+// fewer. Each piece is one single-threaded sgemm (OpenBLAS runs one thread inside a parallel
+// region); every element's sum over K is the same as whole, so the result does not depend on
+// which thread takes which piece. Small products, and calls already inside a parallel region
+// (attention's heads), stay one call
+inline void sgemm_in_pieces(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
+                            const float* B, int ldb, float beta, float* C, int ldc) {
+    int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    bool along_n = N >= M;  // pieces of C's columns (op(B)'s columns) or of its rows (op(A)'s rows)
+    int length = along_n ? N : M, pieces = std::min(4 * threads, length / 64);
+    if (threads == 1 || pieces <= 1 || (double)M * N * K < 1e6) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int p = 0; p < pieces; p++) {
+        int from = (int)((long long)length * p / pieces), n = (int)((long long)length * (p + 1) / pieces) - from;
+        if (along_n)  // op(B)'s columns from..: B's rows (transposed) or columns
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda, B + (tb == CblasTrans ? (size_t)from * ldb : from), ldb, beta,
+                        C + from, ldc);
+        else          // op(A)'s rows from..: A's columns (transposed) or rows
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, A + (ta == CblasTrans ? from : (size_t)from * lda), lda, B, ldb, beta,
+                        C + (size_t)from * ldc, ldc);
+    }
+}
+
 inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                          const floatX* A, int lda, size_t stride_a, const floatX* B, int ldb, size_t stride_b,
                          float beta, floatX* C, int ldc, size_t stride_c, int batch) {
     CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     for (int i = 0; i < batch; i++) {
 #if FLOATX_IS_FP32
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
-                    beta, C + i * stride_c, ldc);
+        sgemm_in_pieces(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
 #else
         std::vector<float> a = trans_a ? widen(A + i * stride_a, K, M, lda) : widen(A + i * stride_a, M, K, lda);
         std::vector<float> b = trans_b ? widen(B + i * stride_b, N, K, ldb) : widen(B + i * stride_b, K, N, ldb);
         std::vector<float> c = beta != 0.0f ? widen(C + i * stride_c, M, N, ldc) : std::vector<float>((size_t)M * N);
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N,
-                    beta, c.data(), N);
+        sgemm_in_pieces(ta, tb, M, N, K, alpha, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N, beta, c.data(), N);
         for (int r = 0; r < M; r++)
             for (int col = 0; col < N; col++) C[i * stride_c + (size_t)r * ldc + col] = from_float(c[(size_t)r * N + col]);
 #endif
