@@ -155,9 +155,6 @@ inline void allocate_buffers(const BufferSpec* specs, int n, size_t ledger[NUM_M
 }
 
 // ---------------------------------------------------------------- files written whole
-// A file that is complete or absent: written under PATH.tmp and renamed to PATH only once every
-// byte is out and closed, so a crash or a full disk never leaves a damaged PATH (model files,
-// checkpoints, token shards). `what` names the file in errors ("model file", "shard", ...).
 // A file's size and a 64-bit hash of its bytes, taken as it is written: what a checkpoint's marker
 // records of each of its files, so that a damaged file is found before it is trusted (checkpoint.h).
 // FNV-1a over 8-byte words: h = (h xor word) * 1099511628211 from 14695981039346656037, the last
@@ -186,6 +183,9 @@ inline uint64_t file_digest_hash(const FileDigest& d) { return d.bytes % 8 ? (d.
 // what a checkpoint's marker records of a complete file: its size and final hash
 struct FileCheck { size_t bytes; uint64_t hash; };
 inline FileCheck file_check(const FileDigest& d) { return FileCheck{d.bytes, file_digest_hash(d)}; }
+// A file that is complete or absent: written under PATH.tmp and renamed to PATH only once every
+// byte is out and closed, so a crash or a full disk never leaves a damaged PATH (model files,
+// checkpoints, token shards). `what` names the file in errors ("model file", "shard", ...).
 struct WholeFile {
     std::string path, tmp, what;
     FILE* f;

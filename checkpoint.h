@@ -37,7 +37,7 @@ one line saying which file and why, down to the newest that does (none: one line
 #pragma once
 // defines: TrainingState, checkpoint_model_path, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
 //          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
-//          checkpoint_write_marker, checkpoint_latest_step, checkpoint_prune,
+//          checkpoint_write_marker, checkpoint_prune,
 //          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
 //          optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
 //          check_output_dir, output_dir_problem, checkpoint_gather_checks, checkpoint_problem, checkpoint_resume_step
@@ -301,19 +301,6 @@ inline std::vector<int> steps_named(const char* dir, const char* prefix, const c
     closedir(d);
     std::sort(steps.begin(), steps.end());
     return steps;
-}
-
-// the newest step in dir with a marker, a model file and an optimizer file, or 0
-inline int checkpoint_latest_step(const char* dir) {
-    int best = 0;
-    for (int step : steps_named(dir, "complete_", "")) {
-        char model[4096], optimizer[4096];
-        struct stat st;
-        checkpoint_model_path(model, sizeof(model), dir, step);
-        optimizer_path(optimizer, sizeof(optimizer), dir, step);
-        if (stat(model, &st) == 0 && stat(optimizer, &st) == 0) best = step;
-    }
-    return best;
 }
 
 // the step -y 1 resumes from: rank 0 verifies the checkpoints newest first (checkpoint_problem) and

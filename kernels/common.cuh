@@ -87,10 +87,10 @@ inline int launcher_local_rank() {
         if (const char* v = getenv(name)) return atoi(v);
     return -1;
 }
+inline void cpu_wait_politely(char** argv) { (void)argv; }  // the GPU build: its waits are the GPU's
 // the GPU chosen before MPI_Init, from the launcher's local rank: a CUDA-aware MPI opens a
 // context on the current device at MPI_Init, which would otherwise be GPU 0 in every rank.
 // device_init, after MPI_Init, chooses again from MPI's own node rank (the same, as launchers number)
-inline void cpu_wait_politely(char** argv) { (void)argv; }  // the GPU build: its waits are the GPU's
 inline void device_choose_before_mpi() {
     int count = 0, local = launcher_local_rank();
     if (local >= 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaSetDevice(local % count);
@@ -146,8 +146,6 @@ extern "C" int openblas_get_parallel(void);      // 0 single-threaded, 1 pthread
 
 inline int device_count() { return 0; }
 inline int device_pci_id() { return 0; }  // every rank of a node shares its memory
-// each rank's threads: the cores this process may run on, shared by the ranks on the node,
-// unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
 // OpenMP threads that wait for work spin first: libgomp's default is 300,000 spins, about a
 // millisecond, before they sleep. When another program shares the cores, a spinning thread takes
 // the core from the thread that has the work, and the step slows by more than the share taken
@@ -160,6 +158,8 @@ inline void cpu_wait_politely(char** argv) {
     execv("/proc/self/exe", argv);  // returns only if it failed: then go on spinning as before
 }
 inline void device_choose_before_mpi() {}  // no GPU
+// each rank's threads: the cores this process may run on, shared by the ranks on the node,
+// unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
 inline void device_init(int local_rank, int ranks_on_node) {
     (void)local_rank;
     cpu_set_t cores;

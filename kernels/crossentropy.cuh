@@ -26,7 +26,7 @@ pieces against; the CPU build's fused op runs the pieces' vectorised loops row b
 */
 #pragma once
 // defines: crossentropy_forward_backward_host, crossentropy_forward_backward, crossentropy_fused_kernel,
-//          merge_softmax_state, crossentropy_row_max, crossentropy_row_sumexp,
+//          merge_softmax_state, row_max_host, row_sumexp_host, crossentropy_row_max, crossentropy_row_sumexp,
 //          crossentropy_target_logit, crossentropy_finish,
 //          block_reduce, crossentropy_finish_host, crossentropy_finish_kernel,
 //          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
@@ -65,23 +65,27 @@ inline void crossentropy_forward_backward_host(floatX* logits,      // (N,Vp) in
 // logits (N,cols): this rank's columns, global index vocab_begin + j; valid: how many
 // of them are real vocabulary (< V); the rest are padding and get zero gradient
 
+// one row's max, and its sum of exp(z - max), over its first `valid` columns: vectorised (a fixed
+// order: the lanes, then across them). The pieces' host loops and the CPU build's fused op both use them
+inline float row_max_host(const floatX* z, int valid) {
+    float maxval = -INFINITY;
+    #pragma omp simd reduction(max : maxval)
+    for (int j = 0; j < valid; j++) maxval = fmaxf(maxval, to_float(z[j]));
+    return maxval;
+}
+inline float row_sumexp_host(const floatX* z, float maxval, int valid) {
+    float sum = 0.0f;
+    #pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < valid; j++) sum += expf(to_float(z[j]) - maxval);
+    return sum;
+}
 inline void crossentropy_row_max_host(float* maxes, const floatX* logits, int N, int cols, int valid) {
     #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        float maxval = -INFINITY;
-        #pragma omp simd reduction(max : maxval)
-        for (int j = 0; j < valid; j++) maxval = fmaxf(maxval, to_float(logits[(size_t)i * cols + j]));
-        maxes[i] = maxval;
-    }
+    for (int i = 0; i < N; i++) maxes[i] = row_max_host(logits + (size_t)i * cols, valid);
 }
 inline void crossentropy_row_sumexp_host(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
     #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        float sum = 0.0f;
-        #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < valid; j++) sum += expf(to_float(logits[(size_t)i * cols + j]) - maxes[i]);
-        sums[i] = sum;
-    }
+    for (int i = 0; i < N; i++) sums[i] = row_sumexp_host(logits + (size_t)i * cols, maxes[i], valid);
 }
 HOST_DEVICE inline float target_logit_of_row(const floatX* logits, const int* targets, int i, int cols, int vocab_begin) {
     int j = targets[i] - vocab_begin;
@@ -208,18 +212,13 @@ inline void crossentropy_finish(floatX* logits, float* losses, const int* target
     launchCheck();
 }
 #else
-// the CPU build's fused op: the pieces' vectorised loops (the same sums in the same order as
-// crossentropy_row_max_host and _row_sumexp_host, so tp = 1 and the pieces agree bit for bit),
-// one row at a time while it is in cache
+// the CPU build's fused op: the pieces' row loops (row_max_host, row_sumexp_host, so that tp = 1 and
+// the pieces agree bit for bit), one row at a time while it is in cache
 inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         floatX* z = logits + (size_t)i * Vp;
-        float maxval = -INFINITY, sum = 0.0f;
-        #pragma omp simd reduction(max : maxval)
-        for (int j = 0; j < V; j++) maxval = fmaxf(maxval, to_float(z[j]));
-        #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) sum += expf(to_float(z[j]) - maxval);
+        float maxval = row_max_host(z, V), sum = row_sumexp_host(z, maxval, V);
         losses[i] = logf(sum) + maxval - to_float(z[targets[i]]);
         if (dloss == 0.0f) continue;
         for (int j = 0; j < Vp; j++) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, maxval, sum, dloss);

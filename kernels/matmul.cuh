@@ -58,9 +58,9 @@ inline std::vector<float> widen(const floatX* m, int rows, int cols, int ld) {
 // the CPU build cuts the output into pieces along its longer side, 4 per thread and at least 64
 // wide, which the OpenMP threads take as they finish (schedule dynamic): the slowed thread does
 // fewer. Each piece is one single-threaded sgemm (OpenBLAS runs one thread inside a parallel
-// region); every element's sum over K is the same as whole, so the result does not depend on
-// which thread takes which piece. Small products, and calls already inside a parallel region
-// (attention's heads), stay one call
+// region) whose result does not depend on which thread takes it, so runs repeat bit for bit (the
+// bits may differ from one whole call's in the last place: OpenBLAS blocks each size its own way).
+// Small products, and calls already inside a parallel region (attention's heads), stay one call
 inline void sgemm_in_pieces(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
                             const float* B, int ldb, float beta, float* C, int ldc) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
