@@ -28,8 +28,10 @@ MODEL="$D/init/model_00000001.bin"
 TRAIN="$PWD/data/tinyshakespeare_train.bin" VAL="$PWD/data/tinyshakespeare_val.bin"
 
 for B in $BATCHES; do
-    # llm.c: no validation, no sampling, no checkpoints; its step line carries ms and tok/s
-    (cd "$D" && "$LLMC_DIR/train_gpt2cu" -e "$MODEL" -i "$TRAIN" -j "$VAL" -b $B -t 1024 -x $STEPS -v 0 -s 0 -h 0 \
+    # llm.c: validation only after the last step (its -v 0 would divide by zero), on the train shard
+    # (it asserts that every shard holds B*T+1 tokens: tinyshakespeare's val shard has 32K), no
+    # sampling, no checkpoints; its step line carries ms and tok/s
+    (cd "$D" && "$LLMC_DIR/train_gpt2cu" -e "$MODEL" -i "$TRAIN" -j "$TRAIN" -b $B -t 1024 -x $STEPS -v 1000000 -s 0 -h 0 \
         > "llmc_b$B.out" 2>&1) || { echo "llm.c at B=$B failed:"; tail -3 "$D/llmc_b$B.out"; continue; }
     ./train_gpt -e "$MODEL" -i "$TRAIN" -j "$VAL" -b $B -t 1024 -x $STEPS -v 0 -s 0 -log "$D/ours_b$B.jsonl" \
         > "$D/ours_b$B.out" 2>&1 || { echo "ours at B=$B failed:"; tail -3 "$D/ours_b$B.out"; continue; }

@@ -21,9 +21,13 @@ The contract, as CUDA's programming guide states it, checked at every call:
 
 The element-to-lane mapping (unspecified by CUDA, and a real GPU's differs, so code that assumes
 one is wrong on both): a fragment holds a rows x cols matrix (a: 16 x K, b: K x 16, accumulator:
-16 x 16), its elements taken in row-major order and dealt out to lanes 0..31 in runs of
-rows*cols/32: lane l's x[i] is element l*run + i. fp16's a and b fragments have 16 elements a lane,
-as the real ones do: x[8..15] repeat x[0..7] (load and fill write both; mma_sync reads x[0..7]).
+16 x 16), its elements taken in row-major order and dealt out to lanes 0..31 one at a time, round
+and round: lane l's x[i] is element 32 i + l, so a lane's elements lie in different rows (in a 16 x
+16 accumulator, rows 2 i + l / 16 of column l % 16), as on a GPU, where a lane's accumulator
+elements span two rows: code that takes a lane's elements for one row fails here. Code may learn
+the mapping only by loading a known matrix (kernels/flash_attention.cuh: wmma_accumulator_rows).
+fp16's a and b fragments have 16 elements a lane, as the real ones do: x[8..15] repeat x[0..7]
+(load and fill write both; mma_sync reads x[0..7]).
 
 Arithmetic: mma_sync computes each D[i][j] = C[i][j] + A[i][0]*B[0][j] + ... + A[i][K-1]*B[K-1][j]
 in fp32, adding in that order (C first, then k ascending). Every product of two bf16, fp16 or tf32
@@ -149,12 +153,13 @@ inline void check_memory_call(const char* what, const void* p, unsigned ldm, lay
     }
 }
 
-// this lane's share of the fragment's rows x cols matrix: x[i] (and its repeats) is element lane*run + i
+// this lane's share of the fragment's rows x cols matrix: x[i] (and its repeats) is element 32 i + lane
+inline int element_index(int lane, int i) { return 32 * i + lane; }
 template <int rows, int cols, typename Frag, typename Mem>
 inline void load(Frag& f, const Mem* p, unsigned ldm, layout_t layout) {
     const int run = rows * cols / 32;
     for (int i = 0; i < Frag::num_storage_elements; i++) {
-        int e = lane() * run + i % run;
+        int e = element_index(lane(), i % run);
         f.x[i] = p[offset(e / cols, e % cols, ldm, layout)];
     }
 }
@@ -162,7 +167,7 @@ template <int rows, int cols, typename Frag>
 inline void store(float* p, const Frag& f, unsigned ldm, layout_t layout) {
     const int run = rows * cols / 32;
     for (int i = 0; i < run; i++) {
-        int e = lane() * run + i;
+        int e = element_index(lane(), i);
         p[offset(e / cols, e % cols, ldm, layout)] = f.x[i];
     }
 }
@@ -175,8 +180,8 @@ template <typename A, typename B, typename C> struct Operands {
 };
 // element (row, col) of a rows x cols fragment, from the gathered shares of all lanes
 template <int rows, int cols, typename Get> inline float element(int row, int col, Get get) {
-    const int run = rows * cols / 32, e = row * cols + col;
-    return get(e / run, e % run);
+    const int e = row * cols + col;
+    return get(e % 32, e / 32);  // lane, index: element_index's inverse
 }
 }  // namespace cuda_emu_wmma
 
@@ -224,8 +229,8 @@ inline void mma_sync(fragment<accumulator, m, n, k, float>& d, const fragment<ma
     auto a_at = [&](int l, int i) { return cuda_emu_wmma::input(ops(l).a[i]); };
     auto b_at = [&](int l, int i) { return cuda_emu_wmma::input(ops(l).b[i]); };
     const int run = m * n / 32;
-    for (int i = 0; i < run; i++) {  // this lane's elements of d: element lane*run + i, as for c
-        int e = cuda_emu_wmma::lane() * run + i, row = e / n, col = e % n;
+    for (int i = 0; i < run; i++) {  // this lane's elements of d: element 32 i + lane, as for c
+        int e = cuda_emu_wmma::element_index(cuda_emu_wmma::lane(), i), row = e / n, col = e % n;
         float sum = mine.c[i];
         for (int kk = 0; kk < k; kk++)
             sum += cuda_emu_wmma::element<m, k>(row, kk, a_at) * cuda_emu_wmma::element<k, n>(kk, col, b_at);
