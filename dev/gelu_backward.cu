@@ -3,25 +3,16 @@ dev/gelu_backward.cu: GELU's backward, dinp = gelu'(x) * dout (kernels/gelu.cuh:
 gelu_derivative, shared by the host twin and every version). The trainer runs it in
 place (dinp = dout), which every version allows: each element is read before written.
 
-version 1: one thread per element: the trainer's gelu_backward_kernel
-version 2: one thread per 16 bytes (8 bf16 or 4 fp32): 128-bit loads and stores
+version 1: one thread per element: the trainer's gelu_backward_kernel where packs do not fit
+version 2: one thread per 16 bytes (8 bf16 or 4 fp32): 128-bit loads and stores, the trainer's
+           gelu_backward_kernel128 (n a multiple of the pack, arrays 16-byte aligned)
 */
 #include "lab.h"
-#include "../kernels/gelu.cuh"  // defines: gelu_backward_host (the reference), gelu_derivative, gelu_backward_kernel (version 1)
-
-// n a multiple of Packed128<floatX>::size
-__global__ void gelu_backward_kernel2(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    const int P = Packed128<floatX>::size;
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
-    if (i >= n) return;
-    Packed128<floatX> x = load128(inp + i), dy = load128(dout + i), dx;
-    for (int k = 0; k < P; k++) dx.v[k] = from_float(gelu_derivative(to_float(x.v[k])) * to_float(dy.v[k]));
-    store128(dinp + i, dx);
-}
+#include "../kernels/gelu.cuh"  // defines: gelu_backward_host (the reference), gelu_derivative, gelu_backward_kernel (version 1), gelu_backward_kernel128 (version 2)
 
 static void gelu_backward_version(int version, int block, floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
     if (version == 1) gelu_backward_kernel<<<ceil_div(n, block), block>>>(dinp, inp, dout, n);
-    else gelu_backward_kernel2<<<ceil_div(n / Packed128<floatX>::size, block), block>>>(dinp, inp, dout, n);
+    else gelu_backward_kernel128<<<ceil_div(n / Packed128<floatX>::size, block), block>>>(dinp, inp, dout, n);
     launchCheck();
 }
 

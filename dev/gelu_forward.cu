@@ -3,25 +3,16 @@ dev/gelu_forward.cu: GPT-2's tanh GELU, out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.
 (kernels/gelu.cuh: gelu_value, shared by the host twin and every version). Elementwise:
 its speed is memory bandwidth, 2 x 2 bytes per bf16 element.
 
-version 1: one thread per element: the trainer's gelu_forward_kernel
-version 2: one thread per 16 bytes (8 bf16 or 4 fp32): 128-bit loads and stores
+version 1: one thread per element: the trainer's gelu_forward_kernel where packs do not fit
+version 2: one thread per 16 bytes (8 bf16 or 4 fp32): 128-bit loads and stores, the trainer's
+           gelu_forward_kernel128 (n a multiple of the pack, arrays 16-byte aligned)
 */
 #include "lab.h"
-#include "../kernels/gelu.cuh"  // defines: gelu_forward_host (the reference), gelu_value, gelu_forward_kernel (version 1)
-
-// n a multiple of Packed128<floatX>::size
-__global__ void gelu_forward_kernel2(floatX* out, const floatX* inp, size_t n) {
-    const int P = Packed128<floatX>::size;
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
-    if (i >= n) return;
-    Packed128<floatX> x = load128(inp + i), y;
-    for (int k = 0; k < P; k++) y.v[k] = from_float(gelu_value(to_float(x.v[k])));
-    store128(out + i, y);
-}
+#include "../kernels/gelu.cuh"  // defines: gelu_forward_host (the reference), gelu_value, gelu_forward_kernel (version 1), gelu_forward_kernel128 (version 2)
 
 static void gelu_forward_version(int version, int block, floatX* out, const floatX* inp, size_t n) {
     if (version == 1) gelu_forward_kernel<<<ceil_div(n, block), block>>>(out, inp, n);
-    else gelu_forward_kernel2<<<ceil_div(n / Packed128<floatX>::size, block), block>>>(out, inp, n);
+    else gelu_forward_kernel128<<<ceil_div(n / Packed128<floatX>::size, block), block>>>(out, inp, n);
     launchCheck();
 }
 

@@ -15,7 +15,7 @@ fp32 1e-5 (24-bit rounding in another order); bf16 1e-2 against the host twin an
 float64 (a few stores of 2^-9 each), 2e-2 against PyTorch's own bf16 (its error, ~1e-2, plus ours).
 */
 #pragma once
-// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, lab_skip_in_emulation, ref_floats, ref_floatx, Packed128, load128, store128, random_floats, random_floatx, random_tokens, to_device, from_device,
+// defines: Lab, LAB_BLOCK_SIZES, lab_start, lab_finish, lab_wants, lab_report, lab_check_value, time_versions, lab_skip_in_emulation, ref_floats, ref_floatx, random_floats, random_floatx, random_tokens, to_device, from_device,
 //          lab_check, lab_check_ref, time_ms, lab_ref_file, ref_prefix, for_each_ref_case, as_floatx, lse_float64
 #include <stdio.h>     // defines: printf
 #include <stdlib.h>    // defines: atoi, getenv
@@ -150,15 +150,7 @@ inline void lab_check_ref(Lab* lab, const char* what, const T* device, const Ref
     if (!check_against_pytorch(what, ours.data(), file, name)) lab->failures++;
 }
 
-// ---------------------------------------------------------------- 128-bit access
-// 16 bytes of T: one load or store instruction moves 8 bf16 or 4 fp32 values. The address
-// must be 16-byte aligned: a multiple of Packed128<T>::size elements from an allocation.
-template <typename T> struct alignas(16) Packed128 {
-    static constexpr int size = 16 / sizeof(T);
-    T v[size];
-};
-template <typename T> __device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
-template <typename T> __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
+// 128-bit access (Packed128, load128, store128): kernels/common.cuh, shared with the trainer's kernels
 
 // The emulated CUDA build (tests/emu/, run by make test) checks every version at the sizes that
 // take it seconds, not minutes, and times nothing: its times would be the host's

@@ -11,7 +11,7 @@ loader and the tokenizer use too.
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
-//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check
+//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16
 #include <stdint.h>   // defines: SIZE_MAX
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 
@@ -37,6 +37,17 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 #endif
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
+
+// 16 bytes of T: one load or store instruction moves 8 bf16 or 4 fp32 values, and a warp's 32
+// lanes cover 512 contiguous bytes, whole 128-byte lines. The address must be 16-byte aligned:
+// a multiple of Packed128<T>::size elements from an allocation
+template <typename T> struct Packed128 {
+    static constexpr int size = 16 / sizeof(T);
+    alignas(16) T v[size];  // the struct's alignment too: a copy is one 128-bit access
+};
+template <typename T> __device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
+template <typename T> __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
+inline bool aligned16(const void* p) { return (size_t)p % 16 == 0; }
 
 // Column sums over many rows (bias and LayerNorm parameter gradients) in two stages, in a fixed
 // order so that a run repeats bit for bit (bit-exact resume): stage 1 gives each of COLUMN_PARTS
