@@ -33,7 +33,7 @@ version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flas
            tensor cores (WMMA): a warp's 16 rows of k and v (or q and dout) in fragments, s and dp
            into shared memory, p and ds formed there and rounded to floatX, dv, dk, dq summed in
            accumulator fragments, 64 keys or queries a block (kernels/flash_attention.cuh). On an
-           H200 at B 8, T 1024: 1.38 ms, version 2 0.78 ms (docs/gpu.md)
+           H200 at B 8, T 1024: 1.15 ms, version 2 0.78 ms (docs/gpu.md)
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
 floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,
 T 1024, C 768, NH 12 in bf16, 289.4 MB against 101.1 MB (printed with the timings). Versions 3

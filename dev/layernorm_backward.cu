@@ -14,7 +14,8 @@ version 2: the row kernel, then two stages: 64 blocks of rows x 32-channel tiles
 version 3: the trainer's: version 2 with the row kernel's every access 16 bytes a lane and
            the row's x, dout, w in registers between its two passes (where C allows:
            a multiple of 256 bf16 or 128 fp32 values, at most 1024). On an H200 at N 8192,
-           C 768 version 2's row kernel took 210 us, 15 times the forward's
+           C 768 version 2's row kernel took 210 us, 15 times the forward's, version 3's
+           18 us; at the timed N 16384: 0.435 and 0.071 ms with the column sums
 The block size applies to the row kernels (version 3's is fixed); the column stages have fixed shapes.
 */
 #include "lab.h"

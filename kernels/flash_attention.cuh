@@ -42,10 +42,11 @@ Registers and shared memory (ptxas, sm_90, bf16, head size 64): the WMMA kernels
 168 (dk dv), 128 (dq, 4 bytes spilled) registers a thread and 44, 37, 33 KB of shared memory (at
 head size 128 the dk dv kernel uses all 255 registers); the CUDA-core kernels hold a row in
 registers (249 for the forward at 64, spilling at 128: the fp32 build is for checking, not speed).
-Measured on an H200 (docs/gpu.md, B 8, T 1024, NH 12, hs 64, one layer): forward 0.39 ms (1.53 ms
-before this version: o in shared memory, 16 lanes running the softmax, 32-key tiles, 2-byte
-loads), backward 1.38 ms (dk dv 0.75, dq 0.49, before 2.34 and 1.49), against 0.41 and 0.78 ms for
-the (T,T) matrix through cuBLAS (dev/attention_forward.cu, attention_backward.cu version 2).
+Measured on an H200 (docs/gpu.md, B 8, T 1024, NH 12, hs 64, one layer, the labs): forward 0.28 ms
+(1.53 ms before this version: o in shared memory, 16 lanes running the softmax, 32-key tiles,
+2-byte loads, the head size known only at run time), backward 1.15 ms (in a step dk dv 0.63, dq
+0.36, before 2.34 and 1.49), against 0.41 and 0.78 ms for the (T,T) matrix through cuBLAS
+(dev/attention_forward.cu, attention_backward.cu version 2).
 What the emulated build (tests/emu) proves of these kernels: the arithmetic, masks, padding and
 tile walks against the host twin, barriers (ThreadSanitizer), WMMA's contract (warp-collective
 calls, aligned pointers and leading dimensions), and that no code assumes a fragment layout (the
