@@ -16,8 +16,9 @@ version 3: one block per row, one kernel: an online softmax keeps a running (max
            per thread, rescaling the sum when the max grows, and merges the pairs across
            the block; then the gradient pass. Two reads of the row instead of four: the
            trainer's at one tensor-parallel rank (kernels/crossentropy.cuh's
-           crossentropy_forward_backward, 512 threads a row); tensor parallelism needs
-           version 2's split
+           crossentropy_forward_backward, 512 threads a row), 16 bytes a thread where the
+           padded row allows (crossentropy_fused_kernel128; on an H200 the 2-byte kernel took
+           1.92 ms for 8192 rows of 50304); tensor parallelism needs version 2's split
 The block size applies to versions 1 and 3.
 */
 #include "lab.h"

@@ -70,7 +70,8 @@ Applied in kernels/attention.cuh: attention_block_forward, attention_block_backw
 //          WmmaColsT, WmmaCols,
 //          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv, WMMA_BACKWARD_WARPS,
 //          WMMA_BACKWARD_P_LD, wmma_warp_floats, wmma_load_row_fragments, wmma_probabilities, wmma_rows_times_cols,
-//          wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel
+//          wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel, flash_row_dot_kernel128,
+//          flash_output_kernel128, flash_gradients_kernel128
 #define FLASH_QUERIES 32  // Br: queries a block, a thread each (CUDA-core kernels)
 #define FLASH_KEYS 32     // Bc: keys a tile; equal to Br, so a causal query tile has one diagonal key tile
 static_assert(FLASH_QUERIES == FLASH_KEYS, "one diagonal key tile per query tile");
@@ -718,6 +719,50 @@ __global__ void flash_pack_kv_kernel(floatX* kv, const floatX* qkv, size_t rows,
     if (row < rows) kv[i] = qkv[row * 3 * C + C + c];
 }
 
+// The same three 16 bytes a thread (Packed128), where C is a multiple of the pack and the arrays
+// 16-byte aligned: on an H200 the ones above took 54 (row dot), 64 (gradients) and 18 us
+// (output) a layer at B 8, T 1024 (docs/gpu.md). The row dot: a warp a row, each lane a pack of
+// one head, each head's packs summed over its lanes by shuffles in a fixed order (hs / pack lanes
+// a head, a power of two up to 32)
+__global__ void flash_row_dot_kernel128(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+    constexpr int P = Packed128<floatX>::size;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, lanes_a_head = C / NH / P;
+    if (row >= rows) return;
+    for (int p0 = 0; p0 < C / P; p0 += 32) {  // C / P is a multiple of 32 / lanes_a_head: whole heads a round
+        int pack = p0 + lane;
+        float sum = 0.0f;
+        if (pack < C / P) {
+            Packed128<floatX> dy = load128(dout + (size_t)row * C + pack * P), y = load128(out + (size_t)row * C + pack * P);
+            for (int k = 0; k < P; k++) sum += to_float(dy.v[k]) * to_float(y.v[k]);
+        }
+        for (int o = 1; o < lanes_a_head; o *= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
+        if (pack < C / P && lane % lanes_a_head == 0) D[(size_t)row * NH + pack / lanes_a_head] = sum;
+    }
+}
+__global__ void flash_output_kernel128(floatX* out, const float* acc, size_t n) {
+    constexpr int P = Packed128<floatX>::size, F = Packed128<float>::size;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (i >= n) return;
+    Packed128<floatX> o;
+    for (int k = 0; k < P; k += F) {
+        Packed128<float> a = load128(acc + i + k);
+        for (int e = 0; e < F; e++) o.v[k + e] = from_float(a.v[e]);
+    }
+    store128(out + i, o);
+}
+__global__ void flash_gradients_kernel128(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
+    constexpr int P = Packed128<floatX>::size, F = Packed128<float>::size;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P, row = i / (3 * C), c = i % (3 * C);
+    if (row >= rows) return;
+    const float* src = c < (size_t)C ? dq + row * C + c : dkv + row * 2 * C + c - C;  // a pack lies wholly in one
+    Packed128<floatX> g;
+    for (int k = 0; k < P; k += F) {
+        Packed128<float> a = load128(src + k);
+        for (int e = 0; e < F; e++) g.v[k + e] = from_float(a.v[e]);
+    }
+    store128(dqkv + i, g);
+}
+
 // ---------------------------------------------------------------- launchers
 template <int HS_MAX> inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
 #if !FLOATX_IS_FP32
@@ -771,19 +816,30 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
 // D (rows, NH) = dout . out per query row and head, for every block's backward
 inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     if (rows * NH == 0) return;
-    flash_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
+    constexpr int P = Packed128<floatX>::size;
+    int lanes_a_head = C / NH % P == 0 ? C / NH / P : 0;
+    if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && aligned16(dout) && aligned16(out))
+        flash_row_dot_kernel128<<<ceil_div(rows, 8), 256>>>(D, dout, out, rows, C, NH);
+    else
+        flash_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
     launchCheck();
 }
 // the fp32 output of the last block, in floatX
 inline void attention_block_output(floatX* out, const float* acc, size_t n) {
     if (n == 0) return;
-    flash_output_kernel<<<ceil_div(n, 256), 256>>>(out, acc, n);
+    if (n % Packed128<floatX>::size == 0 && aligned16(out) && aligned16(acc))
+        flash_output_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, acc, n);
+    else
+        flash_output_kernel<<<ceil_div(n, 256), 256>>>(out, acc, n);
     launchCheck();
 }
 // dqkv (rows, 3C) floatX = [dq | dk dv] from the fp32 sums
 inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
     if (rows == 0) return;
-    flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);
+    if (C % Packed128<floatX>::size == 0 && aligned16(dqkv) && aligned16(dq) && aligned16(dkv))
+        flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows, C);
+    else
+        flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);
     launchCheck();
 }
 // the [k | v] rows (2C) of qkv rows (3C): what ring attention sends (cp.h)
