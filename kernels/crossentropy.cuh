@@ -31,7 +31,8 @@ pieces against; the CPU build's fused op runs the pieces' vectorised loops row b
 //          block_reduce, crossentropy_finish_host, crossentropy_finish_kernel,
 //          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
 //          crossentropy_row_max_kernel, crossentropy_row_sumexp_host, crossentropy_row_sumexp_kernel,
-//          crossentropy_target_logit_host, crossentropy_target_logit_kernel, target_logit_of_row, crossentropy_fused_kernel128
+//          crossentropy_target_logit_host, crossentropy_target_logit_kernel, target_logit_of_row, crossentropy_fused_kernel128,
+//          block_merge_softmax_state
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 
@@ -161,9 +162,20 @@ __device__ inline void merge_softmax_state(float* m, float* s, float m2, float s
     *s = *s * expf(*m - top) + s2 * expf(m2 - top);
     *m = top;
 }
-__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+// every thread's (max, sum) pair merged over the block, in a fixed order: in each warp by
+// shuffles, then the warps' pairs in warp order through shared memory; every thread gets the result
+__device__ inline void block_merge_softmax_state(float* m, float* s) {
     __shared__ float warp_max[32], warp_sum[32];
-    int i = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
+    if (lane == 0) { warp_max[warp] = *m; warp_sum[warp] = *s; }
+    __syncthreads();  // every warp's pair in (and whatever the threads did before) before any thread goes on
+    *m = lane < warps ? warp_max[lane] : -INFINITY;
+    *s = lane < warps ? warp_sum[lane] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
+}
+__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+    int i = blockIdx.x;
     floatX* z = logits + (size_t)i * Vp;
     float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
     float m = -INFINITY, s = 0.0f;
@@ -172,12 +184,7 @@ __global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const i
         if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
         else s += expf(x - m);
     }
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
-    if (lane == 0) { warp_max[warp] = m; warp_sum[warp] = s; }
-    __syncthreads();  // every warp's pair (and every thread's target_logit read) before any gradient is written
-    m = lane < warps ? warp_max[lane] : -INFINITY;
-    s = lane < warps ? warp_sum[lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    block_merge_softmax_state(&m, &s);  // also the barrier: every target_logit read before any gradient is written
     if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
     if (dloss == 0.0f) return;
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
@@ -188,8 +195,7 @@ __global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const i
 // logits 16-byte aligned; columns from V on are padding in both passes
 __global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
     constexpr int P = Packed128<floatX>::size;
-    __shared__ float warp_max[32], warp_sum[32];
-    int i = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int i = blockIdx.x;
     floatX* z = logits + (size_t)i * Vp;
     float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
     float m = -INFINITY, s = 0.0f;
@@ -202,12 +208,7 @@ __global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, cons
         s = (m == -INFINITY ? 0.0f : s * expf(m - top)) + sum;
         m = top;
     }
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
-    if (lane == 0) { warp_max[warp] = m; warp_sum[warp] = s; }
-    __syncthreads();  // every warp's pair (and every thread's target_logit read) before any gradient is written
-    m = lane < warps ? warp_max[lane] : -INFINITY;
-    s = lane < warps ? warp_sum[lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(&m, &s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    block_merge_softmax_state(&m, &s);  // also the barrier: every target_logit read before any gradient is written
     if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
     if (dloss == 0.0f) return;
     for (int j0 = threadIdx.x * P; j0 < Vp; j0 += blockDim.x * P) {
