@@ -5,49 +5,14 @@ fp32 master in 16-bit builds) and writes all but the gradient back: 26 bytes in 
 so its speed is memory bandwidth. The 16-bit builds round the master into the
 parameter stochastically, the random bits a hash of (seed, element).
 
-version 1: one thread per element: the trainer's adamw_kernel
+version 1: one thread per element: the trainer's adamw_kernel where an array is not 16-byte aligned
 version 2: one thread per 16 bytes of parameters (8 bf16 or 4 fp32): 128-bit loads and
-           stores of every array, the elements updated by the same adamw_apply
+           stores of every array, the elements updated by the same adamw_apply: the
+           trainer's adamw_kernel128
 */
 #include "lab.h"
-#include "../adamw.h"  // defines: adamw_apply (the reference's and every version's element), adamw_kernel (version 1)
-
-template <int P>  // P floats of src into dst, 4 at a time
-__device__ inline void load_floats(float* dst, const float* src) {
-    for (int q = 0; q < P; q += 4) {
-        Packed128<float> a = load128(src + q);
-        for (int r = 0; r < 4; r++) dst[q + r] = a.v[r];
-    }
-}
-template <int P>
-__device__ inline void store_floats(float* dst, const float* src) {
-    for (int q = 0; q < P; q += 4) {
-        Packed128<float> a;
-        for (int r = 0; r < 4; r++) a.v[r] = src[q + r];
-        store128(dst + q, a);
-    }
-}
-__global__ void adamw_kernel2(floatX* params, float* master, const floatX* grads, float* m, float* v, size_t n,
-                              AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
-    constexpr int P = Packed128<floatX>::size;
-    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
-    if (i0 >= n) return;
-    if (i0 + P > n) {  // the last, partial pack: element by element
-        for (size_t i = i0; i < n; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
-        return;
-    }
-    Packed128<floatX> p = load128(params + i0), g = load128(grads + i0);
-    float m_pack[P], v_pack[P], master_pack[P];
-    load_floats<P>(m_pack, m + i0);
-    load_floats<P>(v_pack, v + i0);
-    if (master) load_floats<P>(master_pack, master + i0);
-    for (int k = 0; k < P; k++)
-        adamw_apply(k, p.v, master ? master_pack : nullptr, g.v, m_pack, v_pack, c, bc1, bc2, grad_scale, seed, index_offset + i0);
-    store128(params + i0, p);
-    store_floats<P>(m + i0, m_pack);
-    store_floats<P>(v + i0, v_pack);
-    if (master) store_floats<P>(master + i0, master_pack);
-}
+#include "../adamw.h"  // defines: adamw_apply (the reference's and every version's element), adamw_kernel (version 1),
+                       //          adamw_kernel128 (version 2)
 
 struct State { std::vector<floatX> params, grads; std::vector<float> master, m, v; };  // master empty in fp32 builds
 struct Buffers { floatX *params, *grads; float *master, *m, *v; };
@@ -72,7 +37,7 @@ static void adamw_version(int version, int block, const Buffers& d, size_t n) {
     if (version == 1)
         adamw_kernel<floatX><<<ceil_div(n, block), block>>>(d.params, d.master, d.grads, d.m, d.v, n, CONFIG, bc1, bc2, GRAD_SCALE, SEED, 0);
     else
-        adamw_kernel2<<<ceil_div(n, (size_t)block * Packed128<floatX>::size), block>>>(d.params, d.master, d.grads, d.m, d.v, n,
+        adamw_kernel128<floatX><<<ceil_div(n, (size_t)block * Packed128<floatX>::size), block>>>(d.params, d.master, d.grads, d.m, d.v, n,
                                                                                     CONFIG, bc1, bc2, GRAD_SCALE, SEED, 0);
     launchCheck();
 }

@@ -319,6 +319,18 @@ static void gradients_and_adamw(size_t n) {
     check("adamw_update params", download(d_p, n), p, 0.0);  // the same element function: the same bits
     check("adamw_update m", download(d_m, n), m, 0.0);
     check("adamw_update v", download(d_v, n), v, 0.0);
+    // fp32 gradients (the accumulation buffer), slices from element 8 (16-byte aligned: the packed
+    // kernel, its last pack partial) and from element 1 (not aligned: a value a thread)
+    float bc1_4 = 1.0f - powf(c.beta1, 4.0f), bc2_4 = 1.0f - powf(c.beta2, 4.0f);
+    for (size_t from : {(size_t)8, (size_t)1}) {
+        adamw_update(d_p + from, master_or_null ? d_master + from : NULL, d_acc32 + from, d_m + from, d_v + from, n - from, c, 4, 0.25f,
+                     99, 5);
+        for (size_t i = 0; i < n - from; i++)
+            adamw_apply(i, p.data() + from, FLOATX_IS_FP32 ? NULL : master.data() + from, acc32.data() + from, m.data() + from,
+                        v.data() + from, c, bc1_4, bc2_4, 0.25f, 99, 5);
+        check("adamw_update params, fp32 gradients", download(d_p, n), p, 0.0);
+        check("adamw_update m, fp32 gradients", download(d_m, n), m, 0.0);
+    }
     for (void* q : {(void*)d_g, (void*)d_p, (void*)d_accx, (void*)d_acc32, (void*)d_m, (void*)d_v, (void*)d_master, (void*)scratch})
         device_free(q);
 }
