@@ -76,7 +76,9 @@ template <int P, typename T> __device__ inline void store_values(T* dst, const T
 // a thread a 16-byte pack of parameters (8 bf16 or 4 fp32) and the same elements of every other
 // array, 16 bytes a load and store; each element by the same adamw_apply (so the same bits as the
 // kernel above, the rounding's random bits included); the last, partial pack element by element.
-// Every array 16-byte aligned. On an H200 the kernel above took 1.4 ms a GPT-2 124M step (docs/gpu.md)
+// Every array 16-byte aligned. On an H200 the kernel above took 1.4 ms a GPT-2 124M step (docs/gpu.md).
+// Left: ZeRO's slices start where the shard does, 16-byte aligned only when dp divides the unit
+// into whole packs (dp 3, 5, ... give the one-value kernel); a scalar head, then packs, would take them
 template <typename Grad>
 __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
                                 AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
@@ -95,8 +97,16 @@ __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads
     load_values<P>(m_pack, m + i0);
     load_values<P>(v_pack, v + i0);
     if (master) load_values<P>(master_pack, master + i0);
-    for (int k = 0; k < P; k++)
-        adamw_apply(k, p, master ? master_pack : nullptr, g, m_pack, v_pack, c, bc1, bc2, grad_scale, seed, index_offset + i0);
+    // two loops, not `master ? master_pack : nullptr`: taking the array's address would put it in local memory
+    if (master) {
+        #pragma unroll
+        for (int k = 0; k < P; k++)
+            adamw_apply(k, p, master_pack, g, m_pack, v_pack, c, bc1, bc2, grad_scale, seed, index_offset + i0);
+    } else {
+        #pragma unroll
+        for (int k = 0; k < P; k++)
+            adamw_apply(k, p, (float*)nullptr, g, m_pack, v_pack, c, bc1, bc2, grad_scale, seed, index_offset + i0);
+    }
     store_values<P>(params + i0, p);
     store_values<P>(m + i0, m_pack);
     store_values<P>(v + i0, v_pack);

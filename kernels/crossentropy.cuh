@@ -163,7 +163,9 @@ __device__ inline void merge_softmax_state(float* m, float* s, float m2, float s
     *m = top;
 }
 // every thread's (max, sum) pair merged over the block, in a fixed order: in each warp by
-// shuffles, then the warps' pairs in warp order through shared memory; every thread gets the result
+// shuffles, then the warps' pairs in warp order through shared memory; every thread gets the result.
+// Once a kernel: a second call would need a barrier first (a fast warp would overwrite the pairs a
+// slow one still reads). The block: a multiple of 32 threads, at most 1024 (full-mask shuffles)
 __device__ inline void block_merge_softmax_state(float* m, float* s) {
     __shared__ float warp_max[32], warp_sum[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;

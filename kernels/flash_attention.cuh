@@ -817,7 +817,7 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
 inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     if (rows * NH == 0) return;
     constexpr int P = Packed128<floatX>::size;
-    int lanes_a_head = C / NH % P == 0 ? C / NH / P : 0;
+    int lanes_a_head = C % (NH * P) == 0 ? C / NH / P : 0;  // whole packs a head, rows 16-byte apart
     if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && aligned16(dout) && aligned16(out))
         flash_row_dot_kernel128<<<ceil_div(rows, 8), 256>>>(D, dout, out, rows, C, NH);
     else
