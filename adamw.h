@@ -19,7 +19,7 @@ factor over the loss scale as grad_scale and the step's seed for the rounding.
 */
 #pragma once
 // defines: AdamWConfig, adamw_element, adamw_update,
-//          adamw_apply, adamw_kernel, adamw_kernel128, load_values, store_values
+//          adamw_apply, adamw_kernel, adamw_kernel128
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
 
@@ -58,20 +58,6 @@ __global__ void adamw_kernel(floatX* params, float* master, const Grad* grads, f
                              AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
-}
-// P values of src into dst (registers), 16 bytes a load; and back
-template <int P, typename T> __device__ inline void load_values(T* dst, const T* src) {
-    for (int q = 0; q < P; q += Packed128<T>::size) {
-        Packed128<T> a = load128(src + q);
-        for (int r = 0; r < Packed128<T>::size; r++) dst[q + r] = a.v[r];
-    }
-}
-template <int P, typename T> __device__ inline void store_values(T* dst, const T* src) {
-    for (int q = 0; q < P; q += Packed128<T>::size) {
-        Packed128<T> a;
-        for (int r = 0; r < Packed128<T>::size; r++) a.v[r] = src[q + r];
-        store128(dst + q, a);
-    }
 }
 // a thread a 16-byte pack of parameters (8 bf16 or 4 fp32) and the same elements of every other
 // array, 16 bytes a load and store; each element by the same adamw_apply (so the same bits as the

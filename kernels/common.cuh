@@ -11,8 +11,10 @@ loader and the tokenizer use too.
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
-//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16
+//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16,
+//          packs_fit, load_values, store_values, store128_rounded
 #include <stdint.h>   // defines: SIZE_MAX
+#include <initializer_list>  // defines: std::initializer_list
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 
 // the row ranges of the GPU's two-stage column sums (below), and the fp32 scratch they need for
@@ -47,7 +49,35 @@ template <typename T> struct Packed128 {
 };
 template <typename T> __device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
 template <typename T> __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
-inline bool aligned16(const void* p) { return (size_t)p % 16 == 0; }
+HOST_DEVICE inline bool aligned16(const void* p) { return (size_t)p % 16 == 0; }
+// n values of arrays that all allow 16-byte packs: n a multiple of the floatX pack, each 16-byte aligned
+inline bool packs_fit(size_t n, std::initializer_list<const void*> arrays) {
+    if (n % Packed128<floatX>::size) return false;
+    for (const void* p : arrays) if (!aligned16(p)) return false;
+    return true;
+}
+// P values of src into dst (registers), 16 bytes a load; and back
+template <int P, typename T> __device__ inline void load_values(T* dst, const T* src) {
+    for (int q = 0; q < P; q += Packed128<T>::size) {
+        Packed128<T> a = load128(src + q);
+        for (int r = 0; r < Packed128<T>::size; r++) dst[q + r] = a.v[r];
+    }
+}
+template <int P, typename T> __device__ inline void store_values(T* dst, const T* src) {
+    for (int q = 0; q < P; q += Packed128<T>::size) {
+        Packed128<T> a;
+        for (int r = 0; r < Packed128<T>::size; r++) a.v[r] = src[q + r];
+        store128(dst + q, a);
+    }
+}
+// a floatX pack's worth of fp32 values at src, rounded, in one 16-byte store at dst
+__device__ inline void store128_rounded(floatX* dst, const float* src) {
+    float x[Packed128<floatX>::size];
+    load_values<Packed128<floatX>::size>(x, src);
+    Packed128<floatX> y;
+    for (int k = 0; k < Packed128<floatX>::size; k++) y.v[k] = from_float(x[k]);
+    store128(dst, y);
+}
 
 // Column sums over many rows (bias and LayerNorm parameter gradients) in two stages, in a fixed
 // order so that a run repeats bit for bit (bit-exact resume): stage 1 gives each of COLUMN_PARTS

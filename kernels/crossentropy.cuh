@@ -223,7 +223,7 @@ __global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, cons
 inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
                                           int block = 512) {
     if (N == 0) return;
-    if (Vp % Packed128<floatX>::size == 0 && aligned16(logits))
+    if (packs_fit(Vp, {logits}))
         crossentropy_fused_kernel128<<<N, block>>>(logits, losses, targets, V, Vp, dloss);
     else
         crossentropy_fused_kernel<<<N, block>>>(logits, losses, targets, V, Vp, dloss);

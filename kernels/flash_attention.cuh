@@ -187,14 +187,15 @@ template <int HS_MAX> __host__ __device__ constexpr int wmma_p_ld() { return wmm
 // rows first .. of one head into a shared floatX tile (row-major, leading dimension ld), zeros past
 // valid: 16 bytes (8 values) a thread where every address allows it, else one value
 __device__ inline void wmma_load_rows(floatX* tile, int ld, const floatX* src, size_t stride, size_t first, int rows, int valid, int hs) {
-    constexpr int V = 16 / sizeof(floatX);
-    if ((size_t)src % 16 == 0 && stride % V == 0 && hs % V == 0 && ld % V == 0) {  // the same in every thread
+    constexpr int V = Packed128<floatX>::size;
+    if (aligned16(src) && stride % V == 0 && hs % V == 0 && ld % V == 0) {  // the same in every thread
         int per_row = hs / V;
         for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
             int r = e / per_row, i = e % per_row * V;
-            uint4 x = make_uint4(0, 0, 0, 0);  // zero bits: 0.0 in bf16 and fp16
-            if (r < valid) x = *(const uint4*)(src + (first + r) * stride + i);
-            *(uint4*)(tile + r * ld + i) = x;
+            Packed128<floatX> x;
+            if (r < valid) x = load128(src + (first + r) * stride + i);
+            else for (int k = 0; k < V; k++) x.v[k] = from_float(0.0f);
+            store128(tile + r * ld + i, x);
         }
         return;
     }
@@ -252,6 +253,27 @@ __device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (
             wmma::mma_sync(sums, rows[f], b, sums);
         }
         wmma::store_matrix_sync(out + n, sums, ld, wmma::mem_row_major);
+    }
+}
+// one warp: acc[f] (its 16 rows, channels 16 f ..) += left (16 x COLS floatX, leading dimension
+// left_ld) times right (COLS x hs, row-major, ld HS_MAX + 8), the COLS in order: the forward's
+// o += p v, the backward's dv += p^T dout, dk += ds^T q, dq += ds k
+template <int HS_MAX, int COLS = WMMA_KEYS>
+__device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, int left_ld, const floatX* right,
+                                        int hs) {
+    namespace wmma = nvcuda::wmma;
+    WmmaRows a[COLS / WMMA_SIDE];
+    #pragma unroll
+    for (int k = 0; k < COLS / WMMA_SIDE; k++) wmma::load_matrix_sync(a[k], left + k * WMMA_SIDE, left_ld);
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
+        if (f * WMMA_SIDE >= hs) continue;
+        #pragma unroll
+        for (int k = 0; k < COLS / WMMA_SIDE; k++) {
+            WmmaCols b;
+            wmma::load_matrix_sync(b, right + k * WMMA_SIDE * wmma_kv_ld<HS_MAX>() + f * WMMA_SIDE, wmma_kv_ld<HS_MAX>());
+            wmma::mma_sync(acc[f], a[k], b, acc[f]);
+        }
     }
 }
 // one warp: its 16 rows of acc added to (or, add false, written as) the fp32 rows dst + r * stride
@@ -324,25 +346,14 @@ __device__ inline float wmma_softmax_tile(const AttentionBlock& a, float& m, flo
 template <int HS_MAX, int KEYS>
 __device__ inline void wmma_rescale_add_pv(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float rescale, const int (&row_of)[WmmaSums::num_elements],
                                            const floatX* p, int p_ld, const floatX* v_tile, int hs) {
-    namespace wmma = nvcuda::wmma;
     float row_rescale[WmmaSums::num_elements];
     #pragma unroll
     for (int i = 0; i < WmmaSums::num_elements; i++) row_rescale[i] = __shfl_sync(0xffffffffu, rescale, 2 * row_of[i]);
-    WmmaRows p_part[KEYS / WMMA_SIDE];
     #pragma unroll
-    for (int k = 0; k < KEYS / WMMA_SIDE; k++) wmma::load_matrix_sync(p_part[k], p + k * WMMA_SIDE, p_ld);
-    #pragma unroll
-    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
-        if (f * WMMA_SIDE >= hs) continue;
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++)
         #pragma unroll
         for (int i = 0; i < WmmaSums::num_elements; i++) o[f].x[i] *= row_rescale[i];
-        #pragma unroll
-        for (int k = 0; k < KEYS / WMMA_SIDE; k++) {
-            WmmaCols v_part;
-            wmma::load_matrix_sync(v_part, v_tile + k * WMMA_SIDE * wmma_kv_ld<HS_MAX>() + f * WMMA_SIDE, wmma_kv_ld<HS_MAX>());
-            wmma::mma_sync(o[f], p_part[k], v_part, o[f]);
-        }
-    }
+    wmma_add_product<HS_MAX, KEYS>(o, p, p_ld, v_tile, hs);
 }
 
 // one warp: each accumulator element divided by its row's l, which the row's two lanes hold
@@ -562,25 +573,6 @@ template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
                                                                                    : WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2;
 }
 
-// one warp: acc[f] (its 16 rows, channels 16 f ..) += left (16 x WMMA_KEYS floatX, ld
-// WMMA_BACKWARD_P_LD) times right (WMMA_KEYS x hs, row-major, ld HS_MAX + 8), the WMMA_KEYS in order
-template <int HS_MAX>
-__device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, const floatX* right, int hs) {
-    namespace wmma = nvcuda::wmma;
-    WmmaRows a[WMMA_KEYS / WMMA_SIDE];
-    #pragma unroll
-    for (int k = 0; k < WMMA_KEYS / WMMA_SIDE; k++) wmma::load_matrix_sync(a[k], left + k * WMMA_SIDE, WMMA_BACKWARD_P_LD);
-    #pragma unroll
-    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
-        if (f * WMMA_SIDE >= hs) continue;
-        #pragma unroll
-        for (int k = 0; k < WMMA_KEYS / WMMA_SIDE; k++) {
-            WmmaCols b;
-            wmma::load_matrix_sync(b, right + k * WMMA_SIDE * wmma_kv_ld<HS_MAX>() + f * WMMA_SIDE, wmma_kv_ld<HS_MAX>());
-            wmma::mma_sync(acc[f], a[k], b, acc[f]);
-        }
-    }
-}
 // one warp, one tile: p and ds (16 x WMMA_KEYS floatX) from s and dp (fp32, ld WMMA_KEYS + 4) and the
 // statistics of each element's query; `keys_by_queries`: the warp's rows are keys (dk, dv) or queries (dq)
 __device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, floatX* ds, const float* s, const float* dp,
@@ -638,8 +630,8 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
             __syncwarp();  // a lane reads elements other lanes' fragments wrote
             wmma_probabilities(a, p, ds, s, dp, lse_tile, D_tile, j0, t0, 0, true, scale, scale_log2);
             __syncwarp();
-            wmma_add_product<HS_MAX>(dv, p, dy_tile, hs);  // dv += p^T dout
-            wmma_add_product<HS_MAX>(dk, ds, q_tile, hs);  // dk += ds^T q
+            wmma_add_product<HS_MAX>(dv, p, WMMA_BACKWARD_P_LD, dy_tile, hs);  // dv += p^T dout
+            wmma_add_product<HS_MAX>(dk, ds, WMMA_BACKWARD_P_LD, q_tile, hs);  // dk += ds^T q
         }
         __syncthreads();  // every warp is done with the tiles before the next pass overwrites them
     }
@@ -691,7 +683,7 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel
             __syncwarp();
             wmma_probabilities(a, nullptr, ds, s, dp, lse_tile, D_tile, t0, k0, w * WMMA_SIDE, false, scale, scale_log2);
             __syncwarp();
-            wmma_add_product<HS_MAX>(dq_sum, ds, k_tile, hs);  // dq += ds k
+            wmma_add_product<HS_MAX>(dq_sum, ds, WMMA_BACKWARD_P_LD, k_tile, hs);  // dq += ds k
         }
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }
@@ -740,27 +732,15 @@ __global__ void flash_row_dot_kernel128(float* D, const floatX* dout, const floa
     }
 }
 __global__ void flash_output_kernel128(floatX* out, const float* acc, size_t n) {
-    constexpr int P = Packed128<floatX>::size, F = Packed128<float>::size;
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
     if (i >= n) return;
-    Packed128<floatX> o;
-    for (int k = 0; k < P; k += F) {
-        Packed128<float> a = load128(acc + i + k);
-        for (int e = 0; e < F; e++) o.v[k + e] = from_float(a.v[e]);
-    }
-    store128(out + i, o);
+    store128_rounded(out + i, acc + i);
 }
 __global__ void flash_gradients_kernel128(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
-    constexpr int P = Packed128<floatX>::size, F = Packed128<float>::size;
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P, row = i / (3 * C), c = i % (3 * C);
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size, row = i / (3 * C), c = i % (3 * C);
     if (row >= rows) return;
     const float* src = c < (size_t)C ? dq + row * C + c : dkv + row * 2 * C + c - C;  // a pack lies wholly in one
-    Packed128<floatX> g;
-    for (int k = 0; k < P; k += F) {
-        Packed128<float> a = load128(src + k);
-        for (int e = 0; e < F; e++) g.v[k + e] = from_float(a.v[e]);
-    }
-    store128(dqkv + i, g);
+    store128_rounded(dqkv + i, src);
 }
 
 // ---------------------------------------------------------------- launchers
@@ -818,7 +798,7 @@ inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* 
     if (rows * NH == 0) return;
     constexpr int P = Packed128<floatX>::size;
     int lanes_a_head = C % (NH * P) == 0 ? C / NH / P : 0;  // whole packs a head, rows 16-byte apart
-    if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && aligned16(dout) && aligned16(out))
+    if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && packs_fit(C, {dout, out}))
         flash_row_dot_kernel128<<<ceil_div(rows, 8), 256>>>(D, dout, out, rows, C, NH);
     else
         flash_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
@@ -827,7 +807,7 @@ inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* 
 // the fp32 output of the last block, in floatX
 inline void attention_block_output(floatX* out, const float* acc, size_t n) {
     if (n == 0) return;
-    if (n % Packed128<floatX>::size == 0 && aligned16(out) && aligned16(acc))
+    if (packs_fit(n, {out, acc}))
         flash_output_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, acc, n);
     else
         flash_output_kernel<<<ceil_div(n, 256), 256>>>(out, acc, n);
@@ -836,7 +816,7 @@ inline void attention_block_output(floatX* out, const float* acc, size_t n) {
 // dqkv (rows, 3C) floatX = [dq | dk dv] from the fp32 sums
 inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
     if (rows == 0) return;
-    if (C % Packed128<floatX>::size == 0 && aligned16(dqkv) && aligned16(dq) && aligned16(dkv))
+    if (packs_fit(C, {dqkv, dq, dkv}))
         flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows, C);
     else
         flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);

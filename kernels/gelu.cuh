@@ -10,9 +10,8 @@ host twin and the kernel, so the two builds cannot drift apart.
 // defines: gelu_forward, gelu_backward, residual_forward,
 //          GELU_SCALE, gelu_backward_host, gelu_backward_kernel, gelu_derivative, gelu_forward_host,
 //          gelu_forward_kernel, gelu_value, residual_forward_host, residual_forward_kernel, gelu_forward_kernel128,
-//          gelu_backward_kernel128, residual_forward_kernel128, packs_fit
+//          gelu_backward_kernel128, residual_forward_kernel128
 #include <math.h>  // defines: tanhf, coshf
-#include <initializer_list>  // defines: std::initializer_list
 #include "common.cuh"
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
@@ -78,12 +77,6 @@ __global__ void residual_forward_kernel128(floatX* out, const floatX* a, const f
     Packed128<floatX> x = load128(a + i), y = load128(b + i), z;
     for (int k = 0; k < Packed128<floatX>::size; k++) z.v[k] = from_float(to_float(x.v[k]) + to_float(y.v[k]));
     store128(out + i, z);
-}
-// n values of arrays that all allow 16-byte packs
-inline bool packs_fit(size_t n, std::initializer_list<const void*> arrays) {
-    if (n % Packed128<floatX>::size) return false;
-    for (const void* p : arrays) if (!aligned16(p)) return false;
-    return true;
 }
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
     if (n == 0) return;  // a grid of 0 blocks is a launch error (so in every launcher below)

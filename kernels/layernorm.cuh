@@ -227,8 +227,7 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const flo
                                      const float* mean, const float* rstd, int N, int C) {
     const int block = 256, rows_per_block = block / 32, lane_values = 32 * Packed128<floatX>::size;
     if (N == 0 || C == 0) return;
-    bool packed = C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && aligned16(dinp) && aligned16(dout) &&
-                  aligned16(inp) && aligned16(weight);
+    bool packed = C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dout, inp, weight});
     if (packed) layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();

@@ -174,7 +174,7 @@ __global__ void bias_forward_kernel128(floatX* out, const floatX* bias, int N, i
 }
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
     if ((size_t)N * OC == 0) return;  // a grid of 0 blocks is a launch error
-    if (OC % Packed128<floatX>::size == 0 && aligned16(out) && aligned16(bias)) {
+    if (packs_fit(OC, {out, bias})) {
         dim3 grid(ceil_div(OC / Packed128<floatX>::size, 128), N < 4096 ? N : 4096);
         bias_forward_kernel128<<<grid, 128>>>(out, bias, N, OC);
     } else {

@@ -60,9 +60,6 @@ in fp32 on the host through OpenBLAS).
 #define __shared__ static thread_local
 
 struct uint3 { unsigned x, y, z; };
-// CUDA's 16-byte vector type (its alignment makes a copy one 128-bit load or store)
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
