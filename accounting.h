@@ -19,8 +19,9 @@ after GPT2.
 #pragma once
 // defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan,
 //          CommLedger, comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance,
-//          print_plans, bubble_json, check_memory
+//          print_plans, bubble_json, check_memory, ledger_model, check_ledger_flags
 #include <stdio.h>      // defines: printf, snprintf
+#include "ledger.h"     // defines: LedgerModel, print_ledger, gpu_spec
 #include <string.h>     // defines: memcpy
 #include <algorithm>    // defines: std::find
 #include <string>       // defines: std::string
@@ -222,6 +223,28 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
 }
 
 // -plan: each rank's shapes, memory and traffic, one rank at a time so the lines do not interleave
+// what ledger.h needs of the model (one GPU holding it whole: check_ledger_flags)
+inline LedgerModel ledger_model(const GPT2* model, const TrainConfig& tc, int grad_accum) {
+    const GPT2Config& c = model->config;
+    LedgerModel m = {(size_t)c.num_layers, (size_t)c.channels, (size_t)c.num_heads, (size_t)c.padded_vocab_size,
+                      (size_t)c.vocab_size,
+                     (size_t)model->B, (size_t)model->T, grad_accum, model->recompute, !FLOATX_IS_FP32,
+                     strcmp(tc.grad_accum_type, "fp32") == 0, {}};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        for (int l = 0; l < model->shapes[i].layers; l++)
+            m.tensors.push_back((size_t)model->shapes[i].rows * model->shapes[i].cols);
+    return m;
+}
+// -gpu: a GPU ledger.h knows, for the layout it describes (one GPU holding the whole model), with -plan 1
+inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
+    if (!tc.gpu) return;
+    if (!gpu_spec(tc.gpu)) comm_fail_all("-gpu expects H100, H200 or A100, got '%s'", tc.gpu);
+    if (!tc.plan) comm_fail_all("-gpu %s prints the kernel ledger of -plan 1; add -plan 1", tc.gpu);
+    if (g.tp > 1 || g.cp > 1 || g.pp > 1 || tc.zero_stage > 1)
+        comm_fail_all("-gpu: the kernel ledger describes one GPU holding the whole model (tp, cp, pp 1, ZeRO 0 or 1), "
+                      "not tp %d cp %d pp %d ZeRO-%d", g.tp, g.cp, g.pp, tc.zero_stage);
+}
+
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
     Accounting plan = gpt2_plan(model, model->B, model->T, grad_accum);  // T: the tokens of a sequence a rank holds (-cp)
     for (int r = 0; r < model->comm->grid.world; r++) {
@@ -229,7 +252,13 @@ inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
         comm_barrier(&model->comm->world);
     }
     if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, model->B, model->T, grad_accum);
+    if (tc.gpu && model->comm->grid.rank == 0)
+        print_ledger(ledger_model(model, tc, grad_accum), *gpu_spec(tc.gpu),
+                     model_flops_per_token(whole_parameter_count(model->config), model->config.num_layers,
+                                           model->config.channels,
+                                           model->T));
 }
+
 
 // a pipeline's bubble: each rank's idle fraction of the step's schedule (time not spent in
 // forwards, backwards, B's and W's), the worst over the ranks and the last stage's, beside the formula

@@ -19,7 +19,8 @@ factor over the loss scale as grad_scale and the step's seed for the rounding.
 */
 #pragma once
 // defines: AdamWConfig, adamw_element, adamw_update,
-//          adamw_apply, adamw_kernel, adamw_kernel128
+//          adamw_apply, adamw_kernel, adamw_kernel128,
+//          adamw_update_ledger
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
 
@@ -99,6 +100,13 @@ __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads
     if (master) store_values<P>(master + i0, master_pack);
 }
 #endif
+
+// the kernel ledger (kernels/ledger.cuh) of adamw_update: n parameters, their gradient of
+// `grad_bytes` a value read; the parameters, m, v and the fp32 master copy (if any) updated in place
+inline void adamw_update_ledger(Ledger* l, size_t n, size_t grad_bytes, bool master) {
+    ledger_add(l, {"adamw_kernel128<Grad>", 15.0 * n, (double)n * grad_bytes, 0,
+                   n * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
+}
 
 // t: optimizer steps applied so far, this one included (bias correction).
 // seed and index_offset (this buffer's first element in the whole model) pick the rounding bits.

@@ -54,6 +54,7 @@ struct TrainConfig {
     int trace_steps = 3;
     const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
+    const char* gpu = NULL;                  // -gpu with -plan 1: the kernel ledger's roofline on this GPU (ledger.h)
     int timeout = 600;             // seconds without progress before the watchdog ends the job (watchdog.h)
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
     int stop_at_step = 0;          // from TRAIN_GPT_STOP_AT_STEP: the last rank stops itself (SIGSTOP) as this step begins
@@ -109,6 +110,8 @@ inline int make_options(TrainConfig* tc, Option* o) {
         {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
         {"-timeout", OPT_INT, &tc->timeout, "watchdog: end the job when a rank makes no progress (no collective, send or step begun) for S seconds; exit code 3 (watchdog.h; 0: off)", 0, INT_MAX},
         {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
+        {"-gpu", OPT_STRING, &tc->gpu, "with -plan 1: the CUDA build's kernel ledger of a step and its roofline "
+                                       "time on H100, H200 or A100 (ledger.h)"},
     };
     int n = sizeof(table) / sizeof(table[0]);
     for (int i = 0; i < n; i++) o[i] = table[i];

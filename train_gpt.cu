@@ -1106,6 +1106,7 @@ inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     if (tc->max_steps == 0) comm_fail_all("-x must be -1 (one epoch) or a number of steps, not 0");
     if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
         comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
+    check_ledger_flags(*tc, grid);
     return micro_batches;
 }
 

@@ -12,15 +12,22 @@ loader and the tokenizer use too.
 //          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
 //          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16,
-//          packs_fit, load_values, store_values, store128_rounded
+//          packs_fit, load_values, store_values, store128_rounded,
+//          column_partials_finish_ledger
 #include <stdint.h>   // defines: SIZE_MAX
 #include <initializer_list>  // defines: std::initializer_list
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
+#include "ledger.cuh"  // defines: Ledger, ledger_add, KernelCost, packs_divide
 
 // the row ranges of the GPU's two-stage column sums (below), and the fp32 scratch they need for
 // `cols` columns; the CPU build sums each column in one pass and needs none
 #define COLUMN_PARTS 64
 inline size_t column_partials_elements(size_t cols) { return COLUMN_PARTS * cols; }
+// the kernel ledger (ledger.cuh) of column_partials_finish below: the parts read, out(cols) +=
+inline void column_partials_finish_ledger(Ledger* l, size_t cols) {
+    ledger_add(l, {"column_partials_finish_kernel", (double)COLUMN_PARTS * cols, 4.0 * COLUMN_PARTS * cols, 0,
+                   (double)cols * sizeof(floatX)});
+}
 
 #ifdef __CUDACC__
 #include <cublas_v2.h>     // defines: cublasHandle_t, cublasGemmStridedBatchedEx

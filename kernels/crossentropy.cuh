@@ -32,7 +32,8 @@ pieces against; the CPU build's fused op runs the pieces' vectorised loops row b
 //          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
 //          crossentropy_row_max_kernel, crossentropy_row_sumexp_host, crossentropy_row_sumexp_kernel,
 //          crossentropy_target_logit_host, crossentropy_target_logit_kernel, target_logit_of_row, crossentropy_fused_kernel128,
-//          block_merge_softmax_state
+//          block_merge_softmax_state,
+//          crossentropy_forward_backward_ledger
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 
@@ -107,6 +108,15 @@ inline void crossentropy_finish_host(floatX* logits, float* losses, const int* t
         for (int j = 0; j < cols; j++)
             z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i] - vocab_begin, valid, maxes[i], sums[i], dloss);
     }
+}
+
+// the kernel ledger (ledger.cuh) of crossentropy_forward_backward (one rank holds every logit):
+// with dloss != 0 each row of logits becomes its gradient in place, else it is only read
+inline void crossentropy_forward_backward_ledger(Ledger* l, size_t N, size_t Vp, bool backward) {
+    double logits = (double)N * Vp * sizeof(floatX);
+    ledger_add(l, {packs_divide(Vp) ? "crossentropy_fused_kernel128" : "crossentropy_fused_kernel", 6.0 * N * Vp,
+                   4.0 * N + (backward ? 0 : logits),
+                   4.0 * N, backward ? logits : 0});
 }
 
 #ifdef __CUDACC__

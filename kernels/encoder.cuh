@@ -23,7 +23,8 @@ is exactly what one rank holding all of wte computes: one addition, and zeros.
 // defines: VocabRange, TokenBuckets, token_buckets, encoder_bucket_ints, encoder_forward, encoder_backward,
 //          encoder_backward_host, encoder_backward_wpe_element, encoder_backward_wpe_kernel,
 //          encoder_backward_wte_element, encoder_backward_wte_kernel, encoder_element, encoder_forward_host,
-//          encoder_forward_kernel
+//          encoder_forward_kernel,
+//          encoder_backward_ledger, encoder_forward_ledger
 #include <algorithm>  // defines: std::stable_sort
 #include <vector>     // defines: std::vector
 #include "common.cuh"
@@ -100,6 +101,18 @@ inline void encoder_backward_host(floatX* dwte, floatX* dwpe,   // (rows,C), (ma
     #pragma omp parallel for
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) encoder_backward_wpe_element(t, c, dwpe, dout, B, T, C);
+}
+
+// the kernel ledger (ledger.cuh) of the launchers below, for N = B*T tokens: a row of wte per token
+// (fewer where tokens repeat: the ledger counts min(N, V) distinct rows, an upper bound)
+inline void encoder_forward_ledger(Ledger* l, size_t B, size_t T, size_t C) {
+    double X = sizeof(floatX), N = (double)B * T;
+    ledger_add(l, {"encoder_forward_kernel", N * C, 4.0 * N + N * C * X + T * C * X, N * C * X, 0});
+}
+inline void encoder_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t V) {
+    double X = sizeof(floatX), N = (double)B * T, rows = std::min(N, (double)V);
+    ledger_add(l, {"encoder_backward_wte_kernel", N * C, N * C * X + 4.0 * (N + 2 * rows), 0, rows * C * X});
+    ledger_add(l, {"encoder_backward_wpe_kernel", N * C, N * C * X, 0, T * C * X});
 }
 
 #ifdef __CUDACC__

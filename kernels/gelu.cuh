@@ -10,7 +10,8 @@ host twin and the kernel, so the two builds cannot drift apart.
 // defines: gelu_forward, gelu_backward, residual_forward,
 //          GELU_SCALE, gelu_backward_host, gelu_backward_kernel, gelu_derivative, gelu_forward_host,
 //          gelu_forward_kernel, gelu_value, residual_forward_host, residual_forward_kernel, gelu_forward_kernel128,
-//          gelu_backward_kernel128, residual_forward_kernel128
+//          gelu_backward_kernel128, residual_forward_kernel128,
+//          gelu_backward_ledger, gelu_forward_ledger, residual_forward_ledger
 #include <math.h>  // defines: tanhf, coshf
 #include "common.cuh"
 
@@ -38,6 +39,22 @@ inline void gelu_backward_host(floatX* dinp, const floatX* inp, const floatX* do
 inline void residual_forward_host(floatX* out, const floatX* a, const floatX* b, size_t n) {
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) out[i] = from_float(to_float(a[i]) + to_float(b[i]));
+}
+
+// the kernel ledger (ledger.cuh) of the launchers below; gelu_backward in place (dinp == dout) as the trainer calls it
+inline void gelu_forward_ledger(Ledger* l, size_t n) {
+    ledger_add(l, {packs_divide(n) ? "gelu_forward_kernel128" : "gelu_forward_kernel", 20.0 * n,
+                   (double)n * sizeof(floatX), (double)n * sizeof(floatX), 0});
+}
+inline void gelu_backward_ledger(Ledger* l, size_t n) {
+    ledger_add(l, {packs_divide(n) ? "gelu_backward_kernel128" : "gelu_backward_kernel", 25.0 * n,
+                   (double)n * sizeof(floatX), 0,
+                   (double)n * sizeof(floatX)});
+}
+inline void residual_forward_ledger(Ledger* l, size_t n) {
+    ledger_add(l, {packs_divide(n) ? "residual_forward_kernel128" : "residual_forward_kernel", (double)n,
+                   2.0 * n * sizeof(floatX),
+                   (double)n * sizeof(floatX), 0});
 }
 
 #ifdef __CUDACC__

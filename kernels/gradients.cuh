@@ -15,7 +15,8 @@ shard into the step's gradient shard this way.
 #pragma once
 // defines: global_norm_squared, gradient_accumulate, NORM_PARTS,
 //          accumulate_element, gradient_accumulate_host, gradient_accumulate_kernel, norm_partials,
-//          norm_partials_host, norm_partials_kernel
+//          norm_partials_host, norm_partials_kernel,
+//          norm_partials_ledger
 #include <algorithm>    // defines: std::min
 #include <type_traits>  // defines: std::is_same
 #include "common.cuh"
@@ -48,6 +49,11 @@ template <typename Acc>
 inline void gradient_accumulate_host(Acc* acc, floatX* g, size_t n) {
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) accumulate_element(acc, g, i);
+}
+
+// the kernel ledger (ledger.cuh) of norm_partials (global_norm_squared): n values of `value_bytes` each
+inline void norm_partials_ledger(Ledger* l, size_t n, size_t value_bytes) {
+    ledger_add(l, {"norm_partials_kernel<T>", 2.0 * n, (double)n * value_bytes, 4.0 * NORM_PARTS, 0});
 }
 
 #ifdef __CUDACC__

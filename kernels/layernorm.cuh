@@ -18,7 +18,8 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 //          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_backward_input_kernel128, layernorm_backward_host,
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
-//          layernorm_forward_row, layernorm_param_grads_channel, warp_sum
+//          layernorm_forward_row, layernorm_param_grads_channel, warp_sum,
+//          layernorm_backward_input_ledger, layernorm_backward_params_ledger, layernorm_forward_ledger
 #include <math.h>  // defines: sqrtf
 #include "common.cuh"
 
@@ -106,6 +107,26 @@ inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias
                                     const floatX* weight, const float* mean, const float* rstd, int N, int C) {
     layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
     layernorm_backward_params_host(dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+// the kernel ledger (ledger.cuh) of the launchers below: (N,C) rows, mean and rstd an fp32 each a row;
+// the input half adds into dinp (the residual stream's gradient)
+inline void layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {
+    double X = sizeof(floatX);
+    ledger_add(l, {"layernorm_forward_kernel", 8.0 * N * C, N * C * X + 2 * C * X, N * C * X + 8.0 * N, 0});
+}
+inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C) {
+    double X = sizeof(floatX);
+    bool packed = C % (32 * PACK_VALUES) == 0 && C <= 1024;  // the launcher's condition, LAYERNORM_PACKS_MAX
+    ledger_add(l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
+                   2.0 * N * C * X + C * X + 8.0 * N, 0, N * C * X});
+}
+inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C) {
+    double X = sizeof(floatX);
+    ledger_add(l, {"layernorm_backward_partials_kernel", 6.0 * N * C, 2.0 * N * C * X + 8.0 * N,
+                   2.0 * 4 * COLUMN_PARTS * C, 0});
+    column_partials_finish_ledger(l, C);
+    column_partials_finish_ledger(l, C);
 }
 
 #ifdef __CUDACC__

@@ -25,7 +25,9 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 // defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input,
 //          matmul_backward_weight, bias_forward, bias_backward,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
-//          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces
+//          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
+//          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
+//          matmul_backward_weight_ledger, matmul_forward_ledger
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
 #ifndef __CUDACC__
@@ -140,6 +142,35 @@ inline void bias_backward_host(floatX* dbias, const floatX* dout, int N, int OC)
             for (int o = 0; o < width; o++) sums[o] += to_float(dout[(size_t)i * OC + first + o]);
         for (int o = 0; o < width; o++) dbias[first + o] = from_float(to_float(dbias[first + o]) + sums[o]);
     }
+}
+
+// the kernel ledger (ledger.cuh) of the launchers below. A GEMM (M,N) = (M,K) x (K,N) reads both
+// inputs once and writes its output, or adds into it (beta = 1: a weight gradient); tensor cores
+// in the bf16 and fp16 builds, CUDA cores in fp32 (no TF32)
+inline void gemm_ledger(Ledger* l, size_t M, size_t N, size_t K, bool accumulate) {
+    double X = sizeof(floatX), out = (double)M * N * X;
+    ledger_add(l, {"cublasGemmStridedBatchedEx", 2.0 * M * N * K, (double)(M * K + K * N) * X, accumulate ? 0 : out,
+                   accumulate ? out : 0,
+                   !FLOATX_IS_FP32});
+}
+inline void bias_forward_ledger(Ledger* l, size_t N, size_t OC) {
+    double X = sizeof(floatX);
+    ledger_add(l, {packs_divide(OC) ? "bias_forward_kernel128" : "bias_forward_kernel", (double)N * OC, OC * X, 0,
+                   N * OC * X});
+}
+inline void bias_backward_ledger(Ledger* l, size_t N, size_t OC) {
+    ledger_add(l, {"bias_backward_partials_kernel", (double)N * OC, (double)N * OC * sizeof(floatX),
+                   4.0 * COLUMN_PARTS * OC, 0});
+    column_partials_finish_ledger(l, OC);
+}
+inline void matmul_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
+    gemm_ledger(l, N, OC, C, false);
+    if (bias) bias_forward_ledger(l, N, OC);
+}
+inline void matmul_backward_input_ledger(Ledger* l, size_t N, size_t C, size_t OC) { gemm_ledger(l, N, C, OC, false); }
+inline void matmul_backward_weight_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
+    gemm_ledger(l, OC, C, N, true);
+    if (bias) bias_backward_ledger(l, N, OC);
 }
 
 #ifdef __CUDACC__

@@ -97,6 +97,8 @@ check makefile_without_libraries bash tests/test_makefile.sh
 # the CUDA build's own code (kernels, launches, cuBLAS, NCCL, GPU-only host paths) in the emulated build
 check emulated_cuda_contract bash tests/test_emu_contract.sh
 check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops $BUILD/ref4
+# the kernel ledger (-plan 1 -gpu) against the launches and bytes the emulated build measures
+check kernel_ledger_vs_emulated_launches bash tests/test_ledger.sh
 
 echo "$passed passed, $failed failed, $skipped skipped"
 if [ -n "${CI:-}" ] && [ $skipped -gt 0 ]; then echo "FAIL: $skipped checks skipped under CI"; exit 1; fi

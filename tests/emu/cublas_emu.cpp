@@ -105,10 +105,12 @@ static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperati
     char* c = (char*)cuda_emu::device_bytes(C, (ec + (size_t)sc * (batch - 1)) * type_bytes(ct), (what + "C").c_str());
     bool tf32_inputs = at == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                                             (handle->math == CUBLAS_TF32_TENSOR_OP_MATH && compute == CUBLAS_COMPUTE_32F));
+    cuda_emu::watch_begin();
     for (int i = 0; i < batch; i++)
         gemm_one(tf32_inputs, ta, tb, m, n, k, al, a + (size_t)i * sa * type_bytes(at), at, lda, b + (size_t)i * sb * type_bytes(bt),
                  bt, ldb, be, c + (size_t)i * sc * type_bytes(ct), ct, ldc, c + (size_t)i * sc * type_bytes(ct), ldc,
                  Epilogue{nullptr, CUDA_R_32F, false});
+    cuda_emu::watch_end(who);
     cuda_emu::check_canaries(who);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -246,9 +248,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
     const void* b = cuda_emu::device_bytes(B, extent((int)Bd->rows, (int)Bd->cols, Bd->ld) * type_bytes(Bd->type), "cublasLtMatmul B");
     const void* c = be != 0.0f ? cuda_emu::device_bytes(C, extent(m, n, Cd->ld) * type_bytes(Cd->type), "cublasLtMatmul C") : nullptr;
     void* dd = cuda_emu::device_bytes(D, extent(m, n, Dd->ld) * type_bytes(Dd->type), "cublasLtMatmul D");
+    cuda_emu::watch_begin();
     gemm_one(Ad->type == CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, d->transa != CUBLAS_OP_N,
              d->transb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, a, Ad->type, (int)Ad->ld, b, Bd->type, (int)Bd->ld, be, c,
              Dd->type, (int)Cd->ld, dd, (int)Dd->ld, ep);
+    cuda_emu::watch_end("cublasLtMatmul");
     cuda_emu::check_canaries("cublasLtMatmul");
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -138,6 +138,7 @@ struct Allocation {
     char* map;       // the data mapping (pages + guard), for munmap
     size_t map_size;
     int device;
+    std::vector<uint8_t> touched;  // the launch report's marks, a byte per data page (below)
 };
 static std::mutex memory_mutex;
 static std::map<uintptr_t, Allocation>& allocations() { static std::map<uintptr_t, Allocation> m; return m; }
@@ -183,12 +184,91 @@ void* device_bytes(const void* device, size_t bytes, const char* what) {
 using namespace cuda_emu;
 
 
+// ---------------------------------------------------------------- the launch report
+// CUDA_EMU_LAUNCH_REPORT=FILE (one process): at exit, FILE gets one JSON line per kernel name, a
+// cuBLAS call, a device-to-device copy and a memset each counted as a kernel of its own:
+//     {"kernel": ..., "launches": ..., "bytes_touched": ...}
+// bytes_touched: the distinct device bytes each launch read or wrote, summed over its launches;
+// what a roofline's memory time counts, if each launch's bytes cross DRAM once. Found by page
+// protection: before a launch every allocation's data pages become inaccessible; a launch's first
+// access to a page faults, and the handler marks the page and opens it; after the launch each
+// allocation counts its bytes on the marked pages. So a launch that touches one byte of a page
+// counts the page's bytes of that allocation (up to 4 KB, or the allocation's size): compare at
+// sizes where the tensors span many pages. A copy counts its bytes twice, a memset once.
+namespace cuda_emu {
+struct ReportRow { long long launches = 0; double bytes_touched = 0; };
+static std::map<std::string, ReportRow>& report_rows() { static std::map<std::string, ReportRow> m; return m; }
+static const char* report_path() { static const char* p = getenv("CUDA_EMU_LAUNCH_REPORT"); return p; }
+static volatile bool watching = false;
+static uintptr_t first_page(const Allocation& a) { return (uintptr_t)a.bytes / PAGE * PAGE; }
+static size_t data_pages(const Allocation& a) {
+    return ((uintptr_t)a.bytes + a.size + PAGE - 1) / PAGE - (uintptr_t)a.bytes / PAGE;
+}
+
+static void write_report() {
+    FILE* f = fopen(report_path(), "w");
+    if (!f) { fprintf(stderr, "CUDA emulation: cannot write the launch report %s\n", report_path()); return; }
+    for (auto& [name, row] : report_rows())
+        fprintf(f, "{\"kernel\": \"%s\", \"launches\": %lld, \"bytes_touched\": %.0f}\n", name.c_str(), row.launches,
+                row.bytes_touched);
+    fclose(f);
+}
+static void count_launch(const char* name, double bytes) {
+    std::map<std::string, ReportRow>& rows = report_rows();  // constructed before atexit: destroyed after the report
+    static bool registered = (atexit(write_report), true);
+    (void)registered;
+    ReportRow& row = rows[name];
+    row.launches++;
+    row.bytes_touched += bytes;
+}
+// called by the fault handler: true if `at` is on a watched page, now marked and open
+static bool mark_touched(uintptr_t at) {
+    if (!watching) return false;
+    for (auto& [key, a] : allocations()) {
+        uintptr_t first = first_page(a);
+        if (a.size == 0 || at < first || at >= first + data_pages(a) * PAGE) continue;
+        size_t page = (at - first) / PAGE;
+        a.touched[page] = 1;
+        mprotect((void*)(first + page * PAGE), PAGE, PROT_READ | PROT_WRITE);
+        return true;
+    }
+    return false;
+}
+// around a launch or a library call (no-ops without CUDA_EMU_LAUNCH_REPORT)
+void watch_begin() {
+    if (!report_path()) return;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    for (auto& [key, a] : allocations()) {
+        if (a.size == 0) continue;
+        a.touched.assign(data_pages(a), 0);
+        mprotect((void*)first_page(a), data_pages(a) * PAGE, PROT_NONE);
+    }
+    watching = true;
+}
+void watch_end(const char* name) {
+    if (!report_path()) return;
+    watching = false;
+    double bytes = 0;
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    for (auto& [key, a] : allocations()) {
+        if (a.size == 0) continue;
+        uintptr_t first = first_page(a), begin = (uintptr_t)a.bytes, end = begin + a.size;
+        mprotect((void*)first, data_pages(a) * PAGE, PROT_READ | PROT_WRITE);
+        for (size_t p = 0; p < a.touched.size(); p++)
+            if (a.touched[p]) bytes += std::min(end, first + (p + 1) * PAGE) - std::max(begin, first + p * PAGE);
+    }
+    count_launch(name, bytes);
+}
+void count_copy(const char* name, double bytes) { if (report_path()) count_launch(name, bytes); }
+}  // namespace cuda_emu
+
 // ---------------------------------------------------------------- faults
 // a SIGSEGV inside a device allocation's handle or guard page is a bug of the program under
 // test: say which, and where (the kernel running, if any), then end the run
 static thread_local const LaunchSite* running_kernel = nullptr;
 static void on_fault(int sig, siginfo_t* info, void*) {
     uintptr_t at = (uintptr_t)info->si_addr;
+    if (mark_touched(at)) return;  // the launch report's first access to a page: opened, the access retried
     char line[512];
     const char* kernel = running_kernel ? running_kernel->kernel : nullptr;
     int n = 0;
@@ -347,6 +427,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpy destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpy source") : src;
     memmove(to, from, bytes);
+    if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
     if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
     check_canaries("cudaMemcpy");
     return cudaSuccess;
@@ -359,6 +440,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     if (!is_device_pointer(ptr)) die("cudaMemset: %p is not device memory", ptr);
     finish_queued_work();
     memset(device_bytes(ptr, bytes, "cudaMemset"), value, bytes);
+    count_copy("cudaMemset", bytes);
     check_canaries("cudaMemset");
     return cudaSuccess;
 }
@@ -697,6 +779,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(
     if (stalled) return;  // queued behind work that never completes
     finish_queued_work();  // it runs after the work queued before it
     long long blocks = (long long)grid.x * grid.y * grid.z;
+    watch_begin();
     auto run = [&](long long b) {
         Worker* w = this_worker(site, block, run_thread, bound);
         gridDim = grid;
@@ -710,11 +793,13 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(
     if (blocks > 1 && omp_get_max_threads() > 1) {
         #pragma omp parallel for schedule(dynamic, 1)
         for (long long b = 0; b < blocks; b++) run(b);
+        watch_end(site.kernel);
         check_canaries(site.kernel, &site);
         return;
     }
 #endif
     for (long long b = 0; b < blocks; b++) run(b);
+    watch_end(site.kernel);
     check_canaries(site.kernel, &site);
 }
 

@@ -1,0 +1,201 @@
+/*
+ledger.h: the kernel ledger of one training step of the CUDA build, and its roofline on a GPU
+(-plan 1 -gpu H100|A100|H200): where a step's time must go, read without a GPU.
+
+The launches of a step, in the order the trainer makes them, each from its launcher's formula
+(the *_ledger functions beside the kernels; kernels/ledger.cuh says what FLOPs and bytes count):
+
+    micro-step (x grad_accum)                          step
+    embed      encoder_forward                         zero the gradients (cudaMemset)
+    block x L  LN, qkv (+bias), attention, attproj,    the gradient norm (norm_partials)
+               bias, residual, LN, fc (+bias), GELU,   AdamW, a launch per parameter tensor
+               fcproj, bias, residual
+    head       LN, logits, cross-entropy (dlogits in place), their backward
+    block x L  what -r did not keep again, then the backward of each op, input half then weights
+    embed      encoder_backward (wte, wpe)
+
+then per kernel the roofline time, max(FLOPs / (peak x f), DRAM bytes / bandwidth), and their
+sum: ms per micro-step, a step, tokens per second and MFU (mfu.h's model FLOPs per token over
+the GPU's dense bf16 peak, llm.c's convention). It describes one GPU holding the whole model
+(tp, cp, pp 1; ZeRO 0 or 1 at dp 1, the layout scripts/bench_gpu.sh measures). The emulated
+build counts what the kernels really launch and touch (CUDA_EMU_LAUNCH_REPORT) and
+tests/test_ledger.sh holds this ledger to it: the same kernels, the same launches, the bytes
+within 15%. docs/gpu.md sets llm.c's kernels beside it.
+Applied in accounting.h (print_plans).
+*/
+#pragma once
+// defines: LedgerModel, GpuSpec, gpu_spec, block_forward_ledger, block_backward_ledger, micro_step_ledger,
+//          step_ledger, ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows
+#include <stdio.h>   // defines: printf
+#include <string.h>  // defines: strcmp
+#include <algorithm> // defines: std::max
+#include <string>    // defines: std::string
+#include <vector>    // defines: std::vector
+#include "kernels/common.cuh"     // defines: Ledger, ledger_add, ledger_traffic (kernels/ledger.cuh)
+#include "kernels/encoder.cuh"    // defines: encoder_forward_ledger, encoder_backward_ledger
+#include "kernels/layernorm.cuh"  // defines: layernorm_forward_ledger, layernorm_backward_input_ledger, ...
+#include "kernels/matmul.cuh"     // defines: matmul_forward_ledger, matmul_backward_input_ledger, ...
+#include "kernels/attention.cuh"  // defines: attention_forward_ledger, attention_backward_ledger
+#include "kernels/gelu.cuh"       // defines: gelu_forward_ledger, gelu_backward_ledger, residual_forward_ledger
+#include "kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_ledger
+#include "kernels/gradients.cuh"  // defines: norm_partials_ledger
+#include "adamw.h"                // defines: adamw_update_ledger
+
+// what the ledger needs of the model and the run
+struct LedgerModel {
+    size_t L, C, NH, Vp;         // layers, channels, heads, padded vocabulary
+    size_t V;                    // the vocabulary (wte rows a batch can touch)
+    size_t B, T;                 // the micro-batch
+    int grad_accum, recompute;   // micro-steps a step, -r
+    bool master, grads_fp32;     // an fp32 master copy (bf16/fp16 builds); -ga fp32
+    std::vector<size_t> tensors; // every parameter tensor's values (AdamW launches once per tensor)
+};
+
+// a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
+inline void device_copy_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemcpyDeviceToDevice", 0, bytes, bytes,
+                               0}); }
+inline void device_zero_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemset", 0, 0, bytes, 0}); }
+
+// train_gpt.cu's block_forward at tp 1
+inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
+    size_t N = m.B * m.T, C = m.C;
+    layernorm_forward_ledger(l, N, C);
+    matmul_forward_ledger(l, N, C, 3 * C, true);
+    attention_forward_ledger(l, m.B, m.T, C, m.NH);
+    matmul_forward_ledger(l, N, C, C, false);
+    bias_forward_ledger(l, N, C);
+    residual_forward_ledger(l, N * C);
+    layernorm_forward_ledger(l, N, C);
+    matmul_forward_ledger(l, N, C, 4 * C, true);
+    gelu_forward_ledger(l, N * 4 * C);
+    matmul_forward_ledger(l, N, 4 * C, C, false);
+    bias_forward_ledger(l, N, C);
+    residual_forward_ledger(l, N * C);
+}
+// recompute_block, then block_backward_input and block_backward_weights at tp 1
+inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
+    size_t N = m.B * m.T, C = m.C;
+    double X = sizeof(floatX);
+    if (m.recompute >= 3) block_forward_ledger(l, m);
+    if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
+    if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
+    device_copy_ledger(l, N * C * X);  // tp_g_backward: d.fcproj = dresidual
+    matmul_backward_input_ledger(l, N, 4 * C, C);
+    gelu_backward_ledger(l, N * 4 * C);
+    matmul_backward_input_ledger(l, N, C, 4 * C);
+    layernorm_backward_input_ledger(l, N, C);
+    device_copy_ledger(l, N * C * X);  // d.attproj
+    matmul_backward_input_ledger(l, N, C, C);
+    attention_backward_ledger(l, m.B, m.T, C, m.NH);
+    matmul_backward_input_ledger(l, N, C, 3 * C);
+    layernorm_backward_input_ledger(l, N, C);
+    matmul_backward_weight_ledger(l, N, 4 * C, C, true);
+    matmul_backward_weight_ledger(l, N, C, 4 * C, true);
+    layernorm_backward_params_ledger(l, N, C);
+    matmul_backward_weight_ledger(l, N, C, C, true);
+    matmul_backward_weight_ledger(l, N, C, 3 * C, true);
+    layernorm_backward_params_ledger(l, N, C);
+}
+// one micro-batch forward and backward (train_gpt.cu's stage_forward, stage_backward)
+inline Ledger micro_step_ledger(const LedgerModel& m) {
+    Ledger l;
+    size_t N = m.B * m.T, C = m.C;
+    encoder_forward_ledger(&l, m.B, m.T, C);
+    for (size_t i = 0; i < m.L; i++) block_forward_ledger(&l, m);
+    layernorm_forward_ledger(&l, N, C);
+    matmul_forward_ledger(&l, N, C, m.Vp, false);
+    crossentropy_forward_backward_ledger(&l, N, m.Vp, true);
+    matmul_backward_input_ledger(&l, N, C, m.Vp);
+    matmul_backward_weight_ledger(&l, N, C, m.Vp, false);
+    device_zero_ledger(&l, (double)N * C * sizeof(floatX));  // the residual stream's gradient
+    layernorm_backward_input_ledger(&l, N, C);
+    layernorm_backward_params_ledger(&l, N, C);
+    for (size_t i = 0; i < m.L; i++) block_backward_ledger(&l, m);
+    encoder_backward_ledger(&l, m.B, m.T, C, m.V);
+    if (m.grads_fp32) {  // zero.h's zero_end_micro_step: the fp32 sum += the micro-step's gradient, which is cleared
+        size_t P = 0;
+        for (size_t n : m.tensors) P += n;
+        ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)P, 0, 0, P * (4.0 + sizeof(floatX))});
+    }
+    return l;
+}
+// what a step does once, after its micro-steps (zero.h: zero_begin_step, the norm, zero_optimizer_step)
+inline Ledger step_ledger(const LedgerModel& m) {
+    Ledger l;
+    size_t P = 0, grad_bytes = m.grads_fp32 ? 4 : sizeof(floatX);
+    for (size_t n : m.tensors) P += n;
+    device_zero_ledger(&l, (double)P * sizeof(floatX));
+    if (m.grads_fp32) device_zero_ledger(&l, 4.0 * P);
+    norm_partials_ledger(&l, P, grad_bytes);
+    for (size_t n : m.tensors) adamw_update_ledger(&l, n, grad_bytes, m.master);
+    return l;
+}
+
+// ---------------------------------------------------------------- GPUs and the roofline
+struct GpuSpec {
+    const char* name;
+    double tensor_flops, fp32_flops;  // FLOP/s: dense bf16/fp16 on tensor cores, fp32 on CUDA cores
+    double bandwidth;                 // bytes/s of its memory
+    const char* source;
+};
+inline const GpuSpec* gpu_spec(const char* name) {
+    static const GpuSpec table[] = {
+        {"H100", 989.4e12, 66.9e12, 3.35e12,
+         "NVIDIA H100 datasheet (2023), SXM5: 989.4 TFLOP/s bf16 dense, 66.9 fp32, 3.35 TB/s HBM3"},
+        {"H200", 989.4e12, 66.9e12, 4.8e12,
+         "NVIDIA H200 datasheet (2024), SXM: 989.4 TFLOP/s bf16 dense, 66.9 fp32, 4.8 TB/s HBM3e"},
+        {"A100", 312e12, 19.5e12, 2.039e12,
+         "NVIDIA A100 datasheet (2021), SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 fp32, 2.039 TB/s HBM2e"},
+    };
+    for (const GpuSpec& g : table) if (strcmp(g.name, name) == 0) return &g;
+    return nullptr;
+}
+// a row's roofline time in ms: its FLOPs at the peak (a fraction of it on tensor cores), its bytes at the bandwidth
+inline double ledger_roofline_ms(const LedgerRow& r, const GpuSpec& g) {
+    double flops_per_s = r.tensor_cores ? TENSOR_CORE_FRACTION * g.tensor_flops : g.fp32_flops;
+    return 1e3 * std::max(r.flops / flops_per_s, ledger_traffic(r) / g.bandwidth);
+}
+inline double ledger_roofline_ms(const Ledger& l, const GpuSpec& g) {
+    double ms = 0;
+    for (const LedgerRow& r : l.rows) ms += ledger_roofline_ms(r, g);
+    return ms;
+}
+// the rows, largest time first, as text; and as JSON rows appended to `json`
+inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per, std::string* json) {
+    std::vector<LedgerRow> rows = l.rows;
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](const LedgerRow& a, const LedgerRow& b) { return ledger_roofline_ms(a,
+                         g) > ledger_roofline_ms(b, g); });
+    for (const LedgerRow& r : rows) {
+        double ms = ledger_roofline_ms(r, g);
+        printf("  %-36s %5s %8lld %10.1f %10.1f %10.1f %9.3f\n", r.kernel.c_str(), per, r.launches, r.flops / 1e9,
+               (r.read + r.written + r.updated) / 1e6, ledger_traffic(r) / 1e6, ms);
+        char row[512];
+        snprintf(row, sizeof(row), "%s{\"kernel\": \"%s\", \"per\": \"%s\", \"launches\": %lld, \"flops\": %.0f, "
+                 "\"bytes_read\": %.0f, \"bytes_written\": %.0f, \"bytes_updated\": %.0f, \"ms\": %.6f}",
+                 json->empty() ? "" : ", ", r.kernel.c_str(), per, r.launches, r.flops, r.read, r.written, r.updated,
+                 ms);
+        *json += row;
+    }
+}
+// the ledger of a step on GPU g, its sums, and one JSON line {"ledger": [...], "roofline": {...}}
+inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_per_token) {
+    Ledger micro = micro_step_ledger(m), once = step_ledger(m);
+    double micro_ms = ledger_roofline_ms(micro, g), step_ms = m.grad_accum * micro_ms + ledger_roofline_ms(once, g);
+    double tokens_per_s = (double)m.B * m.T * m.grad_accum / (step_ms / 1e3),
+                           mfu = flops_per_token * tokens_per_s / g.tensor_flops;
+    long long launches = 0;
+    for (const LedgerRow& r : micro.rows) launches += r.launches;
+    printf("kernel ledger of a step on an %s (%s; tensor-core kernels at %.0f%% of peak), B=%zu T=%zu, "
+           "%d micro-step%s:\n",
+           g.name, g.source, 100 * TENSOR_CORE_FRACTION, m.B, m.T, m.grad_accum, m.grad_accum > 1 ? "s" : "");
+    printf("  %-36s %5s %8s %10s %10s %10s %9s\n", "kernel", "per", "launches", "GFLOP", "MB touched", "MB DRAM", "ms");
+    std::string json;
+    print_ledger_rows(micro, g, "micro", &json);
+    print_ledger_rows(once, g, "step", &json);
+    printf("  roofline: %.2f ms per micro-step (%lld launches, %.1f per layer), %.2f ms per step, %.0f tokens/s, "
+           "MFU %.1f%%\n", micro_ms, launches, (double)launches / m.L, step_ms, tokens_per_s, 100 * mfu);
+    printf("{\"ledger\": [%s], \"roofline\": {\"gpu\": \"%s\", \"ms_per_micro_step\": %.4f, \"ms_per_step\": %.4f, "
+           "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f}}\n", json.c_str(), g.name, micro_ms,
+           step_ms, tokens_per_s, mfu, (double)launches / m.L);
+}
