@@ -53,7 +53,7 @@ sequence_attention_forward and _backward (one rank), and through cp.h's ring att
 //          attention_block_gradients, attention_forward, attention_backward, attention_forward_host, attention_backward_host,
 //          ATTENTION_CPU_QUERIES, gather_head_rows, attention_block_forward_head, attention_block_backward_head,
 //          attention_pack_kv, attention_pack_kv_host,
-//          attention_backward_ledger, attention_forward_ledger, flash_kernel_name
+//          attention_backward_ledger, attention_forward_ledger, flash_wmma_head
 #include <math.h>    // defines: expf, logf, sqrtf, INFINITY
 #include <algorithm> // defines: std::min
 #include <vector>    // defines: std::vector
@@ -212,40 +212,40 @@ inline void attention_backward_host(floatX* dqkv, const floatX* dout, const floa
     attention_block_gradients_host(dqkv, dq.data(), dkv.data(), rows, C);
 }
 
+// the GPU build's WMMA kernels take head sizes 16, 32, 64, 128 in bf16 and fp16 (flash_attention.cuh)
+inline bool flash_wmma_head(int hs) { return !FLOATX_IS_FP32 && (hs == 16 || hs == 32 || hs == 64 || hs == 128); }
+
 // the kernel ledger (ledger.cuh) of attention_forward and attention_backward below (one rank's
 // whole sequences). A head's causal pairs are T(T+1)/2, each a dot product of hs for every
 // product: forward q k^T and p v (2), the backward's dq kernel q k^T again, dout v^T and ds k (3),
 // its dk dv kernel q k^T, dout v^T, p^T dout and ds^T q (4): the two kernels recompute what
 // FlashAttention-2's one backward kernel shares, for no atomics (flash_attention.cuh)
-inline const char* flash_kernel_name(int hs, const char* wmma, const char* plain) {
-    return !FLOATX_IS_FP32 && (hs == 16 || hs == 32 || hs == 64 || hs == 128) ? wmma : plain;  // the launchers' choice
-}
 inline void attention_forward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH) {
     double X = sizeof(floatX), N = (double)B * T, pairs_flops = 2.0 * B * C * T * (T + 1) / 2;
-    const char* kernel = flash_kernel_name((int)(C / NH), "flash_forward_wmma_kernel<HS_MAX>",
-                                           "flash_forward_kernel<HS_MAX>");
-    ledger_add(l, {kernel, 2 * pairs_flops, 3 * N * C * X, 4 * N * C + 4 * N * NH, 0, !FLOATX_IS_FP32});
-    ledger_add(l, {packs_divide(N * C) ? "flash_output_kernel128" : "flash_output_kernel", N * C, 4 * N * C,
-                   N * C * X, 0});
+    bool wmma = flash_wmma_head((int)(C / NH));  // out in floatX from the kernel, else fp32 and a pass to round it
+    ledger_add(l, {wmma ? "flash_forward_wmma_kernel<HS_MAX, Out>" : "flash_forward_kernel<HS_MAX>", 2 * pairs_flops,
+                   3 * N * C * X, N * C * (wmma ? X : 4) + 4 * N * NH, 0, wmma});
+    if (!wmma)
+        ledger_add(l, {packs_divide(N * C) ? "flash_output_kernel128" : "flash_output_kernel", N * C, 4 * N * C, N * C * X, 0});
 }
+// dq, dk dv: written in floatX into dqkv by the WMMA kernels, else summed into zeroed fp32 and rounded
 inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH) {
     double X = sizeof(floatX), N = (double)B * T, pairs_flops = 2.0 * B * C * T * (T + 1) / 2;
     // attention_block_row_dot's condition
     size_t lanes_a_head = C % (NH * PACK_VALUES) == 0 ? C / NH / PACK_VALUES : 0;
     bool row_packs = lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 &&
                      packs_divide(C);
-    ledger_add(l, {row_packs ? "flash_row_dot_kernel128" : "flash_row_dot_kernel", 2 * N * C, 2 * N * C * X,
-                   4 * N * NH, 0});
-    ledger_add(l, {"cudaMemset", 0, 0, 4 * N * C, 0});      // dq = 0
-    ledger_add(l, {"cudaMemset", 0, 0, 8 * N * C, 0});      // dk dv = 0
+    ledger_add(l, {row_packs ? "flash_row_dot_kernel128" : "flash_row_dot_kernel", 2 * N * C, 2 * N * C * X, 4 * N * NH, 0});
     double reads = 3 * N * C * X + N * C * X + 8 * N * NH;  // q k v, dout, lse and D
-    int hs = (int)(C / NH);
-    ledger_add(l, {flash_kernel_name(hs, "flash_dq_wmma_kernel<HS_MAX>", "flash_dq_kernel<HS_MAX>"), 3 * pairs_flops,
-                   reads, 0, 4 * N * C,
-                   !FLOATX_IS_FP32});
-    ledger_add(l, {flash_kernel_name(hs, "flash_dkv_wmma_kernel<HS_MAX>", "flash_dkv_kernel<HS_MAX>"),
-                   4 * pairs_flops, reads, 0, 8 * N * C,
-                   !FLOATX_IS_FP32});
+    if (flash_wmma_head((int)(C / NH))) {
+        ledger_add(l, {"flash_dq_wmma_kernel<HS_MAX, Out>", 3 * pairs_flops, reads, N * C * X, 0, true});
+        ledger_add(l, {"flash_dkv_wmma_kernel<HS_MAX, Out>", 4 * pairs_flops, reads, 2 * N * C * X, 0, true});
+        return;
+    }
+    ledger_add(l, {"cudaMemset", 0, 0, 4 * N * C, 0});  // dq = 0
+    ledger_add(l, {"cudaMemset", 0, 0, 8 * N * C, 0});  // dk dv = 0
+    ledger_add(l, {"flash_dq_kernel<HS_MAX>", 3 * pairs_flops, reads, 0, 4 * N * C});
+    ledger_add(l, {"flash_dkv_kernel<HS_MAX>", 4 * pairs_flops, reads, 0, 8 * N * C});
     ledger_add(l, {packs_divide(C) ? "flash_gradients_kernel128" : "flash_gradients_kernel", 3 * N * C, 12 * N * C,
                    3 * N * C * X, 0});
 }
@@ -369,18 +369,29 @@ inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C)
 // (rows, C), dk dv (rows, 2C), D (rows, NH); one for all layers
 struct AttentionScratch { float *out, *dq, *dkv, *D; };
 
-// out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX
+// out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX.
+// The GPU build's WMMA kernels (flash_wmma_head) write it in floatX themselves; the others (the
+// CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T, int C, int NH) {
-    attention_block_forward(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, s.out, lse);
+    AttentionBlock a = attention_whole_sequences(B, T, C, NH);
+#ifdef __CUDACC__
+    if (flash_wmma_head(C / NH)) { attention_whole_forward_wmma(a, qkv, qkv + C, out, lse); return; }
+#endif
+    attention_block_forward(a, qkv, qkv + C, s.out, lse);
     attention_block_output(out, s.out, (size_t)B * T * C);
 }
-// dqkv (B,T,3C), overwritten, from dout and the forward's out and lse
+// dqkv (B,T,3C), overwritten, from dout and the forward's out and lse: D = dout . out, then dq and
+// dk dv, written in floatX by the WMMA kernels, else summed in the zeroed fp32 scratch and rounded
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse, const floatX* qkv,
                                const AttentionScratch& s, int B, int T, int C, int NH) {
     size_t rows = (size_t)B * T;
+    AttentionBlock a = attention_whole_sequences(B, T, C, NH);
     attention_block_row_dot(s.D, dout, out, (int)rows, C, NH);
+#ifdef __CUDACC__
+    if (flash_wmma_head(C / NH)) { attention_whole_backward_wmma(a, qkv, qkv + C, dqkv, dout, lse, s.D); return; }
+#endif
     device_zero(s.dq, rows * C * sizeof(float));
     device_zero(s.dkv, rows * 2 * C * sizeof(float));
-    attention_block_backward(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, s.dq, s.dkv, dout, lse, s.D);
+    attention_block_backward(a, qkv, qkv + C, s.dq, s.dkv, dout, lse, s.D);
     attention_block_gradients(dqkv, s.dq, s.dkv, rows, C);
 }

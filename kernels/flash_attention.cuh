@@ -71,7 +71,8 @@ Applied in kernels/attention.cuh: attention_block_forward, attention_block_backw
 //          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv, WMMA_BACKWARD_WARPS,
 //          WMMA_BACKWARD_P_LD, wmma_warp_floats, wmma_load_row_fragments, wmma_probabilities, wmma_rows_times_cols,
 //          wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel, flash_row_dot_kernel128,
-//          flash_output_kernel128, flash_gradients_kernel128
+//          flash_output_kernel128, flash_gradients_kernel128, wmma_out_value, flash_forward_any_head,
+//          flash_backward_any_head, attention_whole_forward_wmma, attention_whole_backward_wmma
 #define FLASH_QUERIES 32  // Br: queries a block, a thread each (CUDA-core kernels)
 #define FLASH_KEYS 32     // Bc: keys a tile; equal to Br, so a causal query tile has one diagonal key tile
 static_assert(FLASH_QUERIES == FLASH_KEYS, "one diagonal key tile per query tile");
@@ -167,6 +168,7 @@ __global__ void flash_forward_kernel(AttentionBlock a, const floatX* q, const fl
 // ---------------------------------------------------------------- forward on tensor cores (WMMA)
 #if !FLOATX_IS_FP32
 #include <mma.h>  // defines: nvcuda::wmma (tests/emu/mma.h in the emulated build)
+#include <type_traits>  // defines: std::is_same
 #define WMMA_SIDE 16  // m = n = k = 16: a fragment's rows, columns and depth for bf16 and fp16
 #define WMMA_KEYS 32  // Bc of the backward: keys (or queries) a tile, two fragments wide
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, float> WmmaSums;
@@ -276,11 +278,16 @@ __device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], con
         }
     }
 }
-// one warp: its 16 rows of acc added to (or, add false, written as) the fp32 rows dst + r * stride
-// (r < valid only), 16 channels at a time through stage (16 x 16 fp32)
-template <int HS_MAX>
-__device__ inline void wmma_add_rows(float* dst, size_t stride, int valid, const WmmaSums (&acc)[HS_MAX / WMMA_SIDE], float* stage, int hs,
-                                     bool add = true) {
+// fp32 as a value of Out: itself, or rounded to floatX
+template <typename Out> __device__ inline Out wmma_out_value(float v) {
+    if constexpr (std::is_same<Out, float>::value) return v; else return from_float(v);
+}
+// one warp: its 16 rows of acc added to (or, add false, written as) the rows dst + r * stride
+// (r < valid only), fp32 sums or, when they are final, floatX; 16 channels at a time through
+// stage (16 x 16 fp32)
+template <int HS_MAX, typename Out>
+__device__ inline void wmma_add_rows(Out* dst, size_t stride, int valid, const WmmaSums (&acc)[HS_MAX / WMMA_SIDE], float* stage, int hs,
+                                     bool add) {
     int lane = threadIdx.x % 32;
     #pragma unroll
     for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
@@ -289,7 +296,10 @@ __device__ inline void wmma_add_rows(float* dst, size_t stride, int valid, const
         __syncwarp();
         for (int e = lane; e < WMMA_SIDE * WMMA_SIDE; e += 32) {
             int r = e / WMMA_SIDE, i = e % WMMA_SIDE;
-            if (r < valid) dst[r * stride + f * WMMA_SIDE + i] = (add ? dst[r * stride + f * WMMA_SIDE + i] : 0.0f) + stage[e];
+            if (r < valid) {
+                Out* at = dst + r * stride + f * WMMA_SIDE + i;
+                *at = wmma_out_value<Out>((add ? to_float(*at) : 0.0f) + stage[e]);
+            }
         }
         __syncwarp();  // the lanes are done with stage before it is written again
     }
@@ -372,9 +382,9 @@ __device__ inline void wmma_divide_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float
 // (q's fragments stay in registers), the online softmax (above), o = o * rescale + p v, with o in
 // accumulator fragments (registers) for the whole walk, rescaled row by row through the row map.
 // Causal query tiles run last-first: the last do the most tiles, and start first
-template <int HS_MAX>
+template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_kernel(AttentionBlock a, const floatX* q,
-                                                                                       const floatX* kv, float* out, float* lse) {
+                                                                                       const floatX* kv, Out* out, float* lse) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_FORWARD_WARPS, KEYS = wmma_forward_keys<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
     constexpr int KV_LD = wmma_kv_ld<HS_MAX>(), S_LD = wmma_s_ld<HS_MAX>(), P_LD = wmma_p_ld<HS_MAX>();
     // floatX tiles as raw 16-bit words, cast at use: the emulated build's bf16 and fp16 are classes
@@ -405,9 +415,11 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_ke
     float m = -INFINITY, l = 0.0f;  // the lane's row t (both lanes of a row hold the same)
     #pragma unroll
     for (int f = 0; f < F; f++) nvcuda::wmma::fill_fragment(o[f], 0.0f);
-    if (!a.first) {
-        if (t < a.Tq) m = lse[(row0 + lane / 2) * a.NH + h] * LOG2E, l = 1.0f;
-        wmma_read_rows<HS_MAX>(o, out + row0 * a.C + h * hs, a.C, a.Tq - t0, s, hs);
+    if constexpr (std::is_same<Out, float>::value) {  // floatX out: the one block (flash_launch_forward)
+        if (!a.first) {
+            if (t < a.Tq) m = lse[(row0 + lane / 2) * a.NH + h] * LOG2E, l = 1.0f;
+            wmma_read_rows<HS_MAX>(o, out + row0 * a.C + h * hs, a.C, a.Tq - t0, s, hs);
+        }
     }
     __syncthreads();  // every warp has its q before k overwrites the tile
     size_t kv_first = attention_block_kv_row(a, b, 0);
@@ -426,7 +438,7 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_ke
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }
     wmma_divide_rows<HS_MAX>(o, l, row_of);  // out = o / l; lse = m + log l
-    wmma_add_rows<HS_MAX>(out + row0 * a.C + h * hs, a.C, a.Tq - t0, o, s, hs, false);
+    wmma_add_rows<HS_MAX, Out>(out + row0 * a.C + h * hs, a.C, a.Tq - t0, o, s, hs, false);
     if (lane % 2 == 0 && t < a.Tq) lse[(row0 + lane / 2) * a.NH + h] = (m + log2f(l)) / LOG2E;
 }
 #endif
@@ -593,9 +605,9 @@ __device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, fl
 
 // grid (Tk / 64 rounded up, B * NH), 4 warps: warp w owns keys k0 + 16 w ..; per pass of WMMA_KEYS
 // queries it forms p^T and ds^T (its keys by the pass's queries), then dv += p^T dout and dk += ds^T q
-template <int HS_MAX>
+template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kernel(AttentionBlock a, const floatX* q,
-        const floatX* kv, float* dkv, const floatX* dout, const float* lse, const float* D) {
+        const floatX* kv, Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int KEYS = WMMA_SIDE * WMMA_BACKWARD_WARPS, QT = WMMA_KEYS, LD = wmma_kv_ld<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
     constexpr int S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
     __shared__ __align__(32) uint16_t q_bits[QT * LD], dy_bits[QT * LD], p_bits[WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD],
@@ -637,17 +649,18 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
     }
     int valid = min(WMMA_SIDE, a.Tk - j0);
     if (valid <= 0) return;
-    float* dk_rows = dkv + (kv_first + j0) * 2 * a.C + h * hs;
-    wmma_add_rows<HS_MAX>(dk_rows, 2 * (size_t)a.C, valid, dk, s, hs);
-    wmma_add_rows<HS_MAX>(dk_rows + a.C, 2 * (size_t)a.C, valid, dv, s, hs);  // dv at dk + C
+    Out* dk_rows = dkv + (kv_first + j0) * dkv_stride + h * hs;
+    bool add = std::is_same<Out, float>::value;  // fp32: a block's share, added; floatX: the one block's, written
+    wmma_add_rows<HS_MAX, Out>(dk_rows, dkv_stride, valid, dk, s, hs, add);
+    wmma_add_rows<HS_MAX, Out>(dk_rows + a.C, dkv_stride, valid, dv, s, hs, add);  // dv at dk + C
 }
 
 // grid (Tq / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w ..; per tile of
 // WMMA_KEYS keys it forms ds (its queries by the tile's keys), then dq += ds k. Causal query tiles
 // run last-first: the last see the most keys, and start first
-template <int HS_MAX>
+template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel(AttentionBlock a, const floatX* q,
-        const floatX* kv, float* dq, const floatX* dout, const float* lse, const float* D) {
+        const floatX* kv, Out* dq, int dq_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_BACKWARD_WARPS, KT = WMMA_KEYS, LD = wmma_kv_ld<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
     constexpr int S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
     __shared__ __align__(32) uint16_t k_bits[KT * LD], v_bits[KT * LD], ds_bits[WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD];
@@ -688,7 +701,8 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }
     if (t0 >= a.Tq) return;
-    wmma_add_rows<HS_MAX>(dq + (q_first + w * WMMA_SIDE) * a.C + h * hs, a.C, min(WMMA_SIDE, a.Tq - t0), dq_sum, s, hs);
+    wmma_add_rows<HS_MAX, Out>(dq + (q_first + w * WMMA_SIDE) * dq_stride + h * hs, dq_stride, min(WMMA_SIDE, a.Tq - t0), dq_sum,
+                               s, hs, std::is_same<Out, float>::value);
 }
 #endif
 
@@ -744,35 +758,46 @@ __global__ void flash_gradients_kernel128(floatX* dqkv, const float* dq, const f
 }
 
 // ---------------------------------------------------------------- launchers
-template <int HS_MAX> inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
+// Out float: a block's fp32 share (ring attention, the CUDA-core kernels); Out floatX: the one block
+// of one rank's whole sequences, its output final (WMMA only: flash_wmma_head)
+template <int HS_MAX, typename Out>
+inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
 #if !FLOATX_IS_FP32
     if (a.C / a.NH == HS_MAX) {  // 16, 32, 64 or 128: the WMMA kernels compile their loops for HS_MAX
         dim3 grid(ceil_div(a.Tq, WMMA_SIDE * WMMA_FORWARD_WARPS), a.B * a.NH);
-        flash_forward_wmma_kernel<HS_MAX><<<grid, 32 * WMMA_FORWARD_WARPS>>>(a, q, kv, out, lse);
+        flash_forward_wmma_kernel<HS_MAX, Out><<<grid, 32 * WMMA_FORWARD_WARPS>>>(a, q, kv, out, lse);
         return;
     }
 #endif
-    flash_forward_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, out, lse);
+    if constexpr (std::is_same<Out, float>::value)
+        flash_forward_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, out, lse);
+    else
+        fail("flash attention: a floatX output needs the WMMA kernels (flash_wmma_head)");
 }
-template <int HS_MAX> inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
-                                                        const floatX* dout, const float* lse, const float* D) {
+// dq rows dq_stride apart, dk dv rows dkv_stride apart (dv at dk + C)
+template <int HS_MAX, typename Out>
+inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride, Out* dkv,
+                                  int dkv_stride, const floatX* dout, const float* lse, const float* D) {
 #if !FLOATX_IS_FP32
     if (a.C / a.NH == HS_MAX) {  // 16, 32, 64 or 128: the WMMA kernels compile their loops for HS_MAX
         constexpr int rows = WMMA_SIDE * WMMA_BACKWARD_WARPS;
         dim3 dq_grid(ceil_div(a.Tq, rows), a.B * a.NH), dkv_grid(ceil_div(a.Tk, rows), a.B * a.NH);
-        flash_dq_wmma_kernel<HS_MAX><<<dq_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dq, dout, lse, D);
-        flash_dkv_wmma_kernel<HS_MAX><<<dkv_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dkv, dout, lse, D);
+        flash_dq_wmma_kernel<HS_MAX, Out><<<dq_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dq, dq_stride, dout, lse, D);
+        flash_dkv_wmma_kernel<HS_MAX, Out><<<dkv_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dkv, dkv_stride, dout, lse, D);
         return;
     }
 #endif
-    flash_dq_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, dq, dout, lse, D);
-    flash_dkv_kernel<HS_MAX><<<dim3(ceil_div(a.Tk, FLASH_KEYS), a.B * a.NH), FLASH_KEYS>>>(a, q, kv, dkv, dout, lse, D);
+    if constexpr (std::is_same<Out, float>::value) {
+        flash_dq_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, dq, dout, lse, D);
+        flash_dkv_kernel<HS_MAX><<<dim3(ceil_div(a.Tk, FLASH_KEYS), a.B * a.NH), FLASH_KEYS>>>(a, q, kv, dkv, dout, lse, D);
+    } else {
+        fail("flash attention: floatX gradients need the WMMA kernels (flash_wmma_head)");
+    }
 }
 
-// the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
-inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
-    // a grid of 0 blocks is a launch error (so in every launcher below); no keys: nothing to merge
-    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
+// the launchers compiled for the head-size capacity that holds a.C / a.NH
+template <typename Out>
+inline void flash_forward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_forward<16>(a, q, kv, out, lse); break;
         case 32: flash_launch_forward<32>(a, q, kv, out, lse); break;
@@ -781,17 +806,41 @@ inline void attention_block_forward(const AttentionBlock& a, const floatX* q, co
     }
     launchCheck();
 }
+template <typename Out>
+inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride, Out* dkv,
+                                    int dkv_stride, const floatX* dout, const float* lse, const float* D) {
+    switch (flash_head_capacity(a.C / a.NH)) {
+        case 16: flash_launch_backward<16>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
+        case 32: flash_launch_backward<32>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
+        case 64: flash_launch_backward<64>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
+        default: flash_launch_backward<128>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
+    }
+    launchCheck();
+}
+// the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
+inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
+    // a grid of 0 blocks is a launch error (so in every launcher below); no keys: nothing to merge
+    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
+    flash_forward_any_head(a, q, kv, out, lse);
+}
+// one rank's whole sequences, one causal block (a.first), with the WMMA kernels (flash_wmma_head):
+// out written in floatX, with no fp32 scratch and no pass to round it (attention_forward)
+inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* out, float* lse) {
+    if (a.B * a.NH * a.Tq == 0) return;
+    flash_forward_any_head(a, q, kv, out, lse);
+}
 // the block's share of dq (the queries' rows, C fp32) and of dk, dv (the keys' rows, 2C fp32), added
 inline void attention_block_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
                                      const floatX* dout, const float* lse, const float* D) {
     if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
-    switch (flash_head_capacity(a.C / a.NH)) {
-        case 16: flash_launch_backward<16>(a, q, kv, dq, dkv, dout, lse, D); break;
-        case 32: flash_launch_backward<32>(a, q, kv, dq, dkv, dout, lse, D); break;
-        case 64: flash_launch_backward<64>(a, q, kv, dq, dkv, dout, lse, D); break;
-        default: flash_launch_backward<128>(a, q, kv, dq, dkv, dout, lse, D); break;
-    }
-    launchCheck();
+    flash_backward_any_head(a, q, kv, dq, a.C, dkv, 2 * a.C, dout, lse, D);
+}
+// the backward of attention_whole_forward_wmma: dq, dk, dv written in floatX straight into dqkv's
+// rows (3C), with no fp32 sums to zero first and no pass to round them (attention_backward)
+inline void attention_whole_backward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* dqkv, const floatX* dout,
+                                          const float* lse, const float* D) {
+    if (a.B * a.NH * a.Tq == 0) return;
+    flash_backward_any_head(a, q, kv, dqkv, 3 * a.C, dqkv + a.C, 3 * a.C, dout, lse, D);
 }
 // D (rows, NH) = dout . out per query row and head, for every block's backward
 inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
