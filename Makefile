@@ -66,7 +66,7 @@ NVCC_FLAGS = -O3 -std=c++17 -gencode arch=compute_$(GPU_ARCH),code=[sm_$(GPU_ARC
 ifeq ($(DEBUG),1)
   NVCC_FLAGS += -DDEBUG_SYNC -lineinfo
 endif
-NVCC_LIBS = -lcublas $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
+NVCC_LIBS = -lcublas -lcublasLt $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
 
 HEADERS = $(wildcard *.h kernels/*.cuh)
 CATCH_MAIN = tests/build/catch_main.o

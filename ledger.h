@@ -62,14 +62,12 @@ inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
     layernorm_forward_ledger(l, N, C);
     matmul_forward_ledger(l, N, C, 3 * C, true);
     attention_forward_ledger(l, m.B, m.T, C, m.NH);
-    matmul_forward_ledger(l, N, C, C, false);
-    bias_forward_ledger(l, N, C);
+    matmul_forward_ledger(l, N, C, C, true);  // at tp 1 the bias goes to the matrix (tp.h: tp_bias_before_g)
     residual_forward_ledger(l, N * C);
     layernorm_forward_ledger(l, N, C);
     matmul_forward_ledger(l, N, C, 4 * C, true);
     gelu_forward_ledger(l, N * 4 * C);
-    matmul_forward_ledger(l, N, 4 * C, C, false);
-    bias_forward_ledger(l, N, C);
+    matmul_forward_ledger(l, N, 4 * C, C, true);
     residual_forward_ledger(l, N * C);
 }
 // recompute_block, then block_backward_input and block_backward_weights at tp 1

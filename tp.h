@@ -109,12 +109,13 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 */
 #pragma once
 // defines: TensorParallel, tp_whole, tp_held, tp_gather_tokens, tp_sum_tokens,
-//          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
+//          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
 //          tp_vocab_range, LossStatistics, tp_crossentropy, TensorParallelTraffic, tp_bytes_per_micro_step
 #include <algorithm>                 // defines: std::min, std::max
 #include "comm.h"                    // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
+#include "kernels/matmul.cuh"        // defines: bias_forward
 
 // ---------------------------------------------------------------- Megatron's f and g
 
@@ -154,6 +155,14 @@ inline void tp_f_backward(TensorParallel tp, floatX* dwhole, floatX* dinput, siz
 // output gradient; it has it (identity), or under -sp gathers it.
 inline void tp_g_forward(TensorParallel tp, floatX* whole, floatX* output, size_t n_held) { tp_sum_tokens(tp, whole, output, n_held); }
 inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) { tp_gather_tokens(tp, doutput, dwhole, n_held); }
+
+// a row-parallel matrix's bias (attproj, fcproj) is added once, to g's sum. With one rank there is
+// no sum: the bias goes to the matrix (the GPU build adds it in cuBLASLt's epilogue, no pass of its
+// own: kernels/matmul.cuh) and nothing is left after g. With more, after g, on the tokens held
+inline const floatX* tp_bias_before_g(TensorParallel tp, const floatX* bias) { return tp.group->size == 1 ? bias : NULL; }
+inline void tp_bias_after_g(TensorParallel tp, floatX* output, const floatX* bias, int rows, int C) {
+    if (tp.group->size > 1) bias_forward(output, bias, rows, C);
+}
 
 // ---------------------------------------------------------------- how a tensor is cut
 

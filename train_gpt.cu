@@ -591,18 +591,18 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     tp_f_forward(tp, la.ln1, ln1, held);
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     sequence_attention_forward(model, la, B, T);
-    matmul_forward(s.proj, la.atty, w.attprojw, NULL, N, C_rank, C);
+    matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
-    bias_forward(proj, w.attprojb, held / C, C);  // after the sum over TP ranks: added once
+    tp_bias_after_g(tp, proj, w.attprojb, held / C, C);  // added once: to the sum over TP ranks
     residual_forward(la.residual2, block_input(model, a, l, B, T), proj, held);
     // MLP: fc column-parallel, fcproj row-parallel
     block_ln2(model, a, l, B, T);
     tp_f_forward(tp, la.ln2, ln2, held);
     matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
     block_gelu(model, a, l, B, T);
-    matmul_forward(s.proj, la.fch_gelu, w.fcprojw, NULL, N, 4 * C_rank, C);
+    matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
-    bias_forward(proj, w.fcprojb, held / C, C);
+    tp_bias_after_g(tp, proj, w.fcprojb, held / C, C);
     residual_forward(la.residual3, la.residual2, proj, held);
 }
 

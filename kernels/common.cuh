@@ -9,7 +9,7 @@ loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
-//          cublas_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
+//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
 //          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16,
 //          packs_fit, load_values, store_values, store128_rounded,
@@ -31,6 +31,7 @@ inline void column_partials_finish_ledger(Ledger* l, size_t cols) {
 
 #ifdef __CUDACC__
 #include <cublas_v2.h>     // defines: cublasHandle_t, cublasGemmStridedBatchedEx
+#include <cublasLt.h>      // defines: cublasLtHandle_t, cublasLtMatmul (kernels/matmul.cuh: the bias epilogue)
 
 inline void cublas_check(cublasStatus_t status, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLAS status %d at %s:%d", (int)status, file, line);
@@ -46,6 +47,7 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 #endif
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
+inline cublasLtHandle_t& cublaslt_handle() { static cublasLtHandle_t handle = nullptr; return handle; }
 
 // 16 bytes of T: one load or store instruction moves 8 bf16 or 4 fp32 values, and a warp's 32
 // lanes cover 512 contiguous bytes, whole 128-byte lines. The address must be 16-byte aligned:
@@ -152,6 +154,7 @@ inline void device_init(int local_rank, int ranks_on_node) {
              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     cudaCheck(cudaSetDevice(local_rank % count));
     if (!cublas_handle()) cublasCheck(cublasCreate(&cublas_handle()));
+    if (!cublaslt_handle()) cublasCheck(cublasLtCreate(&cublaslt_handle()));
     // fp32 builds compute in true fp32 (no TF32), so they can be checked against float64
     cublasCheck(cublasSetMathMode(cublas_handle(), CUBLAS_DEFAULT_MATH));
 }

@@ -163,7 +163,14 @@ inline void bias_backward_ledger(Ledger* l, size_t N, size_t OC) {
                    4.0 * COLUMN_PARTS * OC, 0});
     column_partials_finish_ledger(l, OC);
 }
+// with a bias, cuBLASLt adds it in the epilogue when it is 16-byte aligned: the ledger takes the
+// trainer's tensors to be when C is a whole number of packs (every parameter tensor's size a multiple of C)
 inline void matmul_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
+    double X = sizeof(floatX);
+    if (bias && packs_divide(C)) {
+        ledger_add(l, {"cublasLtMatmul", 2.0 * N * OC * C, (double)(N * C + OC * C + OC) * X, (double)N * OC * X, 0, !FLOATX_IS_FP32});
+        return;
+    }
     gemm_ledger(l, N, OC, C, false);
     if (bias) bias_forward_ledger(l, N, OC);
 }
@@ -228,10 +235,62 @@ inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, floa
 }
 #endif
 
+#ifdef __CUDACC__
+// the largest power of two up to 256 that divides p's address: what cuBLASLt's heuristic must be told
+inline uint32_t pointer_alignment(const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+// out(N,OC) = inp(N,C) W^T + bias through cuBLASLt, the bias added in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS): one pass over out instead of two, and one rounding instead of two
+// (the host twin rounds twice: the results agree within floatX's rounding). Row-major as the
+// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call (a few
+// microseconds of host time); no workspace (the forward's GEMMs need no split-K)
+inline void matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t bias_type = CUBLAS_FLOATX;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    cublasCheck(cublasLtMatrixLayoutCreate(&w_layout, CUBLAS_FLOATX, C, OC, C));  // column-major (rows, cols, ld)
+    cublasCheck(cublasLtMatrixLayoutCreate(&inp_layout, CUBLAS_FLOATX, C, N, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&out_layout, CUBLAS_FLOATX, OC, N, OC));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out), pointer_alignment(out)};
+    for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, (cublasLtMatmulPreferenceAttributes_t)(
+                                                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &align[i], sizeof(align[i])));
+    cublasLtMatmulHeuristicResult_t found;
+    int count = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout, preference, 1,
+                                               &found, &count));
+    if (count == 0) fail("cuBLASLt has no algorithm for the linear layer N %d C %d OC %d with its bias", N, C, OC);
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
+                               out_layout, &found.algo, nullptr, 0, 0));
+    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout), cublasLtMatrixLayoutDestroy(out_layout);
+    cublasLtMatmulDescDestroy(desc);
+}
+#endif
+
 inline void matmul_forward(floatX* out,                               // (N,OC)
                            const floatX* inp,                         // (N,C)
                            const floatX* weight, const floatX* bias,  // (OC,C), (OC) or NULL
                            int N, int C, int OC) {
+#ifdef __CUDACC__
+    // cuBLASLt's bias epilogue wants the bias 16-byte aligned (the trainer's tensors are when C is
+    // a whole number of 16-byte packs); else, and in the CPU build, the GEMM, then bias_forward
+    if (bias && aligned16(bias) && (size_t)N * OC > 0) { matmul_forward_lt(out, inp, weight, bias, N, C, OC); return; }
+#endif
     gemm_batched(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1);
     if (bias) bias_forward(out, bias, N, OC);
 }

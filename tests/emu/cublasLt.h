@@ -2,6 +2,8 @@
 tests/emu/cublasLt.h: the cuBLASLt calls of the project (dev/matmul_forward.cu), emulated from
 cuBLASLt's documented semantics (cublas_emu.cpp): D = alpha op(A) op(B) + beta C, column-major,
 the epilogue (bias, GELU) applied to the fp32 result before it is rounded once into D's type.
+The algorithm the heuristic returns needs A, B, C and D aligned as the preference said (256 bytes
+unless told less, cuBLASLt's default): cublasLtMatmul refuses pointers aligned less.
 */
 #pragma once
 #include "cublas_v2.h"
@@ -26,7 +28,11 @@ typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4,
     CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36
 } cublasLtEpilogue_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);

@@ -154,7 +154,10 @@ struct cublasLtMatmulDescOpaque {
     int bias_type = -1;  // -1: D's type
 };
 struct cublasLtMatrixLayoutOpaque { cudaDataType type; uint64_t rows, cols; int64_t ld; };
-struct cublasLtMatmulPreferenceOpaque { size_t max_workspace = 0; };
+struct cublasLtMatmulPreferenceOpaque {
+    size_t max_workspace = 0;
+    uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D: cuBLASLt's default, 256 bytes
+};
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) { *handle = new cublasLtContext(); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) { delete handle; return CUBLAS_STATUS_SUCCESS; }
@@ -194,8 +197,10 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { delete pref; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void* buf, size_t size) {
-    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_INVALID_VALUE;
-    return set(&pref->max_workspace, buf, size);
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return set(&pref->max_workspace, buf, size);
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return set(&pref->min_alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size);
+    return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 // the shapes agree: op(A) (m,k), op(B) (k,n), C and D (m,n) of one type; the epilogue is known
@@ -216,7 +221,7 @@ static cublasStatus_t lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
-                                              cublasLtMatmulPreference_t, int requested, cublasLtMatmulHeuristicResult_t* results,
+                                              cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t* results,
                                               int* returned) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -224,6 +229,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     *returned = s == CUBLAS_STATUS_SUCCESS ? 1 : 0;
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     results[0] = cublasLtMatmulHeuristicResult_t{};
+    for (int i = 0; i < 4; i++) results[0].algo.data[i] = pref ? pref->min_alignment[i] : 256;  // what the algorithm needs
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     return CUBLAS_STATUS_SUCCESS;
@@ -231,8 +237,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
                               const void* C, cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
-                              const cublasLtMatmulAlgo_t*, void* workspace, size_t workspace_bytes, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    const void* pointers[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)  // the heuristic's algorithm needs the alignment its preference allowed (or 256 bytes)
+        if ((uintptr_t)pointers[i] % (algo ? algo->data[i] : 256) != 0) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t s = lt_check(d, Ad, Bd, Cd, Dd);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
