@@ -27,7 +27,7 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
-//          matmul_backward_weight_ledger, matmul_forward_ledger
+//          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_forward_lt, pointer_alignment
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
 #ifndef __CUDACC__
