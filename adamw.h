@@ -13,14 +13,15 @@ runs on an fp32 master copy (4 bytes) and writes the floatX parameter (2 bytes) 
 stochastic rounding; with the 2-byte gradient that is mixed precision's 16 bytes
 per parameter. Read adamw_element first: kernel and host loop both call it.
 
-Applied in zero.h: zero_optimizer_step (one call per tensor slice of this rank's shard,
-whatever the ZeRO stage), called by train_gpt.cu: train_step, which passes the clip
-factor over the loss scale as grad_scale and the step's seed for the rounding.
+Applied in zero.h: zero_optimizer_step (one launch for every tensor slice of this rank's shard,
+adamw_update_slices, whatever the ZeRO stage), called by train_gpt.cu: train_step, which passes
+the clip factor over the loss scale as grad_scale and the step's seed for the rounding.
 */
 #pragma once
 // defines: AdamWConfig, adamw_element, adamw_update,
 //          adamw_apply, adamw_kernel, adamw_kernel128,
-//          adamw_update_ledger
+//          adamw_update_ledger, adamw_pack, AdamWSlice, ADAMW_BLOCK, adamw_slice_blocks, adamw_slices_kernel,
+//          adamw_update_slices, adamw_update_slices_ledger
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
 
@@ -60,20 +61,17 @@ __global__ void adamw_kernel(floatX* params, float* master, const Grad* grads, f
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 }
-// a thread a 16-byte pack of parameters (8 bf16 or 4 fp32) and the same elements of every other
-// array, 16 bytes a load and store; each element by the same adamw_apply (so the same bits as the
-// kernel above, the rounding's random bits included); the last, partial pack element by element.
-// Every array 16-byte aligned. On an H200 the kernel above took 1.4 ms a GPT-2 124M step (docs/gpu.md).
-// Left: ZeRO's slices start where the shard does, 16-byte aligned only when dp divides the unit
-// into whole packs (dp 3, 5, ... give the one-value kernel); a scalar head, then packs, would take them
+// P values from i0 (a 16-byte pack of parameters, 8 bf16 or 4 fp32, and the same elements of every
+// other array, 16 bytes a load and store), or, where the arrays are not 16-byte aligned there or
+// the slice ends inside the pack, element by element: each element by the same adamw_apply, so
+// the same bits either way, the rounding's random bits included
 template <typename Grad>
-__global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
-                                AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
+__device__ inline void adamw_pack(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t i0, size_t n,
+                                  bool packed, AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
+                                  size_t index_offset) {
     constexpr int P = Packed128<floatX>::size;
-    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
-    if (i0 >= n) return;
-    if (i0 + P > n) {
-        for (size_t i = i0; i < n; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+    if (!packed || i0 + P > n) {
+        for (size_t i = i0; i < n && i < i0 + P; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
         return;
     }
     floatX p[P];
@@ -98,6 +96,14 @@ __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads
     store_values<P>(m + i0, m_pack);
     store_values<P>(v + i0, v_pack);
     if (master) store_values<P>(master + i0, master_pack);
+}
+// a thread a pack (adamw_pack), every array 16-byte aligned. On an H200 the kernel above took 1.4 ms
+// a GPT-2 124M step in 148 launches (docs/gpu.md)
+template <typename Grad>
+__global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
+                                AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
+    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
+    if (i0 < n) adamw_pack(params, master, grads, m, v, i0, n, true, c, bc1, bc2, grad_scale, seed, index_offset);
 }
 #endif
 
@@ -127,4 +133,64 @@ inline void adamw_update(floatX* params, float* master, const Grad* grads, float
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 #endif
+}
+
+// ---------------------------------------------------------------- one launch for a shard
+// Every tensor slice of a rank's shard in one launch (llm.c launches once per tensor; 148 launches
+// a GPT-2 124M step here before): a table of the slices, made once (zero.h: zero_adamw_slices) and
+// kept on the device; each block finds its slice by a binary search over the slices' first blocks.
+// Each element by the same adamw_apply as adamw_update: the same bits as a launch per slice.
+struct AdamWSlice {
+    size_t param, state;   // the slice's first element in the parameters and in the state (m, v, master, gradient)
+    size_t n, index;       // its elements; the first one's index in the whole model (the rounding's bits)
+    unsigned first_block;  // its first block in the launch's grid
+    int decay;             // 1: weight decay applies (a matrix)
+};
+#define ADAMW_BLOCK 256
+inline unsigned adamw_slice_blocks(size_t n) { return (unsigned)ceil_div(n, (size_t)ADAMW_BLOCK * PACK_VALUES); }
+
+#ifdef __CUDACC__
+template <typename Grad>
+__global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v, const AdamWSlice* slices,
+                                    int count, AdamWConfig c, float weight_decay, float bc1, float bc2, float grad_scale,
+                                    uint64_t seed) {
+    int lo = 0, hi = count - 1;  // the last slice whose first block is at or before this block
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (slices[mid].first_block <= blockIdx.x) lo = mid; else hi = mid - 1;
+    }
+    AdamWSlice s = slices[lo];
+    size_t i0 = ((size_t)(blockIdx.x - s.first_block) * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
+    if (i0 >= s.n) return;
+    c.weight_decay = s.decay ? weight_decay : 0.0f;
+    bool packed = s.param % Packed128<floatX>::size == 0 && s.state % Packed128<floatX>::size == 0;  // from 256-byte bases
+    adamw_pack(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state, i0, s.n,
+               packed, c, bc1, bc2, grad_scale, seed, s.index);
+}
+#endif
+
+// AdamW on every slice of the table (device memory; host memory in the CPU build), `blocks` the
+// sum of their adamw_slice_blocks; c: lr and betas, weight_decay for the slices that decay
+template <typename Grad>
+inline void adamw_update_slices(floatX* params, float* master, const Grad* grads, float* m, float* v, const AdamWSlice* slices,
+                                int count, unsigned blocks, AdamWConfig c, float weight_decay, int t, float grad_scale,
+                                uint64_t seed) {
+    if (count == 0 || blocks == 0) return;  // a grid of 0 blocks is a launch error
+#ifdef __CUDACC__
+    float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);  // as adamw_update's
+    adamw_slices_kernel<Grad><<<blocks, ADAMW_BLOCK>>>(params, master, grads, m, v, slices, count, c, weight_decay, bc1, bc2,
+                                                      grad_scale, seed);
+    launchCheck();
+#else
+    for (int k = 0; k < count; k++) {
+        const AdamWSlice& s = slices[k];
+        c.weight_decay = s.decay ? weight_decay : 0.0f;
+        adamw_update(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state, s.n, c, t,
+                     grad_scale, seed, s.index);
+    }
+#endif
+}
+// the kernel ledger (kernels/ledger.cuh) of adamw_update_slices over P parameters: as adamw_update's
+inline void adamw_update_slices_ledger(Ledger* l, size_t P, size_t grad_bytes, bool master) {
+    ledger_add(l, {"adamw_slices_kernel<Grad>", 15.0 * P, (double)P * grad_bytes, 0, P * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
 }

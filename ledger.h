@@ -8,7 +8,7 @@ The launches of a step, in the order the trainer makes them, each from its launc
     micro-step (x grad_accum)                          step
     embed      encoder_forward                         zero the gradients (cudaMemset)
     block x L  LN, qkv (+bias), attention, attproj,    the gradient norm (norm_partials)
-               bias, residual, LN, fc (+bias), GELU,   AdamW, a launch per parameter tensor
+               bias, residual, LN, fc (+bias), GELU,   AdamW, one launch for every tensor
                fcproj, bias, residual
     head       LN, logits, cross-entropy (dlogits in place), their backward
     block x L  what -r did not keep again, then the backward of each op, input half then weights
@@ -39,7 +39,7 @@ Applied in accounting.h (print_plans).
 #include "kernels/gelu.cuh"       // defines: gelu_forward_ledger, gelu_backward_ledger, residual_forward_ledger
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_ledger
 #include "kernels/gradients.cuh"  // defines: norm_partials_ledger
-#include "adamw.h"                // defines: adamw_update_ledger
+#include "adamw.h"                // defines: adamw_update_slices_ledger
 
 // what the ledger needs of the model and the run
 struct LedgerModel {
@@ -48,7 +48,7 @@ struct LedgerModel {
     size_t B, T;                 // the micro-batch
     int grad_accum, recompute;   // micro-steps a step, -r
     bool master, grads_fp32;     // an fp32 master copy (bf16/fp16 builds); -ga fp32
-    std::vector<size_t> tensors; // every parameter tensor's values (AdamW launches once per tensor)
+    std::vector<size_t> tensors; // every parameter tensor's values (their sum: the gradient and AdamW's bytes)
 };
 
 // a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
@@ -125,7 +125,7 @@ inline Ledger step_ledger(const LedgerModel& m) {
     device_zero_ledger(&l, (double)P * sizeof(floatX));
     if (m.grads_fp32) device_zero_ledger(&l, 4.0 * P);
     norm_partials_ledger(&l, P, grad_bytes);
-    for (size_t n : m.tensors) adamw_update_ledger(&l, n, grad_bytes, m.master);
+    adamw_update_slices_ledger(&l, P, grad_bytes, m.master);  // one launch over every tensor (zero.h: zero_optimizer_step)
     return l;
 }
 

@@ -79,7 +79,7 @@ and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 //          zero_end_micro_step, zero_reduce_step, norm_squared_of_range, zero_grad_norm_squared,
 //          zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
 //          zero_params_to_host, ZeroPlan, zero_plan,
-//          MAX_UNIT_SLICES
+//          MAX_UNIT_SLICES, zero_adamw_slices
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -135,6 +135,9 @@ struct Zero {
                                     // stage 0 step_sum_full (one shard), 1-3 this rank's shard
     floatX* reduce_buffer;          // stages 2-3: a reduce-scattered unit shard
     float* norm_scratch;
+    AdamWSlice* adamw_slices;       // every tensor slice of the shard, for AdamW's one launch (adamw.h)
+    int num_adamw_slices;
+    unsigned adamw_blocks;          // the launch's grid: the slices' blocks summed
 };
 
 inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_FINAL_NORM : SLOT_LAYER; }
@@ -156,6 +159,8 @@ inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* f
         origin += unit.size;
     }
 }
+
+inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks);  // below: the optimizer step
 
 // sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
 // allocate = false lays out the shards without allocating (-plan).
@@ -179,6 +184,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     size_t full = z->full_elements, shard = z->shard_elements, X = sizeof(floatX), fp32 = sizeof(float);
     const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
     bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32;
+    std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z, &z->adamw_blocks);
     BufferSpec specs[] = {
         {(void**)&z->params, stage == 3 ? shard : full, X, MEM_PARAMETERS},
         {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? slot[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
@@ -195,15 +201,18 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->unit_grads[SLOT_FINAL_NORM], unit_grads ? slot[SLOT_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->norm_scratch, NORM_PARTS, fp32, MEM_ACTIVATIONS_TRANSIENT},
+        {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
+    z->num_adamw_slices = (int)adamw_table.size();
+    if (allocate) host_to_device(z->adamw_slices, adamw_table.data(), adamw_table.size() * sizeof(AdamWSlice));
     z->step_sum_full.fp32 = z->step_grad.fp32 = grads_fp32;
     if (stage <= 1 && !grads_fp32) z->step_sum_full.data = z->grads;  // the backward sums in place
     if (stage == 0) z->step_grad = z->step_sum_full;                   // the whole model is the shard
 }
 
 inline void zero_free(Zero* z) {
-    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch};
+    void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch, z->adamw_slices};
     for (void* b : state) device_free(b);
     if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
     if (z->stage >= 1) device_free(z->step_grad.data);
@@ -371,18 +380,27 @@ inline void zero_poison_gradients(Zero* z) {
     });
 }
 
-// AdamW on this rank's shard of every unit, one call per tensor slice (weight decay is per tensor)
+// the table of AdamW's one launch: every tensor slice of this rank's shard (weight decay is per
+// tensor), where its parameters are (stage 3: the shard; else the full buffer) and its state (m, v,
+// master and the gradient share the shard index), and its blocks of the grid
+inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks) {
+    std::vector<AdamWSlice> table;
+    *blocks = 0;
+    zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
+        const Unit& unit = z->units[u];
+        table.push_back(AdamWSlice{z->stage == 3 ? local : unit.offset + lo, local, hi - lo, unit.origin + lo, *blocks, slice.decay});
+        *blocks += adamw_slice_blocks(hi - lo);
+    });
+    return table;
+}
+
+// AdamW on this rank's shard of every unit: one launch over the table zero_init made
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
+    AdamWConfig c;
+    c.lr = lr;
     with_gradient(z->step_grad, [&](auto* grad) {
-        zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
-            const Unit& unit = z->units[u];
-            floatX* p = z->stage == 3 ? z->params + local : z->params + unit.offset + lo;
-            AdamWConfig c;
-            c.lr = lr;
-            c.weight_decay = slice.decay ? weight_decay : 0.0f;
-            float* master = z->master ? z->master + local : NULL;  // m, v, master and the gradient share the shard index
-            adamw_update(p, master, grad + local, z->m + local, z->v + local, hi - lo, c, t, grad_scale, seed, unit.origin + lo);
-        });
+        adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices, z->num_adamw_slices, z->adamw_blocks, c,
+                            weight_decay, t, grad_scale, seed);
     });
 }
 

@@ -49,6 +49,7 @@ inline Lab lab_start(int argc, char** argv, const char* name, int versions) {
     cudaCheck(cudaSetDevice(0));
     cublasCheck(cublasCreate(&cublas_handle()));
     cublasCheck(cublasSetMathMode(cublas_handle(), CUBLAS_DEFAULT_MATH));  // fp32 without TF32, as the trainer
+    cublasCheck(cublasLtCreate(&cublaslt_handle()));  // the trainer's matmul_forward (the bias in cuBLASLt's epilogue)
     cudaDeviceProp p;
     cudaCheck(cudaGetDeviceProperties(&p, 0));
     printf("%s on %s, floatX %s\n", name, p.name, PRECISION_NAME);

@@ -49,7 +49,7 @@ struct HostCase { std::vector<floatX> dinp, dweight, dbias, dout, inp, weight; s
 static Buffers upload(const HostCase& h, int C) {
     return {to_device(h.dinp), to_device(h.dweight), to_device(h.dbias), to_device(h.dout), to_device(h.inp),
             to_device(h.weight), to_device(h.mean), to_device(h.rstd),
-            (float*)device_malloc(column_partials_elements(2 * (size_t)C) * sizeof(float))};
+            column_partials_scratch(2 * (size_t)C)};
 }
 static void reset(const Buffers& d, const HostCase& h) {  // the gradients back to their values before the call
     host_to_device(d.dinp, h.dinp.data(), h.dinp.size() * sizeof(floatX));

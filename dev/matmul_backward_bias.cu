@@ -5,9 +5,10 @@ Every version adds in a fixed order, so a run repeats bit for bit (bit-exact res
 
 version 1: one thread per column walks its N rows in order (bias_backward_column, the
            host twin's specification): OC threads only, e.g. 24 blocks of 128 for OC 3072
-version 2: the trainer's bias_backward: two stages. 64 row ranges x 32-column tiles,
-           8 threads per column, write fp32 partial sums; one thread per column then adds
-           the 64 parts in order (common.cuh: column_partials_finish)
+version 2: the trainer's bias_backward: two stages in one launch. 64 row ranges x 32-column
+           tiles, 8 threads per column, write fp32 partial sums; the last of a tile's 64 blocks
+           to finish adds the tile's parts in order (common.cuh: column_partials_last_block),
+           where a second kernel did before (one launch a bias instead of two)
 The block size applies to version 1; version 2's shape is fixed.
 */
 #include "lab.h"
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
         std::vector<floatX> dout = random_floatx((size_t)s.N * s.OC, 1), dbias0 = random_floatx(s.OC, 2), dbias = dbias0;
         bias_backward_host(dbias.data(), dout.data(), s.N, s.OC);
         floatX *d_dout = to_device(dout), *d_dbias = to_device(dbias0);
-        float* d_partials = (float*)device_malloc(column_partials_elements(s.OC) * sizeof(float));
+        float* d_partials = column_partials_scratch(s.OC);
         for (int v = 1; v <= VERSIONS; v++) {
             if (!lab_wants(lab, v)) continue;
             for (int block : LAB_BLOCK_SIZES) {
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
         int N = sz[0], OC = sz[2];
         std::vector<floatX> zeros(OC, from_float(0.0f));
         floatX *d_dout = to_device(ref_floatx(ref, p + "dout")), *d_dbias = to_device(zeros);
-        float* d_partials = (float*)device_malloc(column_partials_elements(OC) * sizeof(float));
+        float* d_partials = column_partials_scratch(OC);
         for (int v = 1; v <= VERSIONS; v++) {
             if (!lab_wants(lab, v)) continue;
             printf("  version %d against PyTorch, case %s\n", v, p.c_str());

@@ -9,25 +9,24 @@ loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
-//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_finish, column_partials_grid,
+//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
-//          COLUMN_ROW_THREADS, column_partials_finish_kernel, cublas_check, Packed128, load128, store128, aligned16,
+//          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
+//          column_partials_scratch, COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
 //          packs_fit, load_values, store_values, store128_rounded,
-//          column_partials_finish_ledger
 #include <stdint.h>   // defines: SIZE_MAX
 #include <initializer_list>  // defines: std::initializer_list
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
 #include "ledger.cuh"  // defines: Ledger, ledger_add, KernelCost, packs_divide
 
-// the row ranges of the GPU's two-stage column sums (below), and the fp32 scratch they need for
-// `cols` columns; the CPU build sums each column in one pass and needs none
+// the row ranges of the GPU's two-stage column sums (below), and the scratch they need for `cols`
+// columns: a counter for each of up to COLUMN_TILES_MAX 32-column tiles (4 bytes each), at the
+// start, where no use's parts can land, zero when the scratch is made (allocate_buffers zeroes;
+// column_partials_scratch) and left zero by each use; then the fp32 parts. The CPU build sums each
+// column in one pass and needs none
 #define COLUMN_PARTS 64
-inline size_t column_partials_elements(size_t cols) { return COLUMN_PARTS * cols; }
-// the kernel ledger (ledger.cuh) of column_partials_finish below: the parts read, out(cols) +=
-inline void column_partials_finish_ledger(Ledger* l, size_t cols) {
-    ledger_add(l, {"column_partials_finish_kernel", (double)COLUMN_PARTS * cols, 4.0 * COLUMN_PARTS * cols, 0,
-                   (double)cols * sizeof(floatX)});
-}
+#define COLUMN_TILES_MAX 1024  // columns up to 32768
+inline size_t column_partials_elements(size_t cols) { return COLUMN_TILES_MAX + COLUMN_PARTS * cols; }
 
 #ifdef __CUDACC__
 #include <cublas_v2.h>     // defines: cublasHandle_t, cublasGemmStridedBatchedEx
@@ -90,9 +89,11 @@ __device__ inline void store128_rounded(floatX* dst, const float* src) {
 
 // Column sums over many rows (bias and LayerNorm parameter gradients) in two stages, in a fixed
 // order so that a run repeats bit for bit (bit-exact resume): stage 1 gives each of COLUMN_PARTS
-// row ranges a block that writes one partial sum per column to partials[part * cols + c];
-// stage 2, below, adds the parts to the column in part order. The ranges depend on the rows only.
-// Stage 1's block is 32 columns x COLUMN_ROW_THREADS rows of threads: a thread sums every
+// row ranges of each 32-column tile a block that writes one partial sum per column to
+// partials[part * cols + c]; stage 2 adds the parts to the column in part order, done by the last
+// of the tile's blocks to finish (column_partials_last_block), not by a kernel of its own. Which
+// block is last changes run to run; the order of the sum does not. The ranges depend on the rows
+// only. Stage 1's block is 32 columns x COLUMN_ROW_THREADS rows of threads: a thread sums every
 // COLUMN_ROW_THREADS-th row of its part, then sum_rows_of_threads adds the block's rows in order.
 #define COLUMN_ROW_THREADS 8
 inline dim3 column_partials_grid(int cols) { return dim3((unsigned)ceil_div(cols, 32), COLUMN_PARTS); }
@@ -110,17 +111,43 @@ __device__ inline float sum_rows_of_threads(float v, float (*shared)[32]) {
     for (int y = 1; y < COLUMN_ROW_THREADS; y++) v += shared[y][threadIdx.x];
     return v;
 }
-__global__ void column_partials_finish_kernel(floatX* out, const float* partials, int cols) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+// whether this block is the last of its column tile's COLUMN_PARTS blocks (grid y) to have written
+// its partials: each counts itself in counters[blockIdx.x] after a fence that makes its partials
+// visible to every block (CUDA's threadFenceReduction sample); the last resets the counter to zero
+// for the next use, and fences again before it reads the others' partials. Every thread calls it
+__device__ inline bool column_partials_last_block(unsigned* counters) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+        if (last) counters[blockIdx.x] = 0;  // every block of the tile has counted
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+// stage 2 for the block's 32 columns: out(c) += the parts of column c, in part order (row 0 of
+// threads). The parts are read volatile: other blocks wrote them, past this SM's L1
+__device__ inline void column_partials_add(floatX* out, const float* partials, int cols) {
+    int c = blockIdx.x * 32 + threadIdx.x;
+    if (threadIdx.y != 0 || c >= cols) return;
+    const volatile float* parts = partials;
     float sum = 0.0f;
-    for (int part = 0; part < COLUMN_PARTS; part++) sum += partials[(size_t)part * cols + c];
+    for (int part = 0; part < COLUMN_PARTS; part++) sum += parts[(size_t)part * cols + c];
     out[c] = from_float(to_float(out[c]) + sum);
 }
-inline void column_partials_finish(floatX* out, const float* partials, int cols) {  // out(cols) += the parts' sum
-    if (cols == 0) return;  // a grid of 0 blocks is a launch error
-    column_partials_finish_kernel<<<ceil_div(cols, 256), 256>>>(out, partials, cols);
-    launchCheck();
+// a partials scratch's tile counters, and where its parts begin
+__device__ inline unsigned* column_partials_counters(float* scratch) { return (unsigned*)scratch; }
+__device__ inline float* column_partials_parts(float* scratch) { return scratch + COLUMN_TILES_MAX; }
+inline void column_partials_check(size_t cols) {
+    if (cols > 32 * (size_t)COLUMN_TILES_MAX) fail("column sums over %zu columns: at most %d (COLUMN_TILES_MAX)", cols, 32 * COLUMN_TILES_MAX);
+}
+// a partials scratch for `cols` columns, its counters zeroed (the trainer's comes from allocate_buffers)
+inline float* column_partials_scratch(size_t cols) {
+    float* p = (float*)device_malloc(column_partials_elements(cols) * sizeof(float));
+    device_zero(p, column_partials_elements(cols) * sizeof(float));
+    return p;
 }
 
 // the GPUs this process can see; 0 where there is no device or no driver

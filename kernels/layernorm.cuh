@@ -123,10 +123,8 @@ inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C) {
 }
 inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C) {
     double X = sizeof(floatX);
-    ledger_add(l, {"layernorm_backward_partials_kernel", 6.0 * N * C, 2.0 * N * C * X + 8.0 * N,
-                   2.0 * 4 * COLUMN_PARTS * C, 0});
-    column_partials_finish_ledger(l, C);
-    column_partials_finish_ledger(l, C);
+    ledger_add(l, {"layernorm_backward_partials_kernel", 6.0 * N * C, 2.0 * N * C * X + 8.0 * N, 2.0 * 4 * COLUMN_PARTS * C,
+                   2.0 * C * X});
 }
 
 #ifdef __CUDACC__
@@ -215,10 +213,11 @@ __global__ void layernorm_backward_input_kernel128(floatX* __restrict__ dinp, co
     }
 }
 
-// stage 1 of the two-stage column sums (common.cuh), as bias_backward_partials_kernel: block
-// (x, part) takes 32 channels over the part's rows; partials holds the dweight parts, then the dbias parts
-__global__ void layernorm_backward_partials_kernel(float* partials, const floatX* dout, const floatX* inp,
-                                                   const float* mean, const float* rstd, int N, int C) {
+// the two-stage column sums (common.cuh), as bias_backward_partials_kernel: block (x, part) takes 32
+// channels over the part's rows; the scratch holds the tiles' counters, the dweight parts, then the
+// dbias parts; the last of a tile's blocks adds its parts into dweight and dbias
+__global__ void layernorm_backward_partials_kernel(floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
+                                                   const floatX* inp, const float* mean, const float* rstd, int N, int C) {
     __shared__ float dw_rows[COLUMN_ROW_THREADS][32], db_rows[COLUMN_ROW_THREADS][32];
     int c = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y, begin, end;
     column_part_rows(N, part, &begin, &end);
@@ -232,9 +231,15 @@ __global__ void layernorm_backward_partials_kernel(float* partials, const floatX
         }
     dw = sum_rows_of_threads(dw, dw_rows);
     db = sum_rows_of_threads(db, db_rows);
-    if (threadIdx.y != 0 || c >= C) return;
-    partials[(size_t)part * C + c] = dw;
-    partials[(size_t)(COLUMN_PARTS + part) * C + c] = db;
+    float* parts = column_partials_parts(scratch);
+    if (threadIdx.y == 0 && c < C) {
+        parts[(size_t)part * C + c] = dw;
+        parts[(size_t)(COLUMN_PARTS + part) * C + c] = db;
+    }
+    if (column_partials_last_block(column_partials_counters(scratch))) {
+        column_partials_add(dweight, parts, C);
+        column_partials_add(dbias, parts + (size_t)COLUMN_PARTS * C, C);
+    }
 }
 
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -257,11 +262,10 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const flo
 inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                       const float* mean, const float* rstd, int N, int C, float* partials) {
     if (N == 0 || C == 0) return;
-    layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(partials, dout, inp, mean, rstd,
-                                                                                           N, C);
+    column_partials_check(C);
+    layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(dweight, dbias, partials, dout, inp,
+                                                                                           mean, rstd, N, C);
     launchCheck();
-    column_partials_finish(dweight, partials, C);
-    column_partials_finish(dbias, partials + column_partials_elements(C), C);
 }
 #else
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,

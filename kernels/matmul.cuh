@@ -158,10 +158,10 @@ inline void bias_forward_ledger(Ledger* l, size_t N, size_t OC) {
     ledger_add(l, {packs_divide(OC) ? "bias_forward_kernel128" : "bias_forward_kernel", (double)N * OC, OC * X, 0,
                    N * OC * X});
 }
+// (the partials written, then read by the tiles' last blocks: counted once, they stay in L2; dbias +=)
 inline void bias_backward_ledger(Ledger* l, size_t N, size_t OC) {
     ledger_add(l, {"bias_backward_partials_kernel", (double)N * OC, (double)N * OC * sizeof(floatX),
-                   4.0 * COLUMN_PARTS * OC, 0});
-    column_partials_finish_ledger(l, OC);
+                   4.0 * COLUMN_PARTS * OC, (double)OC * sizeof(floatX)});
 }
 // with a bias, cuBLASLt adds it in the epilogue when it is 16-byte aligned: the ledger takes the
 // trainer's tensors to be when C is a whole number of packs (every parameter tensor's size a multiple of C)
@@ -185,9 +185,9 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < (size_t)N * OC) out[idx] = from_float(to_float(out[idx]) + to_float(bias[idx % OC]));
 }
-// stage 1 of the two-stage column sum (common.cuh): block (x, part) sums 32 columns over the
-// part's rows
-__global__ void bias_backward_partials_kernel(float* partials, const floatX* dout, int N, int OC) {
+// the two-stage column sum (common.cuh): block (x, part) sums 32 columns over the part's rows; the
+// last of a tile's blocks adds the tile's parts into dbias
+__global__ void bias_backward_partials_kernel(floatX* dbias, float* scratch, const floatX* dout, int N, int OC) {
     __shared__ float rows_of_threads[COLUMN_ROW_THREADS][32];
     int o = blockIdx.x * 32 + threadIdx.x, begin, end;
     column_part_rows(N, blockIdx.y, &begin, &end);
@@ -195,7 +195,9 @@ __global__ void bias_backward_partials_kernel(float* partials, const floatX* dou
     if (o < OC)
         for (int i = begin + threadIdx.y; i < end; i += COLUMN_ROW_THREADS) sum += to_float(dout[(size_t)i * OC + o]);
     sum = sum_rows_of_threads(sum, rows_of_threads);
-    if (threadIdx.y == 0 && o < OC) partials[(size_t)blockIdx.y * OC + o] = sum;
+    float* parts = column_partials_parts(scratch);
+    if (threadIdx.y == 0 && o < OC) parts[(size_t)blockIdx.y * OC + o] = sum;
+    if (column_partials_last_block(column_partials_counters(scratch))) column_partials_add(dbias, parts, OC);
 }
 // a thread a 16-byte pack of columns (Packed128), walking rows: its bias pack loaded once, and no
 // division a value (the kernel above takes idx % OC, a 64-bit division: on an H200 it took 44 us
@@ -223,9 +225,9 @@ inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
 // partials: column_partials_elements(OC) floats of device scratch
 inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
     if (OC == 0) return;
-    bias_backward_partials_kernel<<<column_partials_grid(OC), column_partials_block()>>>(partials, dout, N, OC);
+    column_partials_check(OC);
+    bias_backward_partials_kernel<<<column_partials_grid(OC), column_partials_block()>>>(dbias, partials, dout, N, OC);
     launchCheck();
-    column_partials_finish(dbias, partials, OC);
 }
 #else
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
@@ -245,9 +247,11 @@ inline uint32_t pointer_alignment(const void* p) {
 // out(N,OC) = inp(N,C) W^T + bias through cuBLASLt, the bias added in the GEMM's epilogue
 // (CUBLASLT_EPILOGUE_BIAS): one pass over out instead of two, and one rounding instead of two
 // (the host twin rounds twice: the results agree within floatX's rounding). Row-major as the
-// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call (a few
-// microseconds of host time); no workspace (the forward's GEMMs need no split-K)
-inline void matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call
+// (tens of microseconds of host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is
+// left); no workspace (the forward's GEMMs have N = B*T rows: no split-K). False, having done
+// nothing, where cuBLASLt has no algorithm for these sizes and alignments
+inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
     cublasLtMatmulPreference_t preference;
@@ -270,15 +274,17 @@ inline void matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weig
                                                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout, preference, 1,
-                                               &found, &count));
-    if (count == 0) fail("cuBLASLt has no algorithm for the linear layer N %d C %d OC %d with its bias", N, C, OC);
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout,
+                                                           preference, 1, &found, &count);
+    bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;  // none (NOT_SUPPORTED): the caller takes the two passes
     const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
-                               out_layout, &found.algo, nullptr, 0, 0));
+    if (found_one)
+        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
+                                   out_layout, &found.algo, nullptr, 0, 0));
     cublasLtMatmulPreferenceDestroy(preference);
     cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout), cublasLtMatrixLayoutDestroy(out_layout);
     cublasLtMatmulDescDestroy(desc);
+    return found_one;
 }
 #endif
 
@@ -289,7 +295,7 @@ inline void matmul_forward(floatX* out,                               // (N,OC)
 #ifdef __CUDACC__
     // cuBLASLt's bias epilogue wants the bias 16-byte aligned (the trainer's tensors are when C is
     // a whole number of 16-byte packs); else, and in the CPU build, the GEMM, then bias_forward
-    if (bias && aligned16(bias) && (size_t)N * OC > 0) { matmul_forward_lt(out, inp, weight, bias, N, C, OC); return; }
+    if (bias && aligned16(bias) && (size_t)N * C * OC > 0 && matmul_forward_lt(out, inp, weight, bias, N, C, OC)) return;
 #endif
     gemm_batched(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1);
     if (bias) bias_forward(out, bias, N, OC);

@@ -99,7 +99,7 @@ static void layernorm(int N, int C) {
     check("layernorm_forward rstd", download(d_rstd, N), rstd, 1e-5);
     vector<floatX> dout = randx(inp.size(), 10), dinp = randx(inp.size(), 11), dw = randx(C, 12), db = randx(C, 13);
     floatX *d_dout = upload(dout), *d_dinp = upload(dinp), *d_dw = upload(dw), *d_db = upload(db);
-    float* partials = (float*)device_malloc(column_partials_elements(2 * C) * sizeof(float));
+    float* partials = column_partials_scratch(2 * C);
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, partials);
     layernorm_backward_host(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
     check("layernorm_backward dinp", download(d_dinp, dinp.size()), dinp);
@@ -121,7 +121,7 @@ static void matmul(int N, int C, int OC) {
     // backward against float64: dinp = dout W, dW += dout^T inp, db += column sums of dout
     vector<floatX> dout = randx(out.size(), 17), dw0 = randx(w.size(), 18), db0 = randx(OC, 19);
     floatX *d_dout = upload(dout), *d_dinp = upload(inp), *d_dw = upload(dw0), *d_db = upload(db0);
-    float* partials = (float*)device_malloc(column_partials_elements(OC) * sizeof(float));
+    float* partials = column_partials_scratch(OC);
     matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, partials);
     vector<float> dinp((size_t)N * C), dw(w.size()), db(OC);
     for (int i = 0; i < N; i++)
@@ -149,6 +149,34 @@ static void matmul(int N, int C, int OC) {
     check("bias_backward against its host twin", download(d_db, OC), db_twin);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_dout, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)partials})
         device_free(p);
+}
+
+// the column sums' scratch shared, as the trainer shares it, by calls of different widths: the
+// widest first, then narrower bias and LayerNorm sums, each against its host twin (each call's
+// tile counters must be where no other call's parts land, and left zero)
+static void column_sums_sharing_scratch(int N) {
+    float* scratch = column_partials_scratch(300);
+    for (int cols : {300, 100, 37, 300}) {
+        vector<floatX> dout = randx((size_t)N * cols, 31 + cols), db0 = randx(cols, 32);
+        floatX *d_dout = upload(dout), *d_db = upload(db0);
+        bias_backward(d_db, d_dout, N, cols, scratch);
+        vector<floatX> db = db0;
+        bias_backward_host(db.data(), dout.data(), N, cols);
+        check(("bias_backward, " + std::to_string(cols) + " columns after wider ones").c_str(), download(d_db, cols), db);
+        device_free(d_dout); device_free(d_db);
+    }
+    int C = 120;  // LayerNorm's parameters: 2 x 120 columns of parts in the same scratch
+    vector<floatX> dout = randx((size_t)N * C, 41), inp = randx((size_t)N * C, 42), dw0 = randx(C, 43), db0 = randx(C, 44);
+    vector<float> mean(N), rstd(N);
+    for (int i = 0; i < N; i++) mean[i] = 0.01f * i, rstd[i] = 1.0f + 0.02f * i;
+    floatX *d_dout = upload(dout), *d_inp = upload(inp), *d_dw = upload(dw0), *d_db = upload(db0);
+    float *d_mean = upload(mean), *d_rstd = upload(rstd);
+    layernorm_backward_params(d_dw, d_db, d_dout, d_inp, d_mean, d_rstd, N, C, scratch);
+    vector<floatX> dw = dw0, db = db0;
+    layernorm_backward_params_host(dw.data(), db.data(), dout.data(), inp.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward_params dweight, scratch shared", download(d_dw, C), dw);
+    check("layernorm_backward_params dbias, scratch shared", download(d_db, C), db);
+    for (void* p : {(void*)d_dout, (void*)d_inp, (void*)d_dw, (void*)d_db, (void*)d_mean, (void*)d_rstd, (void*)scratch}) device_free(p);
 }
 
 // fp32 device memory the kernels must write before they read: fresh, so the emulator's NaN poison
@@ -284,6 +312,32 @@ static void crossentropy(int N, int cols, int valid, int vocab_begin) {
     for (void* p : {(void*)d_logits, (void*)d_targets, (void*)d_maxes, (void*)d_sums, (void*)d_target, (void*)d_losses}) device_free(p);
 }
 
+// AdamW's one launch over a table of slices (adamw.h: adamw_update_slices), as zero.h makes it:
+// three slices of the n values, one with weight decay, one not 16-byte aligned, the parameters at
+// other offsets than the state (stage 0-2's full buffer), each element against adamw_apply
+static void adamw_slices(floatX* d_p, vector<floatX>& p, float* d_master, vector<float>& master, floatX* d_g, const vector<floatX>& g,
+                         float* d_m, vector<float>& m, float* d_v, vector<float>& v, size_t n, AdamWConfig c) {
+    size_t a = n / 3, b = n / 3 + 1;  // the second slice starts one value past a pack boundary (n/3 = 683 for n 2049)
+    vector<AdamWSlice> table = {{16, 0, a - 16, 500, 0, 1}, {a, a, b - a + 100, 900, 0, 0}, {b + 100, b + 100, n - b - 100, 7, 0, 1}};
+    unsigned blocks = 0;
+    for (AdamWSlice& s : table) s.first_block = blocks, blocks += adamw_slice_blocks(s.n);
+    AdamWSlice* d_table = (AdamWSlice*)device_malloc(table.size() * sizeof(AdamWSlice));
+    host_to_device(d_table, table.data(), table.size() * sizeof(AdamWSlice));
+    adamw_update_slices(d_p, d_master, d_g, d_m, d_v, d_table, (int)table.size(), blocks, c, 0.1f, 5, 0.75f, 4321);
+    float bc1 = 1.0f - powf(c.beta1, 5.0f), bc2 = 1.0f - powf(c.beta2, 5.0f);
+    for (const AdamWSlice& s : table) {
+        AdamWConfig cs = c;
+        cs.weight_decay = s.decay ? 0.1f : 0.0f;
+        for (size_t i = 0; i < s.n; i++)
+            adamw_apply(i, p.data() + s.param, d_master ? master.data() + s.state : NULL, g.data() + s.state, m.data() + s.state,
+                        v.data() + s.state, cs, bc1, bc2, 0.75f, 4321, s.index);
+    }
+    check("adamw_update_slices params (one launch, three slices)", download(d_p, n), p, 0.0);
+    check("adamw_update_slices m", download(d_m, n), m, 0.0);
+    check("adamw_update_slices v", download(d_v, n), v, 0.0);
+    device_free(d_table);
+}
+
 static void gradients_and_adamw(size_t n) {
     vector<floatX> g = randx(n, 26), p = randx(n, 27);
     vector<float> acc32(n, 0.5f), m(n, 0.01f), v(n, 0.02f), master(n);
@@ -331,6 +385,7 @@ static void gradients_and_adamw(size_t n) {
         check("adamw_update params, fp32 gradients", download(d_p, n), p, 0.0);
         check("adamw_update m, fp32 gradients", download(d_m, n), m, 0.0);
     }
+    adamw_slices(d_p, p, master_or_null, master, d_g, g, d_m, m, d_v, v, n, c);
     for (void* q : {(void*)d_g, (void*)d_p, (void*)d_accx, (void*)d_acc32, (void*)d_m, (void*)d_v, (void*)d_master, (void*)scratch})
         device_free(q);
 }
@@ -349,7 +404,6 @@ static void zero_sizes() {
     c.lr = 1e-3f;
     c.weight_decay = 0.0f;
     adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
-    column_partials_finish(x, f, 0);
     crossentropy_forward_backward(x, f, (const int*)f, 0, 8, 8, 1.0f);
     AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, 24, true, true};  // no sequences
     attention_block_forward(none, x, x, f, f);
@@ -373,6 +427,7 @@ int main() {
     layernorm(21, 40);
     layernorm(9, 768);
     matmul(21, 40, 37);
+    column_sums_sharing_scratch(70);
     attention(2, 7, 40, 5);   // head sizes 8 and 7: the CUDA-core kernels in every build
     attention(1, 33, 21, 3);
     for (int T : {1, 17, 64, 100})  // T a multiple of no tile, of the 32-key tile, of every tile

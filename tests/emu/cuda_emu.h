@@ -110,6 +110,15 @@ inline float atomicAdd(float* address, float v) {
 }
 inline int atomicAdd(int* address, int v) { return __atomic_fetch_add(address, v, __ATOMIC_RELAXED); }
 inline unsigned atomicAdd(unsigned* address, unsigned v) { return __atomic_fetch_add(address, v, __ATOMIC_RELAXED); }
+// a full fence, as a GPU's: with the relaxed atomics above, what orders one block's writes before
+// another block's reads (common.cuh: column_partials_last_block). x86 keeps stores in order anyway,
+// so a missing fence does not show here. Under ThreadSanitizer (which has no model of fences) the
+// blocks run one after another and a compiler fence is enough
+#if defined(__SANITIZE_THREAD__)
+inline void __threadfence() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+#else
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+#endif
 // WMMA (mma.h): every one of the warp's 32 lanes must make this call, named `what`, else the run
 // ends with a line naming the lanes; each leaves `bytes` bytes (at most 128) from `mine` and gets
 // back all 32 lanes' contributions, lane l's at l * 128 bytes, valid until its next warp operation
