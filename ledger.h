@@ -63,8 +63,7 @@ inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
     matmul_forward_ledger(l, N, C, 3 * C, true);
     attention_forward_ledger(l, m.B, m.T, C, m.NH);
     matmul_forward_ledger(l, N, C, C, true);  // at tp 1 the bias goes to the matrix (tp.h: tp_bias_before_g)
-    residual_forward_ledger(l, N * C);
-    layernorm_forward_ledger(l, N, C);
+    residual_layernorm_forward_ledger(l, N, C);
     matmul_forward_ledger(l, N, C, 4 * C, true);
     gelu_forward_ledger(l, N * 4 * C);
     matmul_forward_ledger(l, N, 4 * C, C, true);

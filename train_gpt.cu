@@ -538,8 +538,9 @@ inline LayerParameters block_params(GPT2* model, int l) {
     return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
 }
 
-// the three pieces of a block that recompute.h may drop and rebuild: each is one call,
-// made by block_forward and again, before the block's backward, by recompute_block
+// the three pieces of a block that recompute.h may drop and rebuild: each is one call, made
+// again, before the block's backward, by recompute_block; block_forward makes ln2 together with
+// the residual add before it (residual_layernorm_forward: one pass over the rows)
 inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T);
@@ -594,9 +595,9 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
     tp_bias_after_g(tp, proj, w.attprojb, held / C, C);  // added once: to the sum over TP ranks
-    residual_forward(la.residual2, block_input(model, a, l, B, T), proj, held);
-    // MLP: fc column-parallel, fcproj row-parallel
-    block_ln2(model, a, l, B, T);
+    // MLP: fc column-parallel, fcproj row-parallel; first residual2 = input + proj and ln2 of it
+    residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, block_input(model, a, l, B, T), proj, w.ln2w, w.ln2b,
+                               tokens_held(model, N), C);
     tp_f_forward(tp, la.ln2, ln2, held);
     matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
     block_gelu(model, a, l, B, T);

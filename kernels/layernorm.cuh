@@ -19,9 +19,12 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
 //          layernorm_forward_row, layernorm_param_grads_channel, warp_sum,
-//          layernorm_backward_input_ledger, layernorm_backward_params_ledger, layernorm_forward_ledger
+//          layernorm_backward_input_ledger, layernorm_backward_params_ledger, layernorm_forward_ledger,
+//          layernorm_forward_warp, residual_layernorm_forward_kernel, residual_layernorm_forward,
+//          residual_layernorm_forward_ledger
 #include <math.h>  // defines: sqrtf
 #include "common.cuh"
+#include "gelu.cuh"    // defines: residual_forward_host (the CPU build's residual_layernorm_forward)
 
 #define LAYERNORM_EPS 1e-5f
 
@@ -115,6 +118,10 @@ inline void layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {
     double X = sizeof(floatX);
     ledger_add(l, {"layernorm_forward_kernel", 8.0 * N * C, N * C * X + 2 * C * X, N * C * X + 8.0 * N, 0});
 }
+inline void residual_layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {  // the residual read back from L1: not counted
+    double X = sizeof(floatX);
+    ledger_add(l, {"residual_layernorm_forward_kernel", 9.0 * N * C, 2 * N * C * X + 2 * C * X, 2 * N * C * X + 8.0 * N, 0});
+}
 inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C) {
     double X = sizeof(floatX);
     bool packed = C % (32 * PACK_VALUES) == 0 && C <= 1024;  // the launcher's condition, LAYERNORM_PACKS_MAX
@@ -133,6 +140,18 @@ __device__ inline float warp_sum(float v) {
     return v;
 }
 
+// a warp's row: the mean (from the sum of the lane's values, `sum`), rstd and the output; a lane
+// reads only its own columns c = lane + 32 k
+__device__ inline void layernorm_forward_warp(int row, int lane, float sum, floatX* out, float* mean, float* rstd, const floatX* x,
+                                              const floatX* weight, const floatX* bias, int C) {
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    float s = rsqrtf(warp_sum(var) / C + LAYERNORM_EPS);
+    floatX* y = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) y[c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -141,13 +160,25 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     const floatX* x = inp + (size_t)row * C;
     float sum = 0.0f;
     for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
-    float m = warp_sum(sum) / C;
-    float var = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
-    float s = rsqrtf(warp_sum(var) / C + LAYERNORM_EPS);
-    floatX* y = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) y[c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
-    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+    layernorm_forward_warp(row, lane, sum, out, mean, rstd, x, weight, bias, C);
+}
+// the residual add and the LayerNorm after it in one pass (llm.c's fused_residual_forward): the
+// row's sum a + b written, rounded as residual_forward rounds it, and normalized from those values,
+// which a lane reads back (its own, from its L1): the same bits as the two kernels, one read of a
+// and b and no second read of the residual from memory
+__global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                                  const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    size_t first = (size_t)row * C;
+    floatX* x = residual + first;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        x[c] = from_float(to_float(a[first + c]) + to_float(b[first + c]));
+        sum += to_float(x[c]);
+    }
+    layernorm_forward_warp(row, lane, sum, out, mean, rstd, x, weight, bias, C);
 }
 
 __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
@@ -249,6 +280,14 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(out, mean, rstd, inp, weight, bias, N, C);
     launchCheck();
 }
+// residual = a + b, then out = LayerNorm(residual) with its mean and rstd: (N,C) each
+inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a, const floatX* b,
+                                       const floatX* weight, const floatX* bias, int N, int C) {
+    const int block = 256, rows_per_block = block / 32;
+    if (N == 0) return;
+    residual_layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    launchCheck();
+}
 inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
                                      const float* mean, const float* rstd, int N, int C) {
     const int block = 256, rows_per_block = block / 32, lane_values = 32 * Packed128<floatX>::size;
@@ -271,6 +310,11 @@ inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floa
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
                               const floatX* bias, int N, int C) {
     layernorm_forward_host(out, mean, rstd, inp, weight, bias, N, C);
+}
+inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a, const floatX* b,
+                                       const floatX* weight, const floatX* bias, int N, int C) {
+    residual_forward_host(residual, a, b, (size_t)N * C);
+    layernorm_forward_host(out, mean, rstd, residual, weight, bias, N, C);
 }
 inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
                                      const float* mean, const float* rstd, int N, int C) {

@@ -105,8 +105,19 @@ static void layernorm(int N, int C) {
     check("layernorm_backward dinp", download(d_dinp, dinp.size()), dinp);
     check("layernorm_backward dweight", download(d_dw, C), dw);
     check("layernorm_backward dbias", download(d_db, C), db);
+    // the residual add and the LayerNorm in one pass: the residual, the output, mean and rstd, each
+    // the same bits as residual_forward's and layernorm_forward's (their host twins)
+    vector<floatX> a = randx(inp.size(), 14, 2.0f), residual(inp.size());
+    floatX *d_a = upload(a), *d_residual = (floatX*)device_malloc(inp.size() * sizeof(floatX));
+    residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_a, d_inp, d_w, d_b, N, C);
+    residual_forward_host(residual.data(), a.data(), inp.data(), inp.size());
+    layernorm_forward_host(out.data(), mean.data(), rstd.data(), residual.data(), w.data(), b.data(), N, C);
+    check("residual_layernorm_forward residual", download(d_residual, residual.size()), residual, 0.0);
+    check("residual_layernorm_forward out", download(d_out, out.size()), out);
+    check("residual_layernorm_forward mean", download(d_mean, N), mean, 1e-5);
+    check("residual_layernorm_forward rstd", download(d_rstd, N), rstd, 1e-5);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_mean, (void*)d_rstd, (void*)d_dout, (void*)d_dinp,
-                    (void*)d_dw, (void*)d_db, (void*)partials})
+                    (void*)d_dw, (void*)d_db, (void*)partials, (void*)d_a, (void*)d_residual})
         device_free(p);
 }
 
