@@ -20,7 +20,7 @@ the clip factor over the loss scale as grad_scale and the step's seed for the ro
 #pragma once
 // defines: AdamWConfig, adamw_element, adamw_update,
 //          adamw_apply, adamw_kernel, adamw_kernel128,
-//          adamw_update_ledger, adamw_pack, AdamWSlice, ADAMW_BLOCK, adamw_slice_blocks, adamw_slices_kernel,
+//          adamw_pack, AdamWSlice, ADAMW_BLOCK, adamw_slice_blocks, adamw_slices_kernel,
 //          adamw_update_slices, adamw_update_slices_ledger
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
@@ -107,12 +107,6 @@ __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads
 }
 #endif
 
-// the kernel ledger (kernels/ledger.cuh) of adamw_update: n parameters, their gradient of
-// `grad_bytes` a value read; the parameters, m, v and the fp32 master copy (if any) updated in place
-inline void adamw_update_ledger(Ledger* l, size_t n, size_t grad_bytes, bool master) {
-    ledger_add(l, {"adamw_kernel128<Grad>", 15.0 * n, (double)n * grad_bytes, 0,
-                   n * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
-}
 
 // t: optimizer steps applied so far, this one included (bias correction).
 // seed and index_offset (this buffer's first element in the whole model) pick the rounding bits.
@@ -190,7 +184,8 @@ inline void adamw_update_slices(floatX* params, float* master, const Grad* grads
     }
 #endif
 }
-// the kernel ledger (kernels/ledger.cuh) of adamw_update_slices over P parameters: as adamw_update's
+// the kernel ledger (kernels/ledger.cuh) of adamw_update_slices over P parameters: their gradient of
+// `grad_bytes` a value read; the parameters, m, v and the fp32 master copy (if any) updated in place
 inline void adamw_update_slices_ledger(Ledger* l, size_t P, size_t grad_bytes, bool master) {
     ledger_add(l, {"adamw_slices_kernel<Grad>", 15.0 * P, (double)P * grad_bytes, 0, P * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
 }

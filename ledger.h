@@ -48,12 +48,11 @@ struct LedgerModel {
     size_t B, T;                 // the micro-batch
     int grad_accum, recompute;   // micro-steps a step, -r
     bool master, grads_fp32;     // an fp32 master copy (bf16/fp16 builds); -ga fp32
-    std::vector<size_t> tensors; // every parameter tensor's values (their sum: the gradient and AdamW's bytes)
+    size_t P;                    // parameters (the gradient's and AdamW's values)
 };
 
 // a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
-inline void device_copy_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemcpyDeviceToDevice", 0, bytes, bytes,
-                               0}); }
+inline void device_copy_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemcpyDeviceToDevice", 0, bytes, bytes, 0}); }
 inline void device_zero_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemset", 0, 0, bytes, 0}); }
 
 // train_gpt.cu's block_forward at tp 1
@@ -110,17 +109,14 @@ inline Ledger micro_step_ledger(const LedgerModel& m) {
     for (size_t i = 0; i < m.L; i++) block_backward_ledger(&l, m);
     encoder_backward_ledger(&l, m.B, m.T, C, m.V);
     if (m.grads_fp32) {  // zero.h's zero_end_micro_step: the fp32 sum += the micro-step's gradient, which is cleared
-        size_t P = 0;
-        for (size_t n : m.tensors) P += n;
-        ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)P, 0, 0, P * (4.0 + sizeof(floatX))});
+        ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)m.P, 0, 0, m.P * (4.0 + sizeof(floatX))});
     }
     return l;
 }
 // what a step does once, after its micro-steps (zero.h: zero_begin_step, the norm, zero_optimizer_step)
 inline Ledger step_ledger(const LedgerModel& m) {
     Ledger l;
-    size_t P = 0, grad_bytes = m.grads_fp32 ? 4 : sizeof(floatX);
-    for (size_t n : m.tensors) P += n;
+    size_t P = m.P, grad_bytes = m.grads_fp32 ? 4 : sizeof(floatX);
     device_zero_ledger(&l, (double)P * sizeof(floatX));
     if (m.grads_fp32) device_zero_ledger(&l, 4.0 * P);
     norm_partials_ledger(&l, P, grad_bytes);

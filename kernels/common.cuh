@@ -13,7 +13,7 @@ loader and the tokenizer use too.
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
 //          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
 //          column_partials_scratch, COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
-//          packs_fit, load_values, store_values, store128_rounded,
+//          packs_fit, load_values, store_values, store128_rounded
 #include <stdint.h>   // defines: SIZE_MAX
 #include <initializer_list>  // defines: std::initializer_list
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec

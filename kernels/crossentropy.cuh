@@ -115,8 +115,7 @@ inline void crossentropy_finish_host(floatX* logits, float* losses, const int* t
 inline void crossentropy_forward_backward_ledger(Ledger* l, size_t N, size_t Vp, bool backward) {
     double logits = (double)N * Vp * sizeof(floatX);
     ledger_add(l, {packs_divide(Vp) ? "crossentropy_fused_kernel128" : "crossentropy_fused_kernel", 6.0 * N * Vp,
-                   4.0 * N + (backward ? 0 : logits),
-                   4.0 * N, backward ? logits : 0});
+                   4.0 * N + (backward ? 0 : logits), 4.0 * N, backward ? logits : 0});
 }
 
 #ifdef __CUDACC__

@@ -48,13 +48,11 @@ inline void gelu_forward_ledger(Ledger* l, size_t n) {
 }
 inline void gelu_backward_ledger(Ledger* l, size_t n) {
     ledger_add(l, {packs_divide(n) ? "gelu_backward_kernel128" : "gelu_backward_kernel", 25.0 * n,
-                   (double)n * sizeof(floatX), 0,
-                   (double)n * sizeof(floatX)});
+                   (double)n * sizeof(floatX), 0, (double)n * sizeof(floatX)});
 }
 inline void residual_forward_ledger(Ledger* l, size_t n) {
     ledger_add(l, {packs_divide(n) ? "residual_forward_kernel128" : "residual_forward_kernel", (double)n,
-                   2.0 * n * sizeof(floatX),
-                   (double)n * sizeof(floatX), 0});
+                   2.0 * n * sizeof(floatX), (double)n * sizeof(floatX), 0});
 }
 
 #ifdef __CUDACC__

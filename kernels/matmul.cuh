@@ -150,8 +150,7 @@ inline void bias_backward_host(floatX* dbias, const floatX* dout, int N, int OC)
 inline void gemm_ledger(Ledger* l, size_t M, size_t N, size_t K, bool accumulate) {
     double X = sizeof(floatX), out = (double)M * N * X;
     ledger_add(l, {"cublasGemmStridedBatchedEx", 2.0 * M * N * K, (double)(M * K + K * N) * X, accumulate ? 0 : out,
-                   accumulate ? out : 0,
-                   !FLOATX_IS_FP32});
+                   accumulate ? out : 0, !FLOATX_IS_FP32});
 }
 inline void bias_forward_ledger(Ledger* l, size_t N, size_t OC) {
     double X = sizeof(floatX);
