@@ -76,8 +76,7 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
     if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
     device_copy_ledger(l, N * C * X);  // tp_g_backward: d.fcproj = dresidual
-    matmul_backward_input_ledger(l, N, 4 * C, C);
-    gelu_backward_ledger(l, N * 4 * C);
+    matmul_backward_input_gelu_ledger(l, N, 4 * C, C);
     matmul_backward_input_ledger(l, N, C, 4 * C);
     layernorm_backward_input_ledger(l, N, C);
     device_copy_ledger(l, N * C * X);  // d.attproj
@@ -85,12 +84,12 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     attention_backward_ledger(l, m.B, m.T, C, m.NH);
     matmul_backward_input_ledger(l, N, C, 3 * C);
     layernorm_backward_input_ledger(l, N, C);
-    matmul_backward_weight_ledger(l, N, 4 * C, C, true);
-    matmul_backward_weight_ledger(l, N, C, 4 * C, true);
-    layernorm_backward_params_ledger(l, N, C);
-    matmul_backward_weight_ledger(l, N, C, C, true);
-    matmul_backward_weight_ledger(l, N, C, 3 * C, true);
-    layernorm_backward_params_ledger(l, N, C);
+    matmul_backward_weight_ledger(l, N, 4 * C, C, false);
+    matmul_backward_weight_ledger(l, N, C, 4 * C, false);
+    matmul_backward_weight_ledger(l, N, C, C, false);
+    matmul_backward_weight_ledger(l, N, C, 3 * C, false);
+    bias_backward_ledger(l, N, {C, 4 * C, C, 3 * C});
+    layernorm_backward_params_ledger(l, N, C, 2);
 }
 // one micro-batch forward and backward (train_gpt.cu's stage_forward, stage_backward)
 inline Ledger micro_step_ledger(const LedgerModel& m) {

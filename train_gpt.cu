@@ -504,7 +504,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK}, {(void**)&s.targets, BT, sizeof(int), WORK},
         {(void**)&s.token_buckets, encoder_bucket_ints(B, T), sizeof(int), WORK},
-        {(void**)&s.partials, column_partials_elements(std::max(4 * C_rank, 2 * C)), FP32, WORK},
+        {(void**)&s.partials, column_partials_elements(std::max(2 * C + 7 * C_rank, 4 * C)), FP32, WORK},  // a block's biases, or its LayerNorms
     };
     specs.insert(specs.end(), scratch.begin(), scratch.end());
     return specs;
@@ -633,8 +633,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
     tp_g_backward(tp, s.dresidual, d.fcproj, held);
-    matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
-    gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
+    matmul_backward_input_gelu(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
     tp_f_backward(tp, dln2, d.ln2, held);
     layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N_held, C);
@@ -658,15 +657,18 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T);
     floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);
-    matmul_backward_weight(dw.fcprojw, dw.fcprojb, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
+    matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
     tp_f_forward(tp, la.ln2, ln2, (size_t)N_held * C);
-    matmul_backward_weight(dw.fcw, dw.fcb, d.fc, ln2, N, C, 4 * C_rank, s.partials);
-    layernorm_backward_params(dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd, N_held, C, s.partials);
-    matmul_backward_weight(dw.attprojw, dw.attprojb, d.attproj, la.atty, N, C_rank, C, s.partials);
+    matmul_backward_weight(dw.fcw, NULL, d.fc, ln2, N, C, 4 * C_rank, s.partials);
+    matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
     tp_f_forward(tp, la.ln1, ln1, (size_t)N_held * C);
-    matmul_backward_weight(dw.qkvw, dw.qkvb, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
-    layernorm_backward_params(dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd, N_held, C,
-                              s.partials);
+    matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
+    // the four biases' column sums in one launch, the two LayerNorms' in another
+    bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C}, {dw.qkvb, d.qkv, 3 * C_rank}},
+                       N, s.partials);
+    layernorm_backward_params_many({{dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd},
+                                    {dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd}},
+                                   N_held, C, s.partials);
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
 // schedule but ZB-H1's later stages

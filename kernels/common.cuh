@@ -10,7 +10,8 @@ loader and the tokenizer use too.
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_grid,
-//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's),
+//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
+//          column_tiles, column_tiles_entry,
 //          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
 //          column_partials_scratch, COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
 //          packs_fit, load_values, store_values, store128_rounded
@@ -97,6 +98,20 @@ __device__ inline void store128_rounded(floatX* dst, const float* src) {
 // COLUMN_ROW_THREADS-th row of its part, then sum_rows_of_threads adds the block's rows in order.
 #define COLUMN_ROW_THREADS 8
 inline dim3 column_partials_grid(int cols) { return dim3((unsigned)ceil_div(cols, 32), COLUMN_PARTS); }
+// several column sums in one launch (the bias gradients of a block's four linear layers): entry e's
+// 32-column tiles are blocks [first_tile[e], first_tile[e + 1]) of grid x, its parts start
+// COLUMN_PARTS x first_col[e] floats into the scratch's parts (first_col: the entries' columns
+// before it). Each column is summed as alone, in the same order: the same bits, fewer launches
+#define COLUMN_SUMS_MAX 4
+struct ColumnTiles { int entries; int first_tile[COLUMN_SUMS_MAX + 1]; int first_col[COLUMN_SUMS_MAX]; };
+inline ColumnTiles column_tiles(const int* cols, int entries) {
+    ColumnTiles t = {entries, {0}, {0}};
+    for (int e = 0; e < entries; e++) {
+        t.first_tile[e + 1] = t.first_tile[e] + (int)ceil_div(cols[e], 32);
+        if (e + 1 < entries) t.first_col[e + 1] = t.first_col[e] + cols[e];
+    }
+    return t;
+}
 inline dim3 column_partials_block() { return dim3(32, COLUMN_ROW_THREADS); }
 // the rows [*begin, *end) of stage 1's part `part` of N rows
 __device__ inline void column_part_rows(int N, int part, int* begin, int* end) {
@@ -127,10 +142,17 @@ __device__ inline bool column_partials_last_block(unsigned* counters) {
     if (last) __threadfence();
     return last;
 }
-// stage 2 for the block's 32 columns: out(c) += the parts of column c, in part order (row 0 of
+// which entry of the launch's table block x's tile belongs to, and the tile's index within it
+__device__ inline int column_tiles_entry(const ColumnTiles& t, int* tile) {
+    int e = 0;
+    while (e + 1 < t.entries && (int)blockIdx.x >= t.first_tile[e + 1]) e++;
+    *tile = blockIdx.x - t.first_tile[e];
+    return e;
+}
+// stage 2 for the tile's 32 columns: out(c) += the parts of column c, in part order (row 0 of
 // threads). The parts are read volatile: other blocks wrote them, past this SM's L1
-__device__ inline void column_partials_add(floatX* out, const float* partials, int cols) {
-    int c = blockIdx.x * 32 + threadIdx.x;
+__device__ inline void column_partials_add(floatX* out, const float* partials, int cols, int tile) {
+    int c = tile * 32 + threadIdx.x;
     if (threadIdx.y != 0 || c >= cols) return;
     const volatile float* parts = partials;
     float sum = 0.0f;

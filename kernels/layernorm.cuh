@@ -14,7 +14,7 @@ column sums over the rows, in two stages in a fixed order (common.cuh), so a run
 repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
-// defines: layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params,
+// defines: layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
 //          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_backward_input_kernel128, layernorm_backward_host,
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
@@ -128,10 +128,11 @@ inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C) {
     ledger_add(l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
                    2.0 * N * C * X + C * X + 8.0 * N, 0, N * C * X});
 }
-inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C) {
-    double X = sizeof(floatX);
-    ledger_add(l, {"layernorm_backward_partials_kernel", 6.0 * N * C, 2.0 * N * C * X + 8.0 * N, 2.0 * 4 * COLUMN_PARTS * C,
-                   2.0 * C * X});
+// one launch for `count` LayerNorms' parameter gradients
+inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C, size_t count = 1) {
+    double X = sizeof(floatX), k = (double)count;
+    ledger_add(l, {"layernorm_backward_partials_kernel", k * 6.0 * N * C, k * (2.0 * N * C * X + 8.0 * N),
+                   k * 2.0 * 4 * COLUMN_PARTS * C, k * 2.0 * C * X});
 }
 
 #ifdef __CUDACC__
@@ -244,32 +245,36 @@ __global__ void layernorm_backward_input_kernel128(floatX* __restrict__ dinp, co
     }
 }
 
-// the two-stage column sums (common.cuh), as bias_backward_partials_kernel: block (x, part) takes 32
-// channels over the part's rows; the scratch holds the tiles' counters, the dweight parts, then the
-// dbias parts; the last of a tile's blocks adds its parts into dweight and dbias
-__global__ void layernorm_backward_partials_kernel(floatX* dweight, floatX* dbias, float* scratch, const floatX* dout,
-                                                   const floatX* inp, const float* mean, const float* rstd, int N, int C) {
+// the two-stage column sums (common.cuh), as bias_backward_partials_kernel, of up to
+// COLUMN_SUMS_MAX LayerNorms of one width (a block's two): block (x, part) takes 32 channels of its
+// entry over the part's rows; an entry's parts are its dweight parts, then its dbias parts; the last
+// of a tile's blocks adds its parts into dweight and dbias
+struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
+struct LayerNormGrads { LayerNormGrad entry[COLUMN_SUMS_MAX]; ColumnTiles tiles; };
+__global__ void layernorm_backward_partials_kernel(LayerNormGrads grads, float* scratch, int N, int C) {
     __shared__ float dw_rows[COLUMN_ROW_THREADS][32], db_rows[COLUMN_ROW_THREADS][32];
-    int c = blockIdx.x * 32 + threadIdx.x, part = blockIdx.y, begin, end;
+    int tile, e = column_tiles_entry(grads.tiles, &tile), part = blockIdx.y, begin, end;
+    const LayerNormGrad& g = grads.entry[e];
+    int c = tile * 32 + threadIdx.x;
     column_part_rows(N, part, &begin, &end);
     float dw = 0.0f, db = 0.0f;
     if (c < C)
         for (int i = begin + threadIdx.y; i < end; i += COLUMN_ROW_THREADS) {
-            float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
-            float dy = to_float(dout[(size_t)i * C + c]);
+            float n = (to_float(g.inp[(size_t)i * C + c]) - g.mean[i]) * g.rstd[i];
+            float dy = to_float(g.dout[(size_t)i * C + c]);
             dw += dy * n;
             db += dy;
         }
     dw = sum_rows_of_threads(dw, dw_rows);
     db = sum_rows_of_threads(db, db_rows);
-    float* parts = column_partials_parts(scratch);
+    float* parts = column_partials_parts(scratch) + (size_t)2 * COLUMN_PARTS * grads.tiles.first_col[e];
     if (threadIdx.y == 0 && c < C) {
         parts[(size_t)part * C + c] = dw;
         parts[(size_t)(COLUMN_PARTS + part) * C + c] = db;
     }
     if (column_partials_last_block(column_partials_counters(scratch))) {
-        column_partials_add(dweight, parts, C);
-        column_partials_add(dbias, parts + (size_t)COLUMN_PARTS * C, C);
+        column_partials_add(g.dweight, parts, C, tile);
+        column_partials_add(g.dbias, parts + (size_t)COLUMN_PARTS * C, C, tile);
     }
 }
 
@@ -297,14 +302,28 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const flo
     else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
 }
-// partials: column_partials_elements(2 * C) floats of device scratch
-inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                                      const float* mean, const float* rstd, int N, int C, float* partials) {
+// the parameter gradients of several LayerNorms of width C over N rows each, in as few launches as
+// the table and the tile counters allow (one for a block's two). partials: column_partials_elements(2 C
+// x the LayerNorms) floats of device scratch
+inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
     if (N == 0 || C == 0) return;
     column_partials_check(C);
-    layernorm_backward_partials_kernel<<<column_partials_grid(C), column_partials_block()>>>(dweight, dbias, partials, dout, inp,
-                                                                                           mean, rstd, N, C);
-    launchCheck();
+    LayerNormGrads batch = {};
+    int cols[COLUMN_SUMS_MAX], tiles = 0, t = (int)ceil_div(C, 32);
+    auto launch = [&]() {
+        if (batch.tiles.entries == 0) return;
+        batch.tiles = column_tiles(cols, batch.tiles.entries);
+        dim3 grid((unsigned)batch.tiles.first_tile[batch.tiles.entries], COLUMN_PARTS);
+        layernorm_backward_partials_kernel<<<grid, column_partials_block()>>>(batch, partials, N, C);
+        launchCheck();
+        batch = {}, tiles = 0;
+    };
+    for (const LayerNormGrad& g : grads) {
+        if (batch.tiles.entries == COLUMN_SUMS_MAX || tiles + t > COLUMN_TILES_MAX) launch();
+        cols[batch.tiles.entries] = C, tiles += t;
+        batch.entry[batch.tiles.entries++] = g;
+    }
+    launch();
 }
 #else
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -320,12 +339,17 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const flo
                                      const float* mean, const float* rstd, int N, int C) {
     layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
 }
-inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                                      const float* mean, const float* rstd, int N, int C, float* partials) {
+struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
+inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
     (void)partials;
-    layernorm_backward_params_host(dweight, dbias, dout, inp, mean, rstd, N, C);
+    for (const LayerNormGrad& g : grads) layernorm_backward_params_host(g.dweight, g.dbias, g.dout, g.inp, g.mean, g.rstd, N, C);
 }
 #endif
+// dweight +=, dbias += of one LayerNorm; partials: column_partials_elements(2 * C) floats of device scratch
+inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
+                                      const float* mean, const float* rstd, int N, int C, float* partials) {
+    layernorm_backward_params_many({{dweight, dbias, dout, inp, mean, rstd}}, N, C, partials);
+}
 // both halves in turn: dinp +=, dweight +=, dbias +=
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {

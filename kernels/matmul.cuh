@@ -23,13 +23,15 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 */
 #pragma once
 // defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input,
-//          matmul_backward_weight, bias_forward, bias_backward,
+//          matmul_backward_weight, bias_forward, bias_backward, bias_backward_many, BiasGrad, BiasGrads, lt_matmul,
+//          matmul_backward_input_gelu, matmul_backward_input_gelu_ledger,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
 //          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_forward_lt, pointer_alignment
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
+#include "gelu.cuh"    // defines: gelu_backward (matmul_backward_input_gelu's second pass)
 #ifndef __CUDACC__
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
 #include <omp.h>    // defines: omp_in_parallel, omp_get_max_threads
@@ -157,8 +159,11 @@ inline void bias_forward_ledger(Ledger* l, size_t N, size_t OC) {
     ledger_add(l, {packs_divide(OC) ? "bias_forward_kernel128" : "bias_forward_kernel", (double)N * OC, OC * X, 0,
                    N * OC * X});
 }
-// (the partials written, then read by the tiles' last blocks: counted once, they stay in L2; dbias +=)
-inline void bias_backward_ledger(Ledger* l, size_t N, size_t OC) {
+// one launch for the bias gradients of outputs OCs wide (the partials written, then read by the
+// tiles' last blocks: counted once, they stay in L2; dbias +=)
+inline void bias_backward_ledger(Ledger* l, size_t N, std::initializer_list<size_t> OCs) {
+    size_t OC = 0;
+    for (size_t w : OCs) OC += w;
     ledger_add(l, {"bias_backward_partials_kernel", (double)N * OC, (double)N * OC * sizeof(floatX),
                    4.0 * COLUMN_PARTS * OC, (double)OC * sizeof(floatX)});
 }
@@ -174,9 +179,20 @@ inline void matmul_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool
     if (bias) bias_forward_ledger(l, N, OC);
 }
 inline void matmul_backward_input_ledger(Ledger* l, size_t N, size_t C, size_t OC) { gemm_ledger(l, N, C, OC, false); }
+// through GELU: cuBLASLt's DGELU epilogue in the bf16 and fp16 builds (the trainer's pre-activation
+// aligned), reading the GELU input; the epilogue's arithmetic, like the bias epilogue's, is not counted
+inline void matmul_backward_input_gelu_ledger(Ledger* l, size_t N, size_t C, size_t OC) {
+    double X = sizeof(floatX);
+    if (!FLOATX_IS_FP32 && C % 8 == 0) {
+        ledger_add(l, {"cublasLtMatmul", 2.0 * N * C * OC, (double)(N * OC + OC * C + N * C) * X, (double)N * C * X, 0, true});
+        return;
+    }
+    matmul_backward_input_ledger(l, N, C, OC);
+    gelu_backward_ledger(l, N * C);
+}
 inline void matmul_backward_weight_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
     gemm_ledger(l, OC, C, N, true);
-    if (bias) bias_backward_ledger(l, N, OC);
+    if (bias) bias_backward_ledger(l, N, {OC});
 }
 
 #ifdef __CUDACC__
@@ -184,19 +200,24 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < (size_t)N * OC) out[idx] = from_float(to_float(out[idx]) + to_float(bias[idx % OC]));
 }
-// the two-stage column sum (common.cuh): block (x, part) sums 32 columns over the part's rows; the
-// last of a tile's blocks adds the tile's parts into dbias
-__global__ void bias_backward_partials_kernel(floatX* dbias, float* scratch, const floatX* dout, int N, int OC) {
+// the two-stage column sum (common.cuh) of up to COLUMN_SUMS_MAX bias gradients: block (x, part)
+// sums 32 columns of its entry over the part's rows; the last of a tile's blocks adds the tile's
+// parts into the entry's dbias
+struct BiasGrad { floatX* dbias; const floatX* dout; int OC; };  // dbias(OC) += column sums of dout(N,OC)
+struct BiasGrads { BiasGrad entry[COLUMN_SUMS_MAX]; ColumnTiles tiles; };
+__global__ void bias_backward_partials_kernel(BiasGrads grads, float* scratch, int N) {
     __shared__ float rows_of_threads[COLUMN_ROW_THREADS][32];
-    int o = blockIdx.x * 32 + threadIdx.x, begin, end;
+    int tile, e = column_tiles_entry(grads.tiles, &tile), begin, end;
+    const floatX* dout = grads.entry[e].dout;
+    int OC = grads.entry[e].OC, o = tile * 32 + threadIdx.x;
     column_part_rows(N, blockIdx.y, &begin, &end);
     float sum = 0.0f;
     if (o < OC)
         for (int i = begin + threadIdx.y; i < end; i += COLUMN_ROW_THREADS) sum += to_float(dout[(size_t)i * OC + o]);
     sum = sum_rows_of_threads(sum, rows_of_threads);
-    float* parts = column_partials_parts(scratch);
+    float* parts = column_partials_parts(scratch) + (size_t)COLUMN_PARTS * grads.tiles.first_col[e];
     if (threadIdx.y == 0 && o < OC) parts[(size_t)blockIdx.y * OC + o] = sum;
-    if (column_partials_last_block(column_partials_counters(scratch))) column_partials_add(dbias, parts, OC);
+    if (column_partials_last_block(column_partials_counters(scratch))) column_partials_add(grads.entry[e].dbias, parts, OC, tile);
 }
 // a thread a 16-byte pack of columns (Packed128), walking rows: its bias pack loaded once, and no
 // division a value (the kernel above takes idx % OC, a 64-bit division: on an H200 it took 44 us
@@ -221,20 +242,40 @@ inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
     }
     launchCheck();
 }
-// partials: column_partials_elements(OC) floats of device scratch
-inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
-    if (OC == 0) return;
-    column_partials_check(OC);
-    bias_backward_partials_kernel<<<column_partials_grid(OC), column_partials_block()>>>(dbias, partials, dout, N, OC);
-    launchCheck();
+// the bias gradients of several (N, OC) outputs, as few launches as the table and the tile counters
+// allow (one for a block's four). partials: column_partials_elements(the OCs summed) floats of device scratch
+inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, float* partials) {
+    BiasGrads batch = {};
+    int cols[COLUMN_SUMS_MAX], tiles = 0;
+    auto launch = [&]() {
+        if (batch.tiles.entries == 0) return;
+        batch.tiles = column_tiles(cols, batch.tiles.entries);
+        dim3 grid((unsigned)batch.tiles.first_tile[batch.tiles.entries], COLUMN_PARTS);
+        bias_backward_partials_kernel<<<grid, column_partials_block()>>>(batch, partials, N);
+        launchCheck();
+        batch = {}, tiles = 0;
+    };
+    for (const BiasGrad& g : grads) {
+        if (!g.dbias || g.OC == 0) continue;
+        column_partials_check(g.OC);
+        int t = (int)ceil_div(g.OC, 32);
+        if (batch.tiles.entries == COLUMN_SUMS_MAX || tiles + t > COLUMN_TILES_MAX) launch();
+        cols[batch.tiles.entries] = g.OC, tiles += t;
+        batch.entry[batch.tiles.entries++] = g;
+    }
+    launch();
 }
 #else
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
-inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
+struct BiasGrad { floatX* dbias; const floatX* dout; int OC; };  // dbias(OC) += column sums of dout(N,OC)
+inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, float* partials) {
     (void)partials;
-    bias_backward_host(dbias, dout, N, OC);
+    for (const BiasGrad& g : grads) if (g.dbias) bias_backward_host(g.dbias, g.dout, N, g.OC);
 }
 #endif
+inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {
+    bias_backward_many({{dbias, dout, OC}}, N, partials);
+}
 
 #ifdef __CUDACC__
 // the largest power of two up to 256 that divides p's address: what cuBLASLt's heuristic must be told
@@ -243,47 +284,59 @@ inline uint32_t pointer_alignment(const void* p) {
     while (a > 1 && (uintptr_t)p % a) a /= 2;
     return a;
 }
-// out(N,OC) = inp(N,C) W^T + bias through cuBLASLt, the bias added in the GEMM's epilogue
-// (CUBLASLT_EPILOGUE_BIAS): one pass over out instead of two, and one rounding instead of two
-// (the host twin rounds twice: the results agree within floatX's rounding). Row-major as the
-// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call
-// (tens of microseconds of host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is
-// left); no workspace (the forward's GEMMs have N = B*T rows: no split-K). False, having done
-// nothing, where cuBLASLt has no algorithm for these sizes and alignments
-inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+// D(m,n) = op(A) B through cuBLASLt, column-major, with an epilogue applied to the fp32 result before
+// D's one rounding: CUBLASLT_EPILOGUE_BIAS adds bias(m) to every column; CUBLASLT_EPILOGUE_DGELU
+// multiplies by GELU's derivative at aux(m,n), the GELU's input (ld m). A is (m,k) ld m, or (k,m)
+// ld k when transposed; B is (k,n) ld k. Descriptors are made each call (tens of microseconds of
+// host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is left); no workspace (no
+// split-K). False, having done nothing, where cuBLASLt has no algorithm for these sizes and alignments
+inline bool lt_matmul(floatX* D, const floatX* A, bool transpose_a, const floatX* B, int m, int n, int k, cublasLtEpilogue_t epilogue,
+                      const floatX* bias, const floatX* aux) {
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t bias_type = CUBLAS_FLOATX;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    cublasCheck(cublasLtMatrixLayoutCreate(&w_layout, CUBLAS_FLOATX, C, OC, C));  // column-major (rows, cols, ld)
-    cublasCheck(cublasLtMatrixLayoutCreate(&inp_layout, CUBLAS_FLOATX, C, N, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&out_layout, CUBLAS_FLOATX, OC, N, OC));
+    if (bias) {
+        cudaDataType_t bias_type = CUBLAS_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux) {
+        int64_t aux_ld = m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+    cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, transpose_a ? k : m, transpose_a ? m : k, transpose_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUBLAS_FLOATX, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, CUBLAS_FLOATX, m, n, m));
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out), pointer_alignment(out)};
+    uint32_t align[4] = {pointer_alignment(A), pointer_alignment(B), pointer_alignment(D), pointer_alignment(D)};
     for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, (cublasLtMatmulPreferenceAttributes_t)(
                                                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout,
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, a_layout, b_layout, d_layout, d_layout,
                                                            preference, 1, &found, &count);
     bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;  // none (NOT_SUPPORTED): the caller takes the two passes
     const float one = 1.0f, zero = 0.0f;
     if (found_one)
-        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
-                                   out_layout, &found.algo, nullptr, 0, 0));
+        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, A, a_layout, B, b_layout, &zero, D, d_layout, D, d_layout,
+                                   &found.algo, nullptr, 0, 0));
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout), cublasLtMatrixLayoutDestroy(out_layout);
+    cublasLtMatrixLayoutDestroy(a_layout), cublasLtMatrixLayoutDestroy(b_layout), cublasLtMatrixLayoutDestroy(d_layout);
     cublasLtMatmulDescDestroy(desc);
     return found_one;
+}
+// out(N,OC) = inp(N,C) W^T + bias, the bias in the GEMM's epilogue: one pass over out instead of
+// two, and one rounding instead of two (the host twin rounds twice: the results agree within
+// floatX's rounding). Row-major as the column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N)
+inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+    return lt_matmul(out, weight, true, inp, OC, N, C, CUBLASLT_EPILOGUE_BIAS, bias, nullptr);
 }
 #endif
 
@@ -307,6 +360,26 @@ inline void matmul_backward_input(floatX* dinp,                      // (N,C) ov
                                   const floatX* weight,              // (OC,C)
                                   int N, int C, int OC) {
     gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
+}
+// the input gradient through GELU, where the input of the layer was gelu(pre): dinp = (dout W) *
+// gelu'(pre), the MLP's fcproj. The bf16 and fp16 builds take cuBLASLt's DGELU epilogue, where
+// pre is 16-byte aligned and C a multiple of 8 (its aux matrix's rule): one GEMM, no pass of its own
+// over the (N, 4C) gradient, and one rounding instead of two (its GELU is the tanh approximation:
+// on an H200 within 1.3e-4 of this file's derivative at |x| up to 11, against 9e-3 for the erf GELU,
+// docs/gpu.md). Else, and in the fp32 build (held to float64: cuBLASLt's tanh is an approximate
+// one), the GEMM, then gelu_backward
+inline void matmul_backward_input_gelu(floatX* dinp,          // (N,C) overwritten
+                                       const floatX* dout,    // (N,OC)
+                                       const floatX* weight,  // (OC,C)
+                                       const floatX* pre,     // (N,C): GELU's input in the forward
+                                       int N, int C, int OC) {
+#if defined(__CUDACC__) && !FLOATX_IS_FP32
+    if (aligned16(pre) && C % 8 == 0 && (size_t)N * C * OC > 0 &&
+        lt_matmul(dinp, weight, false, dout, C, N, OC, CUBLASLT_EPILOGUE_DGELU, nullptr, pre))
+        return;
+#endif
+    matmul_backward_input(dinp, dout, weight, N, C, OC);
+    gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }
 // partials: the bias sum's scratch, column_partials_elements(OC) floats (GPU; unused on the CPU)
 inline void matmul_backward_weight(floatX* dweight, floatX* dbias,  // (OC,C) +=, (OC) += or NULL

@@ -158,6 +158,18 @@ static void matmul(int N, int C, int OC) {
     vector<floatX> db_twin = db0;
     bias_backward_host(db_twin.data(), dout.data(), N, OC);
     check("bias_backward against its host twin", download(d_db, OC), db_twin);
+    // through GELU (the MLP's fcproj): dinp = (dout W) gelu'(pre), against float64 (bf16, fp16: cuBLASLt's
+    // DGELU epilogue where C is a multiple of 8, else the GEMM and gelu_backward)
+    vector<floatX> pre = randx(inp.size(), 24, 2.0f);
+    floatX* d_pre = upload(pre);
+    matmul_backward_input_gelu(d_dinp, d_dout, d_w, d_pre, N, C, OC);
+    for (size_t i = 0; i < dinp.size(); i++) {
+        double x = value(pre[i]), u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), t = tanh(u);
+        dinp[i] = (float)(dinp[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * x * x)));
+    }
+    check(C % 8 ? "matmul_backward_input_gelu, two passes (float64)" : "matmul_backward_input_gelu (float64)",
+          widen(download(d_dinp, dinp.size())), dinp);
+    device_free(d_pre);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_dout, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)partials})
         device_free(p);
 }
@@ -188,6 +200,60 @@ static void column_sums_sharing_scratch(int N) {
     check("layernorm_backward_params dweight, scratch shared", download(d_dw, C), dw);
     check("layernorm_backward_params dbias, scratch shared", download(d_db, C), db);
     for (void* p : {(void*)d_dout, (void*)d_inp, (void*)d_dw, (void*)d_db, (void*)d_mean, (void*)d_rstd, (void*)scratch}) device_free(p);
+}
+
+// several column sums in one launch (a block's four biases, its two LayerNorms) against the host
+// twins, and bit for bit the sums one launch each gives; entries wider than the tile counters
+// allow in one launch are split into several, and a NULL bias is skipped
+static void column_sums_many(int N) {
+    const int widths[4] = {40, 100, 37, 64};
+    float* scratch = column_partials_scratch(2 * 32768);
+    vector<vector<floatX>> dout(4), db0(4);
+    vector<floatX*> d_dout(4), d_db(4), d_one(4);
+    for (int e = 0; e < 4; e++) {
+        dout[e] = randx((size_t)N * widths[e], 51 + e), db0[e] = randx(widths[e], 55 + e);
+        d_dout[e] = upload(dout[e]), d_db[e] = upload(db0[e]), d_one[e] = upload(db0[e]);
+    }
+    bias_backward_many({{d_db[0], d_dout[0], 40}, {d_db[1], d_dout[1], 100}, {NULL, d_dout[2], 37}, {d_db[2], d_dout[2], 37},
+                        {d_db[3], d_dout[3], 64}}, N, scratch);
+    for (int e = 0; e < 4; e++) {
+        bias_backward(d_one[e], d_dout[e], N, widths[e], scratch);
+        vector<floatX> db = db0[e];
+        bias_backward_host(db.data(), dout[e].data(), N, widths[e]);
+        std::string what = "bias_backward_many, entry " + std::to_string(e);
+        check(what.c_str(), download(d_db[e], widths[e]), db);
+        check((what + " = one launch each").c_str(), download(d_db[e], widths[e]), download(d_one[e], widths[e]), 0.0);
+        device_free(d_dout[e]); device_free(d_db[e]); device_free(d_one[e]);
+    }
+    int wide = 20000, rows = 3;  // 2 x 625 tiles: more than COLUMN_TILES_MAX, two launches
+    vector<floatX> wa = randx((size_t)rows * wide, 61), wb = randx((size_t)rows * wide, 62), z(wide, from_float(0.0f));
+    floatX *d_wa = upload(wa), *d_wb = upload(wb), *d_za = upload(z), *d_zb = upload(z);
+    bias_backward_many({{d_za, d_wa, wide}, {d_zb, d_wb, wide}}, rows, scratch);
+    vector<floatX> ha = z, hb = z;
+    bias_backward_host(ha.data(), wa.data(), rows, wide);
+    bias_backward_host(hb.data(), wb.data(), rows, wide);
+    check("bias_backward_many, 2 x 20000 columns: two launches", download(d_zb, wide), hb);
+    check("bias_backward_many, 2 x 20000 columns, the first", download(d_za, wide), ha);
+    for (void* p : {(void*)d_wa, (void*)d_wb, (void*)d_za, (void*)d_zb}) device_free(p);
+    int C = 72;  // two LayerNorms in one launch
+    vector<float> mean(N), rstd(N);
+    for (int i = 0; i < N; i++) mean[i] = 0.01f * i, rstd[i] = 1.0f + 0.02f * i;
+    float *d_mean = upload(mean), *d_rstd = upload(rstd);
+    vector<vector<floatX>> ldout(2), linp(2), ldw(2), ldb(2);
+    vector<floatX*> d_ldout(2), d_linp(2), d_ldw(2), d_ldb(2);
+    for (int e = 0; e < 2; e++) {
+        ldout[e] = randx((size_t)N * C, 71 + e), linp[e] = randx((size_t)N * C, 73 + e), ldw[e] = randx(C, 75 + e), ldb[e] = randx(C, 77 + e);
+        d_ldout[e] = upload(ldout[e]), d_linp[e] = upload(linp[e]), d_ldw[e] = upload(ldw[e]), d_ldb[e] = upload(ldb[e]);
+    }
+    layernorm_backward_params_many({{d_ldw[0], d_ldb[0], d_ldout[0], d_linp[0], d_mean, d_rstd},
+                                    {d_ldw[1], d_ldb[1], d_ldout[1], d_linp[1], d_mean, d_rstd}}, N, C, scratch);
+    for (int e = 0; e < 2; e++) {
+        layernorm_backward_params_host(ldw[e].data(), ldb[e].data(), ldout[e].data(), linp[e].data(), mean.data(), rstd.data(), N, C);
+        check(("layernorm_backward_params_many dweight, entry " + std::to_string(e)).c_str(), download(d_ldw[e], C), ldw[e]);
+        check(("layernorm_backward_params_many dbias, entry " + std::to_string(e)).c_str(), download(d_ldb[e], C), ldb[e]);
+        for (void* p : {(void*)d_ldout[e], (void*)d_linp[e], (void*)d_ldw[e], (void*)d_ldb[e]}) device_free(p);
+    }
+    for (void* p : {(void*)d_mean, (void*)d_rstd, (void*)scratch}) device_free(p);
 }
 
 // fp32 device memory the kernels must write before they read: fresh, so the emulator's NaN poison
@@ -438,7 +504,9 @@ int main() {
     layernorm(21, 40);
     layernorm(9, 768);
     matmul(21, 40, 37);
+    matmul(7, 36, 20);  // C not a multiple of 8: the GELU backward in two passes in every build
     column_sums_sharing_scratch(70);
+    column_sums_many(70);
     attention(2, 7, 40, 5);   // head sizes 8 and 7: the CUDA-core kernels in every build
     attention(1, 33, 21, 3);
     for (int T : {1, 17, 64, 100})  // T a multiple of no tile, of the 32-key tile, of every tile

@@ -573,6 +573,18 @@ void* kernel_argument(const void* p, const LaunchSite& site, int index) {
         site.file, site.line, index + 1, p);
 }
 
+void translate_struct_words(void* value, size_t bytes) {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    for (size_t at = 0; at + sizeof(void*) <= bytes; at += sizeof(void*)) {
+        char* word;
+        memcpy(&word, (char*)value + at, sizeof(word));
+        const Allocation* a = word ? find_allocation(word) : nullptr;
+        if (!a) continue;
+        char* real = a->bytes + (word - a->handle);
+        memcpy((char*)value + at, &real, sizeof(real));
+    }
+}
+
 // ---------------------------------------------------------------- the scheduler
 enum ThreadState { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP_SYNC, EXITED };
 static const size_t STACK_BYTES = 256 << 10;

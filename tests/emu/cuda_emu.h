@@ -21,7 +21,8 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
                launch errors, returned by cudaGetLastError
     memory     device allocations live in their own mappings, away from host memory:
                the pointer the program holds is an address that faults when host code
-               dereferences it, and a launch, a copy, cuBLAS and NCCL translate it to the
+               dereferences it, and a launch (its pointer arguments, and pointers inside a struct
+               argument), a copy, cuBLAS and NCCL translate it to the
                place the bytes really are; an access past an allocation's end faults on
                a guard page, a write into the bytes a page cannot guard (up to 31 past
                an odd size, 64 before the start) is caught by canaries checked after every
@@ -40,6 +41,7 @@ in fp32 on the host through OpenBLAS).
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: sqrtf, expf
 #include <tuple>     // defines: std::tuple, std::apply
+#include <type_traits>  // defines: std::is_class_v
 #include <utility>   // defines: std::index_sequence
 
 #ifndef CUDA_EMULATION
@@ -218,7 +220,14 @@ void count_copy(const char* name, double bytes);
 // runs every thread of the grid: run_thread(bound) is one CUDA thread's body
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound);
 
-template <typename T> inline void translate(T& value, const LaunchSite&, int) { (void)value; }
+// a struct argument (a table of tensors, kernels/matmul.cuh: BiasGrads): each aligned 8-byte word
+// holding a device address is translated as a pointer argument is. A pointer is known by its value:
+// device addresses lie in the emulator's own mappings, where no size or index of a model falls
+void translate_struct_words(void* value, size_t bytes);
+template <typename T> inline void translate(T& value, const LaunchSite&, int) {
+    if constexpr (std::is_class_v<T>) translate_struct_words(&value, sizeof(T));
+    else (void)value;
+}
 template <typename T> inline void translate(T*& p, const LaunchSite& site, int index) {
     p = (T*)kernel_argument((const void*)p, site, index);
 }
