@@ -76,7 +76,8 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
     if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
     device_copy_ledger(l, N * C * X);  // tp_g_backward: d.fcproj = dresidual
-    matmul_backward_input_gelu_ledger(l, N, 4 * C, C);
+    matmul_backward_input_ledger(l, N, 4 * C, C);
+    gelu_backward_ledger(l, N * 4 * C);
     matmul_backward_input_ledger(l, N, C, 4 * C);
     layernorm_backward_input_ledger(l, N, C);
     device_copy_ledger(l, N * C * X);  // d.attproj

@@ -633,7 +633,8 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
     tp_g_backward(tp, s.dresidual, d.fcproj, held);
-    matmul_backward_input_gelu(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C);
+    matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
+    gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
     tp_f_backward(tp, dln2, d.ln2, held);
     layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N_held, C);

@@ -23,15 +23,13 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 */
 #pragma once
 // defines: gemm_batched, matmul_forward, matmul_forward_host, matmul_backward, matmul_backward_input,
-//          matmul_backward_weight, bias_forward, bias_backward, bias_backward_many, BiasGrad, BiasGrads, lt_matmul,
-//          matmul_backward_input_gelu, matmul_backward_input_gelu_ledger,
+//          matmul_backward_weight, bias_forward, bias_backward, bias_backward_many, BiasGrad, BiasGrads,
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
 //          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_forward_lt, pointer_alignment
 #include <algorithm>  // defines: std::min
 #include "common.cuh"
-#include "gelu.cuh"    // defines: gelu_backward (matmul_backward_input_gelu's second pass)
 #ifndef __CUDACC__
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
 #include <omp.h>    // defines: omp_in_parallel, omp_get_max_threads
@@ -179,17 +177,6 @@ inline void matmul_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool
     if (bias) bias_forward_ledger(l, N, OC);
 }
 inline void matmul_backward_input_ledger(Ledger* l, size_t N, size_t C, size_t OC) { gemm_ledger(l, N, C, OC, false); }
-// through GELU: cuBLASLt's DGELU epilogue in the bf16 and fp16 builds (the trainer's pre-activation
-// aligned), reading the GELU input; the epilogue's arithmetic, like the bias epilogue's, is not counted
-inline void matmul_backward_input_gelu_ledger(Ledger* l, size_t N, size_t C, size_t OC) {
-    double X = sizeof(floatX);
-    if (!FLOATX_IS_FP32 && C % 8 == 0) {
-        ledger_add(l, {"cublasLtMatmul", 2.0 * N * C * OC, (double)(N * OC + OC * C + N * C) * X, (double)N * C * X, 0, true});
-        return;
-    }
-    matmul_backward_input_ledger(l, N, C, OC);
-    gelu_backward_ledger(l, N * C);
-}
 inline void matmul_backward_weight_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
     gemm_ledger(l, OC, C, N, true);
     if (bias) bias_backward_ledger(l, N, {OC});
@@ -284,59 +271,47 @@ inline uint32_t pointer_alignment(const void* p) {
     while (a > 1 && (uintptr_t)p % a) a /= 2;
     return a;
 }
-// D(m,n) = op(A) B through cuBLASLt, column-major, with an epilogue applied to the fp32 result before
-// D's one rounding: CUBLASLT_EPILOGUE_BIAS adds bias(m) to every column; CUBLASLT_EPILOGUE_DGELU
-// multiplies by GELU's derivative at aux(m,n), the GELU's input (ld m). A is (m,k) ld m, or (k,m)
-// ld k when transposed; B is (k,n) ld k. Descriptors are made each call (tens of microseconds of
-// host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is left); no workspace (no
-// split-K). False, having done nothing, where cuBLASLt has no algorithm for these sizes and alignments
-inline bool lt_matmul(floatX* D, const floatX* A, bool transpose_a, const floatX* B, int m, int n, int k, cublasLtEpilogue_t epilogue,
-                      const floatX* bias, const floatX* aux) {
+// out(N,OC) = inp(N,C) W^T + bias through cuBLASLt, the bias added in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS): one pass over out instead of two, and one rounding instead of two
+// (the host twin rounds twice: the results agree within floatX's rounding). Row-major as the
+// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call
+// (tens of microseconds of host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is
+// left); no workspace (the forward's GEMMs have N = B*T rows: no split-K). False, having done
+// nothing, where cuBLASLt has no algorithm for these sizes and alignments
+inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t bias_type = CUBLAS_FLOATX;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias) {
-        cudaDataType_t bias_type = CUBLAS_FLOATX;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    }
-    if (aux) {
-        int64_t aux_ld = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    }
-    cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, transpose_a ? k : m, transpose_a ? m : k, transpose_a ? k : m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUBLAS_FLOATX, k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, CUBLAS_FLOATX, m, n, m));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    cublasCheck(cublasLtMatrixLayoutCreate(&w_layout, CUBLAS_FLOATX, C, OC, C));  // column-major (rows, cols, ld)
+    cublasCheck(cublasLtMatrixLayoutCreate(&inp_layout, CUBLAS_FLOATX, C, N, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&out_layout, CUBLAS_FLOATX, OC, N, OC));
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    uint32_t align[4] = {pointer_alignment(A), pointer_alignment(B), pointer_alignment(D), pointer_alignment(D)};
+    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out), pointer_alignment(out)};
     for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, (cublasLtMatmulPreferenceAttributes_t)(
                                                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, a_layout, b_layout, d_layout, d_layout,
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout,
                                                            preference, 1, &found, &count);
     bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;  // none (NOT_SUPPORTED): the caller takes the two passes
     const float one = 1.0f, zero = 0.0f;
     if (found_one)
-        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, A, a_layout, B, b_layout, &zero, D, d_layout, D, d_layout,
-                                   &found.algo, nullptr, 0, 0));
+        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
+                                   out_layout, &found.algo, nullptr, 0, 0));
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(a_layout), cublasLtMatrixLayoutDestroy(b_layout), cublasLtMatrixLayoutDestroy(d_layout);
+    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout), cublasLtMatrixLayoutDestroy(out_layout);
     cublasLtMatmulDescDestroy(desc);
     return found_one;
-}
-// out(N,OC) = inp(N,C) W^T + bias, the bias in the GEMM's epilogue: one pass over out instead of
-// two, and one rounding instead of two (the host twin rounds twice: the results agree within
-// floatX's rounding). Row-major as the column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N)
-inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
-    return lt_matmul(out, weight, true, inp, OC, N, C, CUBLASLT_EPILOGUE_BIAS, bias, nullptr);
 }
 #endif
 
@@ -360,26 +335,6 @@ inline void matmul_backward_input(floatX* dinp,                      // (N,C) ov
                                   const floatX* weight,              // (OC,C)
                                   int N, int C, int OC) {
     gemm_batched(false, false, N, C, OC, 1.0f, dout, OC, 0, weight, C, 0, 0.0f, dinp, C, 0, 1);
-}
-// the input gradient through GELU, where the input of the layer was gelu(pre): dinp = (dout W) *
-// gelu'(pre), the MLP's fcproj. The bf16 and fp16 builds take cuBLASLt's DGELU epilogue, where
-// pre is 16-byte aligned and C a multiple of 8 (its aux matrix's rule): one GEMM, no pass of its own
-// over the (N, 4C) gradient, and one rounding instead of two (its GELU is the tanh approximation:
-// on an H200 within 1.3e-4 of this file's derivative at |x| up to 11, against 9e-3 for the erf GELU,
-// docs/gpu.md). Else, and in the fp32 build (held to float64: cuBLASLt's tanh is an approximate
-// one), the GEMM, then gelu_backward
-inline void matmul_backward_input_gelu(floatX* dinp,          // (N,C) overwritten
-                                       const floatX* dout,    // (N,OC)
-                                       const floatX* weight,  // (OC,C)
-                                       const floatX* pre,     // (N,C): GELU's input in the forward
-                                       int N, int C, int OC) {
-#if defined(__CUDACC__) && !FLOATX_IS_FP32
-    if (aligned16(pre) && C % 8 == 0 && (size_t)N * C * OC > 0 &&
-        lt_matmul(dinp, weight, false, dout, C, N, OC, CUBLASLT_EPILOGUE_DGELU, nullptr, pre))
-        return;
-#endif
-    matmul_backward_input(dinp, dout, weight, N, C, OC);
-    gelu_backward(dinp, pre, dinp, (size_t)N * C);
 }
 // partials: the bias sum's scratch, column_partials_elements(OC) floats (GPU; unused on the CPU)
 inline void matmul_backward_weight(floatX* dweight, floatX* dbias,  // (OC,C) +=, (OC) += or NULL

@@ -158,18 +158,6 @@ static void matmul(int N, int C, int OC) {
     vector<floatX> db_twin = db0;
     bias_backward_host(db_twin.data(), dout.data(), N, OC);
     check("bias_backward against its host twin", download(d_db, OC), db_twin);
-    // through GELU (the MLP's fcproj): dinp = (dout W) gelu'(pre), against float64 (bf16, fp16: cuBLASLt's
-    // DGELU epilogue where C is a multiple of 8, else the GEMM and gelu_backward)
-    vector<floatX> pre = randx(inp.size(), 24, 2.0f);
-    floatX* d_pre = upload(pre);
-    matmul_backward_input_gelu(d_dinp, d_dout, d_w, d_pre, N, C, OC);
-    for (size_t i = 0; i < dinp.size(); i++) {
-        double x = value(pre[i]), u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), t = tanh(u);
-        dinp[i] = (float)(dinp[i] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * x * x)));
-    }
-    check(C % 8 ? "matmul_backward_input_gelu, two passes (float64)" : "matmul_backward_input_gelu (float64)",
-          widen(download(d_dinp, dinp.size())), dinp);
-    device_free(d_pre);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_dout, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)partials})
         device_free(p);
 }
@@ -504,7 +492,6 @@ int main() {
     layernorm(21, 40);
     layernorm(9, 768);
     matmul(21, 40, 37);
-    matmul(7, 36, 20);  // C not a multiple of 8: the GELU backward in two passes in every build
     column_sums_sharing_scratch(70);
     column_sums_many(70);
     attention(2, 7, 40, 5);   // head sizes 8 and 7: the CUDA-core kernels in every build

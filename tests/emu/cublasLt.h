@@ -1,9 +1,7 @@
 /*
 tests/emu/cublasLt.h: the cuBLASLt calls of the project (dev/matmul_forward.cu), emulated from
 cuBLASLt's documented semantics (cublas_emu.cpp): D = alpha op(A) op(B) + beta C, column-major,
-the epilogue (bias, GELU, or DGELU: times GELU's derivative at the aux matrix, the GELU's input,
-whose leading dimension must be a multiple of 8 and at least D's rows) applied to the fp32 result
-before it is rounded once into D's type. GELU is the tanh approximation (as measured on an H200).
+the epilogue (bias, GELU) applied to the fp32 result before it is rounded once into D's type.
 The algorithm the heuristic returns needs A, B, C and D aligned as the preference said (256 bytes
 unless told less, cuBLASLt's default): cublasLtMatmul refuses pointers aligned less.
 */
@@ -24,12 +22,11 @@ typedef struct {
 } cublasLtMatmulHeuristicResult_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4,
-    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_DGELU = 64 | 128
+    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36
 } cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,

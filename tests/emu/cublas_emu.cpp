@@ -14,7 +14,7 @@ combination outside the table of cublasGemmEx (CUBLAS_COMPUTE_32F: 32F x 32F -> 
 writes must lie in one device allocation (cuda_emu.cpp). The products are computed in fp32
 by OpenBLAS's column-major sgemm on fp32 copies; TF32 math (CUBLAS_TF32_TENSOR_OP_MATH or
 CUBLAS_COMPUTE_32F_FAST_TF32) first rounds fp32 inputs to TF32's 10-bit mantissa, as tensor
-cores do. The result, with cuBLASLt's epilogue (bias, GELU, DGELU), is rounded once into C's type.
+cores do. The result, with cuBLASLt's epilogue (bias, GELU), is rounded once into C's type.
 */
 #include <math.h>
 #include <stdint.h>
@@ -56,12 +56,8 @@ static bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComp
     return false;
 }
 
-// an optional epilogue: out(i,j) = f(acc(i,j) + bias[i]), or acc(i,j) gelu'(aux(i,j)) (aux: ld aux_ld, D's type)
-struct Epilogue { const void* bias; cudaDataType bias_type; bool gelu; const void* aux = nullptr; int64_t aux_ld = 0; };
-static float gelu_tanh_derivative(float x) {  // d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x), t = tanhf(u);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
-}
+// an optional epilogue: out(i,j) = f(acc(i,j) + bias[i])
+struct Epilogue { const void* bias; cudaDataType bias_type; bool gelu; };
 
 // the operation above for one matrix of each, all checked; a, b, c are where the bytes are
 static void gemm_one(bool tf32_inputs, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* A,
@@ -83,7 +79,6 @@ static void gemm_one(bool tf32_inputs, bool trans_a, bool trans_b, int m, int n,
             if (beta != 0.0f) v += beta * load(C, ct, i + (size_t)j * ldc);
             if (ep.bias) v += load(ep.bias, ep.bias_type, i);
             if (ep.gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-            if (ep.aux) v *= gelu_tanh_derivative(load(ep.aux, ct, i + (size_t)j * ep.aux_ld));
             store(D, ct, i + (size_t)j * ldd, v);
         }
 }
@@ -157,8 +152,6 @@ struct cublasLtMatmulDescOpaque {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
     int bias_type = -1;  // -1: D's type
-    const void* aux = nullptr;
-    int64_t aux_ld = 0;
 };
 struct cublasLtMatrixLayoutOpaque { cudaDataType type; uint64_t rows, cols; int64_t ld; };
 struct cublasLtMatmulPreferenceOpaque {
@@ -188,8 +181,6 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(&d->epilogue, buf, size);
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&d->bias, buf, size);
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, buf, size);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(&d->aux, buf, size);
-        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(&d->aux_ld, buf, size);
     }
     return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -225,8 +216,6 @@ static cublasStatus_t lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
     switch (d->epilogue) {
         case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_GELU: return CUBLAS_STATUS_SUCCESS;
         case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_GELU_BIAS: return CUBLAS_STATUS_SUCCESS;
-        case CUBLASLT_EPILOGUE_DGELU:  // the aux matrix's documented rule
-            return d->aux_ld % 8 == 0 && d->aux_ld >= (int64_t)m ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
 }
@@ -257,17 +246,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
     if (with_bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
-    bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
-    if (dgelu && !d->aux) return CUBLAS_STATUS_INVALID_VALUE;
     int m = (int)Dd->rows, n = (int)Dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
     cuda_emu::finish_queued_work();
     if (workspace_bytes) cuda_emu::device_bytes(workspace, workspace_bytes, "cublasLtMatmul workspace");
     float be = *(const float*)beta;
     cudaDataType bias_type = d->bias_type < 0 ? Dd->type : (cudaDataType)d->bias_type;
     Epilogue ep = {with_bias ? cuda_emu::device_bytes(d->bias, (size_t)m * type_bytes(bias_type), "cublasLtMatmul bias") : nullptr,
-                   bias_type, d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS,
-                   dgelu ? cuda_emu::device_bytes(d->aux, extent(m, n, d->aux_ld) * type_bytes(Dd->type), "cublasLtMatmul aux") : nullptr,
-                   d->aux_ld};
+                   bias_type, d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS};
     const void* a = cuda_emu::device_bytes(A, extent((int)Ad->rows, (int)Ad->cols, Ad->ld) * type_bytes(Ad->type), "cublasLtMatmul A");
     const void* b = cuda_emu::device_bytes(B, extent((int)Bd->rows, (int)Bd->cols, Bd->ld) * type_bytes(Bd->type), "cublasLtMatmul B");
     const void* c = be != 0.0f ? cuda_emu::device_bytes(C, extent(m, n, Cd->ld) * type_bytes(Cd->type), "cublasLtMatmul C") : nullptr;
