@@ -71,26 +71,22 @@ inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
 // recompute_block, then block_backward_input and block_backward_weights at tp 1
 inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     size_t N = m.B * m.T, C = m.C;
-    double X = sizeof(floatX);
     if (m.recompute >= 3) block_forward_ledger(l, m);
     if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
     if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
-    device_copy_ledger(l, N * C * X);  // tp_g_backward: d.fcproj = dresidual
-    matmul_backward_input_ledger(l, N, 4 * C, C);
+    matmul_backward_input_ledger(l, N, 4 * C, C);  // g's backward the identity: no copies (train_gpt.cu: blocks_backward)
     gelu_backward_ledger(l, N * 4 * C);
     matmul_backward_input_ledger(l, N, C, 4 * C);
-    layernorm_backward_input_ledger(l, N, C);
-    device_copy_ledger(l, N * C * X);  // d.attproj
+    layernorm_backward_both_ledger(l, N, C, false);  // with the parameters' sums: W follows at once
     matmul_backward_input_ledger(l, N, C, C);
     attention_backward_ledger(l, m.B, m.T, C, m.NH);
     matmul_backward_input_ledger(l, N, C, 3 * C);
-    layernorm_backward_input_ledger(l, N, C);
+    layernorm_backward_both_ledger(l, N, C, false);
     matmul_backward_weight_ledger(l, N, 4 * C, C, false);
     matmul_backward_weight_ledger(l, N, C, 4 * C, false);
     matmul_backward_weight_ledger(l, N, C, C, false);
     matmul_backward_weight_ledger(l, N, C, 3 * C, false);
     bias_backward_ledger(l, N, {C, 4 * C, C, 3 * C});
-    layernorm_backward_params_ledger(l, N, C, 2);
 }
 // one micro-batch forward and backward (train_gpt.cu's stage_forward, stage_backward)
 inline Ledger micro_step_ledger(const LedgerModel& m) {
@@ -104,9 +100,9 @@ inline Ledger micro_step_ledger(const LedgerModel& m) {
     matmul_backward_input_ledger(&l, N, C, m.Vp);
     matmul_backward_weight_ledger(&l, N, C, m.Vp, false);
     device_zero_ledger(&l, (double)N * C * sizeof(floatX));  // the residual stream's gradient
-    layernorm_backward_input_ledger(&l, N, C);
-    layernorm_backward_params_ledger(&l, N, C);
+    layernorm_backward_both_ledger(&l, N, C, true);
     for (size_t i = 0; i < m.L; i++) block_backward_ledger(&l, m);
+    if (m.L % 2) device_copy_ledger(&l, (double)N * C * sizeof(floatX));  // the input gradient back in scratch.dresidual
     encoder_backward_ledger(&l, m.B, m.T, C, m.V);
     if (m.grads_fp32) {  // zero.h's zero_end_micro_step: the fp32 sum += the micro-step's gradient, which is cleared
         ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)m.P, 0, 0, m.P * (4.0 + sizeof(floatX))});

@@ -46,8 +46,10 @@ ReduceFromModelParallelRegion):
        matrix (attproj, fcproj)     output (each rank's columns gave a part)
 so a block costs 2 all-reduces forward (tp_g_forward after attproj and fcproj) and 2
 backward (tp_f_backward before qkv and fc), each of B*T*C floatX. The identity halves
-are called too, so the forward and backward read as mirrors. Everything between f and
-g is local: attention heads are independent, GELU is elementwise.
+are called too, so the forward and backward read as mirrors; g's backward copies nothing
+when its output is its input (train_gpt.cu: blocks_backward reads fcproj's output gradient
+where the residual stream's gradient lies). Everything between f and g is local: attention
+heads are independent, GELU is elementwise.
 
 Replicated tensors need no gradient reduction over TP: the residual stream, the
 LayerNorms and the row-parallel biases see the same inputs and output gradients on

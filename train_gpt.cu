@@ -65,6 +65,7 @@ pipeline_stage, train_step, train_loop, main.
 #include <algorithm>   // defines: std::copy, std::max
 #include <chrono>      // defines: std::chrono::steady_clock
 #include <string>      // defines: std::string, std::to_string
+#include <utility>     // defines: std::swap
 #include <vector>      // defines: std::vector
 #include "precision.h"             // defines: floatX, to_float, from_float, PRECISION_NAME
 #include "kernels/common.cuh"      // defines: device_init, device_malloc, host_to_device, fail, file_exists (base.h)
@@ -615,13 +616,16 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
     if (r >= 1) block_gelu(model, a, l, B, T);
 }
 
-// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart). B: model->scratch.dresidual
-// holds the gradient of the block's output and becomes the gradient of its input; on the way, the
-// gradients of the six weighted ops' outputs land in `d`. The mirror of block_forward: g's backward,
-// then f's, around each pair. g's backward puts the residual stream's gradient in d.fcproj and
-// d.attproj (a copy, or under -sp all N tokens gathered) before a LayerNorm's backward adds to
-// it: W needs them as the gradients of fcproj's and attproj's outputs.
-inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
+// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart). B: from dout, the gradient
+// of the block's output, to dinp, that of its input (the same buffer, or another); on the way, the
+// gradients of the six weighted ops' outputs land in `d`, which W reads. The mirror of block_forward:
+// g's backward, then f's, around each pair. The residual stream's gradient is fcproj's output's
+// (g's backward: a copy into d.fcproj unless d.fcproj is dout itself, under -sp all N tokens
+// gathered), then, with ln2's input gradient added, attproj's: written into d.attproj (-sp: added
+// into dout, then gathered), to which ln1's is added into dinp. Given dw (W follows at once), the
+// LayerNorms' parameter gradients are summed in the same passes, and W leaves them
+inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d,
+                                 floatX* dout, floatX* dinp, const LayerParameters* dw) {
     const GPT2Config& c = model->config;
     int C = c.channels, C_rank = C / model->layout.tp, N = B * T;
     int N_held = tokens_held(model, N);
@@ -632,26 +636,30 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     LayerActivations la = layer_activations(model, a, l, B, T);
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
-    tp_g_backward(tp, s.dresidual, d.fcproj, held);
+    tp_g_backward(tp, dout, d.fcproj, held);
     matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
     gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
     tp_f_backward(tp, dln2, d.ln2, held);
-    layernorm_backward_input(s.dresidual, d.ln2, la.residual2, w.ln2w, la.ln2_mean, la.ln2_rstd, N_held, C);
-    // attention; s.dresidual is now the gradient of residual2
-    tp_g_backward(tp, s.dresidual, d.attproj, held);
+    floatX* dresidual2 = tp.sequence_parallel ? dout : d.attproj;  // the gradient of residual2
+    layernorm_backward_both(dresidual2, dout, dw ? dw->ln2w : NULL, dw ? dw->ln2b : NULL, d.ln2, la.residual2, w.ln2w, la.ln2_mean,
+                            la.ln2_rstd, N_held, C, s.partials);
+    // attention
+    tp_g_backward(tp, dresidual2, d.attproj, held);
     matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
     sequence_attention_backward(model, la, d.qkv, s.datty, B, T);
     matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
     tp_f_backward(tp, dln1, d.ln1, held);
-    layernorm_backward_input(s.dresidual, d.ln1, block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C);
+    layernorm_backward_both(dinp, dresidual2, dw ? dw->ln1w : NULL, dw ? dw->ln1b : NULL, d.ln1, block_input(model, a, l, B, T),
+                            w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C, s.partials);
 }
 // W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
 // recompute_block rebuilt). No weight is read: weight gradient = output gradient^T x input,
 // LayerNorm's = sums over the tokens. Nothing crosses a rank except under -sp, where f gathers the
 // LayerNorms' outputs again (the forward kept only this rank's tokens of them) and a LayerNorm's
 // gradient sums over this rank's tokens only (train_step sums it over TP: sum_layernorm_gradients)
-inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d) {
+inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T, const LayerOutputGradients& d,
+                                   bool layernorms_done) {
     int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T, N_held = tokens_held(model, N);
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
@@ -667,15 +675,20 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     // the four biases' column sums in one launch, the two LayerNorms' in another
     bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C}, {dw.qkvb, d.qkv, 3 * C_rank}},
                        N, s.partials);
-    layernorm_backward_params_many({{dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd},
-                                    {dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd}},
-                                   N_held, C, s.partials);
+    if (!layernorms_done)
+        layernorm_backward_params_many({{dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd},
+                                        {dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd}},
+                                       N_held, C, s.partials);
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
-// schedule but ZB-H1's later stages
-inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
-    block_backward_input(model, a, l, B, T, model->scratch.layer_grads);
-    block_backward_weights(model, a, l, B, T, model->scratch.layer_grads);
+// schedule but ZB-H1's later stages. Where dinp is not dout, fcproj's output gradient is dout as it
+// lies (no copy): W reads it before the next block writes its input's gradient there
+inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T, floatX* dout, floatX* dinp) {
+    LayerOutputGradients d = model->scratch.layer_grads;
+    if (dinp != dout) d.fcproj = dout;
+    LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
+    block_backward_input(model, a, l, B, T, d, dout, dinp, &dw);
+    block_backward_weights(model, a, l, B, T, d, true);
 }
 
 // ----------------------------------------------------------------------------
@@ -729,14 +742,21 @@ inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T
         block_forward(model, a, l, B, T);
     }
 }
-// under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done
+// under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done. The
+// residual stream's gradient takes turns between scratch.dresidual and the buffer of fcproj's output
+// gradient, which it stands in for (g the identity); under -sp (g gathers) it stays in one
 inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
+    ScratchTensors& s = model->scratch;
+    floatX *dout = s.dresidual, *dinp = model->layout.sequence_parallel ? s.dresidual : s.layer_grads.fcproj;
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
-        block_backward(model, a, l, B, T);
+        block_backward(model, a, l, B, T, dout, dinp);
         zero_reduce_unit(&model->zero, 1 + l);
+        std::swap(dout, dinp);
     }
+    if (dout != s.dresidual)  // an odd number of blocks: the stage's input gradient where the pipeline expects it
+        device_to_device(s.dresidual, dout, (size_t)tokens_held(model, B * T) * model->config.channels * sizeof(floatX));
 }
 // ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot...
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
@@ -757,7 +777,7 @@ inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
-        block_backward_input(model, a, l, B, T, waiting_grads(model, k, l));
+        block_backward_input(model, a, l, B, T, waiting_grads(model, k, l), model->scratch.dresidual, model->scratch.dresidual, NULL);
     }
 }
 // ...and, later, their W's. What recompute level r did not keep is rebuilt again (at r >= 2 from
@@ -767,7 +787,7 @@ inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T);
-        block_backward_weights(model, a, l, B, T, waiting_grads(model, k, l));
+        block_backward_weights(model, a, l, B, T, waiting_grads(model, k, l), false);
         zero_reduce_unit(&model->zero, 1 + l);
     }
 }

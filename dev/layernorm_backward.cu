@@ -1,7 +1,7 @@
 /*
 dev/layernorm_backward.cu: LayerNorm's backward (kernels/layernorm.cuh), with n = (x - mean) * rstd
 and g = dout * w:
-    dx += rstd * (g - mean(g) - n * mean(g * n))   per row: a warp per row, as the forward
+    dx += rstd * (g - mean(g) - n * mean(g * n))   per row: a warp per row, as the forward (in place here)
     dw += sum over rows of dout * n;  db += sum over rows of dout   column sums over N rows
 The column sums are where the versions differ; both keep a fixed order of additions,
 so a run repeats bit for bit (bit-exact resume).
@@ -11,15 +11,20 @@ version 1: the row kernel, then one thread per channel walking all N rows: C thr
 version 2: the row kernel, then two stages: 64 blocks of rows x 32-channel tiles write
            fp32 partial sums (8 threads per column, warps reading 32 neighbouring
            channels), and one thread per channel adds the 64 parts in order
-version 3: the trainer's: version 2 with the row kernel's every access 16 bytes a lane and
-           the row's x, dout, w in registers between its two passes (where C allows:
-           a multiple of 256 bf16 or 128 fp32 values, at most 1024). On an H200 at N 8192,
-           C 768 version 2's row kernel took 210 us, 15 times the forward's, version 3's
-           18 us; at the timed N 16384: 0.435 and 0.071 ms with the column sums
-The block size applies to the row kernels (version 3's is fixed); the column stages have fixed shapes.
+version 3: version 2 with the row kernel's every access 16 bytes a lane and the row's x,
+           dout, w in registers between its two passes (where C allows: a multiple of 256
+           bf16 or 128 fp32 values, at most 1024). On an H200 at N 8192, C 768 version 2's
+           row kernel took 210 us, 15 times the forward's, version 3's 18 us; at the timed
+           N 16384: 0.435 and 0.071 ms with the column sums
+version 4: the trainer's: one pass (layernorm_backward_kernel128): a block per part of the
+           rows, its warps walking them as version 3's rows, each lane summing its channels'
+           dweight and dbias in registers; the block's warps add in order, the last block
+           the parts: version 3's bits without reading dout and inp twice. 64 blocks (the
+           parts): whether that fills a GPU better than version 3's two launches is for a GPU
+The block size applies to the row kernels (versions 3 and 4 fix theirs); the column stages have fixed shapes.
 */
 #include "lab.h"
-#include "../kernels/layernorm.cuh"  // defines: layernorm_backward_host (the reference), layernorm_backward (version 3)
+#include "../kernels/layernorm.cuh"  // defines: layernorm_backward_host (the reference), layernorm_backward (version 4)
 
 __global__ void layernorm_params_kernel1(floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                          const float* mean, const float* rstd, int N, int C) {
@@ -31,13 +36,16 @@ struct Buffers { floatX *dinp, *dweight, *dbias, *dout, *inp, *weight; float *me
 
 static void layernorm_backward_version(int version, int block, const Buffers& d, int N, int C) {
     if (version == 1) {
-        layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block>>>(d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
+        layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block>>>(d.dinp, d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
         launchCheck();
         layernorm_params_kernel1<<<ceil_div(C, 128), 128>>>(d.dweight, d.dbias, d.dout, d.inp, d.mean, d.rstd, N, C);
         launchCheck();
     } else if (version == 2) {
-        layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block>>>(d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
+        layernorm_backward_input_kernel<<<ceil_div(N, block / 32), block>>>(d.dinp, d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
         launchCheck();
+        layernorm_backward_params(d.dweight, d.dbias, d.dout, d.inp, d.mean, d.rstd, N, C, d.partials);
+    } else if (version == 3) {
+        layernorm_backward_input(d.dinp, d.dinp, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C);
         layernorm_backward_params(d.dweight, d.dbias, d.dout, d.inp, d.mean, d.rstd, N, C, d.partials);
     } else {
         layernorm_backward(d.dinp, d.dweight, d.dbias, d.dout, d.inp, d.weight, d.mean, d.rstd, N, C, d.partials);
@@ -62,9 +70,9 @@ static void release(const Buffers& d) {
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 3;
+    const int VERSIONS = 4;
     Lab lab = lab_start(argc, argv, "layernorm_backward", VERSIONS);
-    struct Size { int N, C; } sizes[] = {{7, 32}, {65, 96}, {33, 512}, {1000, 768}, {16 * 1024, 768}};  // 512: version 3's packs
+    struct Size { int N, C; } sizes[] = {{7, 32}, {65, 96}, {33, 512}, {1000, 768}, {16 * 1024, 768}};  // 512: versions 3 and 4's packs
     for (Size s : sizes) {
         if (lab_skip_in_emulation((double)s.N * s.C)) continue;
         size_t n = (size_t)s.N * s.C;

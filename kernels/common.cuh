@@ -11,7 +11,7 @@ loader and the tokenizer use too.
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
 //          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_grid,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
-//          column_tiles, column_tiles_entry,
+//          column_tiles, column_tiles_entry, column_partials_add_column,
 //          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
 //          column_partials_scratch, COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
 //          packs_fit, load_values, store_values, store128_rounded
@@ -149,15 +149,18 @@ __device__ inline int column_tiles_entry(const ColumnTiles& t, int* tile) {
     *tile = blockIdx.x - t.first_tile[e];
     return e;
 }
-// stage 2 for the tile's 32 columns: out(c) += the parts of column c, in part order (row 0 of
-// threads). The parts are read volatile: other blocks wrote them, past this SM's L1
-__device__ inline void column_partials_add(floatX* out, const float* partials, int cols, int tile) {
-    int c = tile * 32 + threadIdx.x;
-    if (threadIdx.y != 0 || c >= cols) return;
+// stage 2 for column c: out(c) += its parts, in part order. The parts are read volatile: other
+// blocks wrote them, past this SM's L1
+__device__ inline void column_partials_add_column(floatX* out, const float* partials, int cols, int c) {
     const volatile float* parts = partials;
     float sum = 0.0f;
     for (int part = 0; part < COLUMN_PARTS; part++) sum += parts[(size_t)part * cols + c];
     out[c] = from_float(to_float(out[c]) + sum);
+}
+// ... for the tile's 32 columns (row 0 of threads)
+__device__ inline void column_partials_add(floatX* out, const float* partials, int cols, int tile) {
+    int c = tile * 32 + threadIdx.x;
+    if (threadIdx.y == 0 && c < cols) column_partials_add_column(out, partials, cols, c);
 }
 // a partials scratch's tile counters, and where its parts begin
 __device__ inline unsigned* column_partials_counters(float* scratch) { return (unsigned*)scratch; }

@@ -14,7 +14,8 @@ column sums over the rows, in two stages in a fixed order (common.cuh), so a run
 repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
-// defines: layernorm_forward, layernorm_backward, layernorm_backward_input, layernorm_backward_params, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
+// defines: layernorm_forward, layernorm_backward, layernorm_backward_both, layernorm_backward_input, layernorm_backward_params,
+//          layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS, layernorm_write_part, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
 //          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_backward_input_kernel128, layernorm_backward_host,
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
@@ -74,7 +75,8 @@ inline void layernorm_forward_host(floatX* out, float* mean, float* rstd,       
 
 // the backward in its two halves, which a zero-bubble pipeline runs apart (pipeline.h): the
 // input gradient (B, on the critical path) and the parameter gradients (W, deferrable)
-inline void layernorm_backward_input_host(floatX* dinp,                                  // (N,C) +=
+inline void layernorm_backward_input_host(floatX* dinp,                                  // (N,C) = dres + dx
+                                          const floatX* dres,                            // (N,C), may be dinp
                                           const floatX* dout, const floatX* inp,         // (N,C), (N,C)
                                           const floatX* weight,                          // (C)
                                           const float* mean, const float* rstd,          // (N), (N)
@@ -83,6 +85,7 @@ inline void layernorm_backward_input_host(floatX* dinp,                         
     for (int i = 0; i < N; i++) {
         const floatX* dy = dout + (size_t)i * C;
         const floatX* x = inp + (size_t)i * C;
+        const floatX* r = dres + (size_t)i * C;
         floatX* dx = dinp + (size_t)i * C;
         float g_mean = 0.0f, gn_mean = 0.0f;
         for (int c = 0; c < C; c++) {
@@ -96,7 +99,7 @@ inline void layernorm_backward_input_host(floatX* dinp,                         
         for (int c = 0; c < C; c++) {
             float n = (to_float(x[c]) - mean[i]) * rstd[i];
             float g = to_float(dy[c]) * to_float(weight[c]);
-            dx[c] = from_float(to_float(dx[c]) + rstd[i] * (g - g_mean - n * gn_mean));
+            dx[c] = from_float(to_float(r[c]) + rstd[i] * (g - g_mean - n * gn_mean));
         }
     }
 }
@@ -108,7 +111,7 @@ inline void layernorm_backward_params_host(floatX* dweight, floatX* dbias,      
 }
 inline void layernorm_backward_host(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                     const floatX* weight, const float* mean, const float* rstd, int N, int C) {
-    layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_input_host(dinp, dinp, dout, inp, weight, mean, rstd, N, C);
     layernorm_backward_params_host(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
@@ -122,17 +125,30 @@ inline void residual_layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {  
     double X = sizeof(floatX);
     ledger_add(l, {"residual_layernorm_forward_kernel", 9.0 * N * C, 2 * N * C * X + 2 * C * X, 2 * N * C * X + 8.0 * N, 0});
 }
-inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C) {
+// in place (dinp += ...) or, in_place false, dinp = dres + ... (another buffer read, one written)
+inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C, bool in_place = true) {
     double X = sizeof(floatX);
     bool packed = C % (32 * PACK_VALUES) == 0 && C <= 1024;  // the launcher's condition, LAYERNORM_PACKS_MAX
     ledger_add(l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
-                   2.0 * N * C * X + C * X + 8.0 * N, 0, N * C * X});
+                   (in_place ? 2.0 : 3.0) * N * C * X + C * X + 8.0 * N, in_place ? 0 : N * C * X, in_place ? N * C * X : 0});
 }
 // one launch for `count` LayerNorms' parameter gradients
 inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C, size_t count = 1) {
     double X = sizeof(floatX), k = (double)count;
     ledger_add(l, {"layernorm_backward_partials_kernel", k * 6.0 * N * C, k * (2.0 * N * C * X + 8.0 * N),
                    k * 2.0 * 4 * COLUMN_PARTS * C, k * 2.0 * C * X});
+}
+// the whole backward, in one pass where the launcher's condition holds (LAYERNORM_PACKS_MAX): the
+// input half's traffic, once, and the parameters' partials and gradients
+inline void layernorm_backward_both_ledger(Ledger* l, size_t N, size_t C, bool in_place) {
+    double X = sizeof(floatX);
+    if (!(C % (32 * PACK_VALUES) == 0 && C <= 1024)) {
+        layernorm_backward_input_ledger(l, N, C, in_place);
+        layernorm_backward_params_ledger(l, N, C);
+        return;
+    }
+    ledger_add(l, {"layernorm_backward_kernel128", 18.0 * N * C, (in_place ? 2.0 : 3.0) * N * C * X + C * X + 8.0 * N,
+                   (in_place ? 0 : N * C * X) + 2.0 * 4 * COLUMN_PARTS * C, (in_place ? N * C * X : 0) + 2.0 * C * X});
 }
 
 #ifdef __CUDACC__
@@ -182,13 +198,14 @@ __global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out,
     layernorm_forward_warp(row, lane, sum, out, mean, rstd, x, weight, bias, C);
 }
 
-__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
-                                                const float* mean, const float* rstd, int N, int C) {
+__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp,
+                                                const floatX* weight, const float* mean, const float* rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
     const floatX* dy = dout + (size_t)row * C;
     const floatX* x = inp + (size_t)row * C;
+    const floatX* r = dres + (size_t)row * C;
     floatX* dx = dinp + (size_t)row * C;
     float m = mean[row], s = rstd[row];
     float g_sum = 0.0f, gn_sum = 0.0f;
@@ -202,7 +219,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
     for (int c = lane; c < C; c += 32) {
         float n = (to_float(x[c]) - m) * s;
         float g = to_float(dy[c]) * to_float(weight[c]);
-        dx[c] = from_float(to_float(dx[c]) + s * (g - g_mean - n * gn_mean));
+        dx[c] = from_float(to_float(r[c]) + s * (g - g_mean - n * gn_mean));
     }
 }
 
@@ -212,7 +229,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
 // 14 us, its warps stalled about 400 cycles an instruction on loads; this one 18 us. Needs C a multiple of 32
 // lanes x 8 (bf16) or 4 (fp32) values and at most 1024, and 16-byte aligned rows
 #define LAYERNORM_PACKS_MAX (1024 / (32 * Packed128<floatX>::size))  // packs of a lane: C up to 1024
-__global__ void layernorm_backward_input_kernel128(floatX* __restrict__ dinp, const floatX* __restrict__ dout,
+__global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* dres, const floatX* __restrict__ dout,
                                                    const floatX* __restrict__ inp, const floatX* __restrict__ weight,
                                                    const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
     constexpr int P = Packed128<floatX>::size;
@@ -238,11 +255,93 @@ __global__ void layernorm_backward_input_kernel128(floatX* __restrict__ dinp, co
     for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
         if (k >= packs) continue;
         int c = (k * 32 + lane) * P;
-        Packed128<floatX> dx = load128(dinp + first + c);
+        Packed128<floatX> dx = load128(dres + first + c);
         #pragma unroll
         for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
         store128(dinp + first + c, dx);
     }
+}
+
+// The whole backward in one pass over the rows (llm.c's layernorm_backward_kernel10 does so with
+// atomics): the row's dinp = dres + dx as the kernel above makes it, and the parameters' column sums
+// as layernorm_backward_partials_kernel makes them, without reading dout and inp again. Block `part`
+// (grid y, COLUMN_PARTS of them) walks its part's rows (column_part_rows), warp w the rows begin + w,
+// begin + w + 8, ..., as the partials kernel's thread row w; a lane keeps its channels' sums of
+// dout n and dout in registers; the block's warps add them in warp order in shared memory, the block
+// writes its part, and the last block adds the parts in part order: the same bits as the two kernels
+#define LAYERNORM_WARPS COLUMN_ROW_THREADS  // a block's warps: the partials kernel's rows of threads
+// a block of layernorm_backward_kernel128: its warps' parameter sums (dw, db: a lane's channels)
+// added in warp order, as the partials kernel adds its rows of threads, and written as part blockIdx.y
+// of `parts`: dweight's parts, then dbias's
+__device__ inline void layernorm_write_part(const float (&dw)[LAYERNORM_PACKS_MAX][PACK_VALUES],
+                                            const float (&db)[LAYERNORM_PACKS_MAX][PACK_VALUES], float* parts, int packs, int C) {
+    constexpr int P = PACK_VALUES;
+    __shared__ float block_dw[32 * P * LAYERNORM_PACKS_MAX], block_db[32 * P * LAYERNORM_PACKS_MAX];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int w = 0; w < LAYERNORM_WARPS; w++) {
+        if (warp == w) {
+            #pragma unroll
+            for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
+                if (k >= packs) continue;
+                #pragma unroll
+                for (int i = 0; i < P; i++) {
+                    int c = (k * 32 + lane) * P + i;
+                    block_dw[c] = w == 0 ? dw[k][i] : block_dw[c] + dw[k][i];
+                    block_db[c] = w == 0 ? db[k][i] : block_db[c] + db[k][i];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        parts[(size_t)blockIdx.y * C + c] = block_dw[c];
+        parts[(size_t)(COLUMN_PARTS + blockIdx.y) * C + c] = block_db[c];
+    }
+}
+__global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias, float* scratch,
+                                             const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                                             const floatX* __restrict__ weight, const float* __restrict__ mean,
+                                             const float* __restrict__ rstd, int N, int C) {
+    constexpr int P = Packed128<floatX>::size;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, packs = C / (32 * P), begin, end;
+    column_part_rows(N, blockIdx.y, &begin, &end);
+    float dw[LAYERNORM_PACKS_MAX][P] = {}, db[LAYERNORM_PACKS_MAX][P] = {};
+    for (int row = begin + warp; row < end; row += LAYERNORM_WARPS) {
+        size_t first = (size_t)row * C;
+        float m = mean[row], s = rstd[row], n[LAYERNORM_PACKS_MAX][P], g[LAYERNORM_PACKS_MAX][P], g_sum = 0.0f, gn_sum = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
+            if (k >= packs) continue;
+            int c = (k * 32 + lane) * P;
+            Packed128<floatX> x = load128(inp + first + c), dy = load128(dout + first + c), w = load128(weight + c);
+            #pragma unroll
+            for (int i = 0; i < P; i++) {
+                n[k][i] = (to_float(x.v[i]) - m) * s;
+                g[k][i] = to_float(dy.v[i]) * to_float(w.v[i]);
+                g_sum += g[k][i];
+                gn_sum += g[k][i] * n[k][i];
+                dw[k][i] += to_float(dy.v[i]) * n[k][i];
+                db[k][i] += to_float(dy.v[i]);
+            }
+        }
+        float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+        #pragma unroll
+        for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
+            if (k >= packs) continue;
+            int c = (k * 32 + lane) * P;
+            Packed128<floatX> dx = load128(dres + first + c);
+            #pragma unroll
+            for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
+            store128(dinp + first + c, dx);
+        }
+    }
+    float* parts = column_partials_parts(scratch);  // dweight's parts, then dbias's (as the partials kernel's)
+    layernorm_write_part(dw, db, parts, packs, C);
+    if (column_partials_last_block(column_partials_counters(scratch)))
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            column_partials_add_column(dweight, parts, C, c);
+            column_partials_add_column(dbias, parts + (size_t)COLUMN_PARTS * C, C, c);
+        }
 }
 
 // the two-stage column sums (common.cuh), as bias_backward_partials_kernel, of up to
@@ -293,13 +392,16 @@ inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mea
     residual_layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
     launchCheck();
 }
-inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+// dinp = dres + the input gradient: the residual stream's gradient after the LayerNorm's backward;
+// dres may be dinp (added in place)
+inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp, const floatX* weight,
                                      const float* mean, const float* rstd, int N, int C) {
     const int block = 256, rows_per_block = block / 32, lane_values = 32 * Packed128<floatX>::size;
     if (N == 0 || C == 0) return;
-    bool packed = C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dout, inp, weight});
-    if (packed) layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    bool packed = C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dres, dout, inp, weight});
+    if (packed)
+        layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
+    else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
     launchCheck();
 }
 // the parameter gradients of several LayerNorms of width C over N rows each, in as few launches as
@@ -335,9 +437,9 @@ inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mea
     residual_forward_host(residual, a, b, (size_t)N * C);
     layernorm_forward_host(out, mean, rstd, residual, weight, bias, N, C);
 }
-inline void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
+inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp, const floatX* weight,
                                      const float* mean, const float* rstd, int N, int C) {
-    layernorm_backward_input_host(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_input_host(dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
 struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
 inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
@@ -350,9 +452,27 @@ inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floa
                                       const float* mean, const float* rstd, int N, int C, float* partials) {
     layernorm_backward_params_many({{dweight, dbias, dout, inp, mean, rstd}}, N, C, partials);
 }
-// both halves in turn: dinp +=, dweight +=, dbias +=
+// dinp = dres + the input gradient, and dweight +=, dbias += their sums over the N rows (none where
+// dweight is NULL): on the GPU in one pass where C and the pointers allow the 16-byte kernel, else
+// the two halves in turn. partials: column_partials_elements(2 * C) floats of device scratch
+inline void layernorm_backward_both(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias, const floatX* dout,
+                                    const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N, int C,
+                                    float* partials) {
+    if (!dweight) { layernorm_backward_input(dinp, dres, dout, inp, weight, mean, rstd, N, C); return; }
+#ifdef __CUDACC__
+    const int lane_values = 32 * Packed128<floatX>::size;
+    if (N > 0 && C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dres, dout, inp, weight})) {
+        layernorm_backward_kernel128<<<dim3(1, COLUMN_PARTS), 32 * LAYERNORM_WARPS>>>(dinp, dres, dweight, dbias, partials, dout,
+                                                                                      inp, weight, mean, rstd, N, C);
+        launchCheck();
+        return;
+    }
+#endif
+    layernorm_backward_input(dinp, dres, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C, partials);
+}
+// dinp +=, dweight +=, dbias +=: the whole backward, in place
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
                                const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
-    layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
-    layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C, partials);
+    layernorm_backward_both(dinp, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, partials);
 }

@@ -105,6 +105,31 @@ static void layernorm(int N, int C) {
     check("layernorm_backward dinp", download(d_dinp, dinp.size()), dinp);
     check("layernorm_backward dweight", download(d_dw, C), dw);
     check("layernorm_backward dbias", download(d_db, C), db);
+    // out of place (the trainer's residual stream between two buffers): dinp = dres + the input
+    // gradient, dres untouched, against the twin and bit for bit the in-place kernel's result
+    vector<floatX> dres = randx(inp.size(), 15), dnew = dres, in_place = dres;
+    floatX *d_dres = upload(dres), *d_dnew = (floatX*)device_malloc(inp.size() * sizeof(floatX)), *d_in_place = upload(dres);
+    layernorm_backward_input(d_dnew, d_dres, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    layernorm_backward_input(d_in_place, d_in_place, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    layernorm_backward_input_host(dnew.data(), dres.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward_input, out of place", download(d_dnew, dnew.size()), dnew);
+    check("layernorm_backward_input, out of place = in place", download(d_dnew, dnew.size()), download(d_in_place, dnew.size()), 0.0);
+    check("layernorm_backward_input, its dres untouched", download(d_dres, dres.size()), dres, 0.0);
+    // the whole backward in one pass (C a multiple of the lane's packs) against the twins, and bit
+    // for bit the two kernels' results (the input half, then the parameters' column sums)
+    vector<floatX> dw2 = download(d_dw, C), db2 = download(d_db, C);  // the gradients so far, on both sides
+    floatX *d_dw2 = upload(dw2), *d_db2 = upload(db2);
+    layernorm_backward_both(d_dnew, d_dres, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, partials);
+    layernorm_backward_input(d_in_place, d_dres, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    layernorm_backward_params(d_dw2, d_db2, d_dout, d_inp, d_mean, d_rstd, N, C, partials);
+    layernorm_backward_params_host(dw2.data(), db2.data(), dout.data(), inp.data(), mean.data(), rstd.data(), N, C);
+    check("layernorm_backward_both dinp", download(d_dnew, dnew.size()), dnew);
+    check("layernorm_backward_both dweight", download(d_dw, C), dw2);
+    check("layernorm_backward_both dbias", download(d_db, C), db2);
+    check("layernorm_backward_both dinp = the input half's", download(d_dnew, dnew.size()), download(d_in_place, dnew.size()), 0.0);
+    check("layernorm_backward_both dweight = the column sums'", download(d_dw, C), download(d_dw2, C), 0.0);
+    check("layernorm_backward_both dbias = the column sums'", download(d_db, C), download(d_db2, C), 0.0);
+    for (void* p : {(void*)d_dres, (void*)d_dnew, (void*)d_in_place, (void*)d_dw2, (void*)d_db2}) device_free(p);
     // the residual add and the LayerNorm in one pass: the residual, the output, mean and rstd, each
     // the same bits as residual_forward's and layernorm_forward's (their host twins)
     vector<floatX> a = randx(inp.size(), 14, 2.0f), residual(inp.size());
@@ -491,6 +516,7 @@ int main() {
     encoder(2, 5, 24, 61, VocabRange{30, 31}, false);  // a TP rank's rows; positions on another rank
     layernorm(21, 40);
     layernorm(9, 768);
+    layernorm(520, 256);  // 9 rows a part (of 64): every warp of the one-pass backward has rows
     matmul(21, 40, 37);
     column_sums_sharing_scratch(70);
     column_sums_many(70);
