@@ -268,7 +268,9 @@ __global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* d
 // (grid y, COLUMN_PARTS of them) walks its part's rows (column_part_rows), warp w the rows begin + w,
 // begin + w + 8, ..., as the partials kernel's thread row w; a lane keeps its channels' sums of
 // dout n and dout in registers; the block's warps add them in warp order in shared memory, the block
-// writes its part, and the last block adds the parts in part order: the same bits as the two kernels
+// writes its part, and the last block adds the parts in part order: the same bits as the two kernels.
+// The grid is the 64 parts, 512 warps, far fewer than a GPU holds (the row kernel's N/8 blocks): whether
+// one read of dout and inp outweighs that is a GPU's to say (dev/layernorm_backward.cu versions 3, 4)
 #define LAYERNORM_WARPS COLUMN_ROW_THREADS  // a block's warps: the partials kernel's rows of threads
 // a block of layernorm_backward_kernel128: its warps' parameter sums (dw, db: a lane's channels)
 // added in warp order, as the partials kernel adds its rows of threads, and written as part blockIdx.y
@@ -309,11 +311,13 @@ __global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, f
     for (int row = begin + warp; row < end; row += LAYERNORM_WARPS) {
         size_t first = (size_t)row * C;
         float m = mean[row], s = rstd[row], n[LAYERNORM_PACKS_MAX][P], g[LAYERNORM_PACKS_MAX][P], g_sum = 0.0f, gn_sum = 0.0f;
+        Packed128<floatX> r[LAYERNORM_PACKS_MAX];  // dres, loaded with the rest: one wait on memory a row
         #pragma unroll
         for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
             if (k >= packs) continue;
             int c = (k * 32 + lane) * P;
             Packed128<floatX> x = load128(inp + first + c), dy = load128(dout + first + c), w = load128(weight + c);
+            r[k] = load128(dres + first + c);
             #pragma unroll
             for (int i = 0; i < P; i++) {
                 n[k][i] = (to_float(x.v[i]) - m) * s;
@@ -329,7 +333,7 @@ __global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, f
         for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
             if (k >= packs) continue;
             int c = (k * 32 + lane) * P;
-            Packed128<floatX> dx = load128(dres + first + c);
+            Packed128<floatX> dx = r[k];
             #pragma unroll
             for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
             store128(dinp + first + c, dx);

@@ -190,13 +190,14 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
 // the two-stage column sum (common.cuh) of up to COLUMN_SUMS_MAX bias gradients: block (x, part)
 // sums 32 columns of its entry over the part's rows; the last of a tile's blocks adds the tile's
 // parts into the entry's dbias
-struct BiasGrad { floatX* dbias; const floatX* dout; int OC; };  // dbias(OC) += column sums of dout(N,OC)
+// dbias(OC) += column sums of dout(N,OC); OC 64-bit: the struct has no padding (a kernel argument, copied whole)
+struct BiasGrad { floatX* dbias; const floatX* dout; int64_t OC; };
 struct BiasGrads { BiasGrad entry[COLUMN_SUMS_MAX]; ColumnTiles tiles; };
 __global__ void bias_backward_partials_kernel(BiasGrads grads, float* scratch, int N) {
     __shared__ float rows_of_threads[COLUMN_ROW_THREADS][32];
     int tile, e = column_tiles_entry(grads.tiles, &tile), begin, end;
     const floatX* dout = grads.entry[e].dout;
-    int OC = grads.entry[e].OC, o = tile * 32 + threadIdx.x;
+    int OC = (int)grads.entry[e].OC, o = tile * 32 + threadIdx.x;
     column_part_rows(N, blockIdx.y, &begin, &end);
     float sum = 0.0f;
     if (o < OC)
@@ -247,17 +248,17 @@ inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, flo
         column_partials_check(g.OC);
         int t = (int)ceil_div(g.OC, 32);
         if (batch.tiles.entries == COLUMN_SUMS_MAX || tiles + t > COLUMN_TILES_MAX) launch();
-        cols[batch.tiles.entries] = g.OC, tiles += t;
+        cols[batch.tiles.entries] = (int)g.OC, tiles += t;
         batch.entry[batch.tiles.entries++] = g;
     }
     launch();
 }
 #else
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
-struct BiasGrad { floatX* dbias; const floatX* dout; int OC; };  // dbias(OC) += column sums of dout(N,OC)
+struct BiasGrad { floatX* dbias; const floatX* dout; int64_t OC; };  // dbias(OC) += column sums of dout(N,OC)
 inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, float* partials) {
     (void)partials;
-    for (const BiasGrad& g : grads) if (g.dbias) bias_backward_host(g.dbias, g.dout, N, g.OC);
+    for (const BiasGrad& g : grads) if (g.dbias) bias_backward_host(g.dbias, g.dout, N, (int)g.OC);
 }
 #endif
 inline void bias_backward(floatX* dbias, const floatX* dout, int N, int OC, float* partials) {

@@ -41,7 +41,7 @@ in fp32 on the host through OpenBLAS).
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: sqrtf, expf
 #include <tuple>     // defines: std::tuple, std::apply
-#include <type_traits>  // defines: std::is_class_v
+#include <type_traits>  // defines: std::is_class_v, std::has_unique_object_representations_v
 #include <utility>   // defines: std::index_sequence
 
 #ifndef CUDA_EMULATION
@@ -222,10 +222,13 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(
 
 // a struct argument (a table of tensors, kernels/matmul.cuh: BiasGrads): each aligned 8-byte word
 // holding a device address is translated as a pointer argument is. A pointer is known by its value:
-// device addresses lie in the emulator's own mappings, where no size or index of a model falls
+// device addresses lie in the emulator's own mappings, where no size or index of a model falls. Only
+// structs without padding or floating-point members (std::has_unique_object_representations) are
+// read so: padding holds whatever the stack held, which could look like an address; a struct with
+// pointers and padding is passed as it is, and the kernel's first access through one faults
 void translate_struct_words(void* value, size_t bytes);
 template <typename T> inline void translate(T& value, const LaunchSite&, int) {
-    if constexpr (std::is_class_v<T>) translate_struct_words(&value, sizeof(T));
+    if constexpr (std::is_class_v<T> && std::has_unique_object_representations_v<T>) translate_struct_words(&value, sizeof(T));
     else (void)value;
 }
 template <typename T> inline void translate(T*& p, const LaunchSite& site, int index) {
