@@ -15,7 +15,8 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
 // defines: layernorm_forward, layernorm_backward, layernorm_backward_both, layernorm_backward_input, layernorm_backward_params,
-//          layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS, layernorm_write_part, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
+//          layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS, layernorm_write_part,
+//          layernorm_backward_row128, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
 //          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_backward_input_kernel128, layernorm_backward_host,
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
@@ -229,37 +230,52 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres
 // 14 us, its warps stalled about 400 cycles an instruction on loads; this one 18 us. Needs C a multiple of 32
 // lanes x 8 (bf16) or 4 (fp32) values and at most 1024, and 16-byte aligned rows
 #define LAYERNORM_PACKS_MAX (1024 / (32 * Packed128<floatX>::size))  // packs of a lane: C up to 1024
-__global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* dres, const floatX* __restrict__ dout,
-                                                   const floatX* __restrict__ inp, const floatX* __restrict__ weight,
-                                                   const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
-    constexpr int P = Packed128<floatX>::size;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, packs = C / (32 * P);
-    if (row >= N) return;
-    size_t first = (size_t)row * C;
-    float m = mean[row], s = rstd[row], n[LAYERNORM_PACKS_MAX][P], g[LAYERNORM_PACKS_MAX][P], g_sum = 0.0f, gn_sum = 0.0f;
+// one row, a warp (a lane its packs): dinp = dres + dx, and with PARAMS the lane's channels' dout n
+// and dout added into dw and db (layernorm_backward_kernel128). dres is loaded with x, dout and w:
+// one wait on memory a row
+template <bool PARAMS>
+__device__ inline void layernorm_backward_row128(size_t row, int lane, int packs, floatX* dinp, const floatX* dres,
+                                                 const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                                                 const floatX* __restrict__ weight, float m, float s, int C,
+                                                 float (&dw)[LAYERNORM_PACKS_MAX][PACK_VALUES],
+                                                 float (&db)[LAYERNORM_PACKS_MAX][PACK_VALUES]) {
+    constexpr int P = PACK_VALUES;
+    size_t first = row * C;
+    float n[LAYERNORM_PACKS_MAX][P], g[LAYERNORM_PACKS_MAX][P], g_sum = 0.0f, gn_sum = 0.0f;
+    Packed128<floatX> r[LAYERNORM_PACKS_MAX];
     #pragma unroll
     for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
         if (k >= packs) continue;
         int c = (k * 32 + lane) * P;
         Packed128<floatX> x = load128(inp + first + c), dy = load128(dout + first + c), w = load128(weight + c);
+        r[k] = load128(dres + first + c);
         #pragma unroll
         for (int i = 0; i < P; i++) {
             n[k][i] = (to_float(x.v[i]) - m) * s;
             g[k][i] = to_float(dy.v[i]) * to_float(w.v[i]);
             g_sum += g[k][i];
             gn_sum += g[k][i] * n[k][i];
+            if (PARAMS) dw[k][i] += to_float(dy.v[i]) * n[k][i], db[k][i] += to_float(dy.v[i]);
         }
     }
     float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
     #pragma unroll
     for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
         if (k >= packs) continue;
-        int c = (k * 32 + lane) * P;
-        Packed128<floatX> dx = load128(dres + first + c);
+        Packed128<floatX> dx = r[k];
         #pragma unroll
         for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
-        store128(dinp + first + c, dx);
+        store128(dinp + first + (k * 32 + lane) * P, dx);
     }
+}
+__global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* dres, const floatX* __restrict__ dout,
+                                                   const floatX* __restrict__ inp, const floatX* __restrict__ weight,
+                                                   const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    float unused[LAYERNORM_PACKS_MAX][PACK_VALUES];
+    if (row < N)
+        layernorm_backward_row128<false>(row, lane, C / (32 * PACK_VALUES), dinp, dres, dout, inp, weight, mean[row], rstd[row], C,
+                                         unused, unused);
 }
 
 // The whole backward in one pass over the rows (llm.c's layernorm_backward_kernel10 does so with
@@ -308,37 +324,8 @@ __global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, f
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, packs = C / (32 * P), begin, end;
     column_part_rows(N, blockIdx.y, &begin, &end);
     float dw[LAYERNORM_PACKS_MAX][P] = {}, db[LAYERNORM_PACKS_MAX][P] = {};
-    for (int row = begin + warp; row < end; row += LAYERNORM_WARPS) {
-        size_t first = (size_t)row * C;
-        float m = mean[row], s = rstd[row], n[LAYERNORM_PACKS_MAX][P], g[LAYERNORM_PACKS_MAX][P], g_sum = 0.0f, gn_sum = 0.0f;
-        Packed128<floatX> r[LAYERNORM_PACKS_MAX];  // dres, loaded with the rest: one wait on memory a row
-        #pragma unroll
-        for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
-            if (k >= packs) continue;
-            int c = (k * 32 + lane) * P;
-            Packed128<floatX> x = load128(inp + first + c), dy = load128(dout + first + c), w = load128(weight + c);
-            r[k] = load128(dres + first + c);
-            #pragma unroll
-            for (int i = 0; i < P; i++) {
-                n[k][i] = (to_float(x.v[i]) - m) * s;
-                g[k][i] = to_float(dy.v[i]) * to_float(w.v[i]);
-                g_sum += g[k][i];
-                gn_sum += g[k][i] * n[k][i];
-                dw[k][i] += to_float(dy.v[i]) * n[k][i];
-                db[k][i] += to_float(dy.v[i]);
-            }
-        }
-        float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
-        #pragma unroll
-        for (int k = 0; k < LAYERNORM_PACKS_MAX; k++) {
-            if (k >= packs) continue;
-            int c = (k * 32 + lane) * P;
-            Packed128<floatX> dx = r[k];
-            #pragma unroll
-            for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
-            store128(dinp + first + c, dx);
-        }
-    }
+    for (int row = begin + warp; row < end; row += LAYERNORM_WARPS)
+        layernorm_backward_row128<true>(row, lane, packs, dinp, dres, dout, inp, weight, mean[row], rstd[row], C, dw, db);
     float* parts = column_partials_parts(scratch);  // dweight's parts, then dbias's (as the partials kernel's)
     layernorm_write_part(dw, db, parts, packs, C);
     if (column_partials_last_block(column_partials_counters(scratch)))
