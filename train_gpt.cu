@@ -672,7 +672,7 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
     tp_f_forward(tp, la.ln1, ln1, (size_t)N_held * C);
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
-    // the four biases' column sums in one launch, the two LayerNorms' in another
+    // the four biases' column sums in one launch, the two LayerNorms' in another (unless B summed them)
     bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C}, {dw.qkvb, d.qkv, 3 * C_rank}},
                        N, s.partials);
     if (!layernorms_done)
@@ -682,7 +682,8 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
 // schedule but ZB-H1's later stages. Where dinp is not dout, fcproj's output gradient is dout as it
-// lies (no copy): W reads it before the next block writes its input's gradient there
+// lies (no copy): W reads it before the next block writes its input's gradient there. B sums the
+// LayerNorms' parameter gradients in its LayerNorm passes (one read of their inputs), W does not
 inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T, floatX* dout, floatX* dinp) {
     LayerOutputGradients d = model->scratch.layer_grads;
     if (dinp != dout) d.fcproj = dout;
