@@ -9,7 +9,7 @@ loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
-//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_partials_grid,
+//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
 //          column_tiles, column_tiles_entry, column_partials_add_column,
 //          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
@@ -97,7 +97,6 @@ __device__ inline void store128_rounded(floatX* dst, const float* src) {
 // only. Stage 1's block is 32 columns x COLUMN_ROW_THREADS rows of threads: a thread sums every
 // COLUMN_ROW_THREADS-th row of its part, then sum_rows_of_threads adds the block's rows in order.
 #define COLUMN_ROW_THREADS 8
-inline dim3 column_partials_grid(int cols) { return dim3((unsigned)ceil_div(cols, 32), COLUMN_PARTS); }
 // several column sums in one launch (the bias gradients of a block's four linear layers): entry e's
 // 32-column tiles are blocks [first_tile[e], first_tile[e + 1]) of grid x, its parts start
 // COLUMN_PARTS x first_col[e] floats into the scratch's parts (first_col: the entries' columns
@@ -111,6 +110,19 @@ inline ColumnTiles column_tiles(const int* cols, int entries) {
         if (e + 1 < entries) t.first_col[e + 1] = t.first_col[e] + cols[e];
     }
     return t;
+}
+inline dim3 column_tiles_grid(const ColumnTiles& t) { return dim3((unsigned)t.first_tile[t.entries], COLUMN_PARTS); }
+// n column sums of widths cols[i] (each at most COLUMN_TILES_MAX tiles: column_partials_check) in
+// as few launches as COLUMN_SUMS_MAX entries and COLUMN_TILES_MAX tile counters allow:
+// launch(first, tiles) for entries [first, first + tiles.entries), in order
+template <typename Launch> inline void column_sums_launches(const int* cols, int n, Launch launch) {
+    for (int first = 0; first < n;) {
+        int count = 0, tiles = 0;
+        while (first + count < n && count < COLUMN_SUMS_MAX && tiles + (int)ceil_div(cols[first + count], 32) <= COLUMN_TILES_MAX)
+            tiles += (int)ceil_div(cols[first + count++], 32);
+        launch(first, column_tiles(cols + first, count));
+        first += count;
+    }
 }
 inline dim3 column_partials_block() { return dim3(32, COLUMN_ROW_THREADS); }
 // the rows [*begin, *end) of stage 1's part `part` of N rows

@@ -17,7 +17,7 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 // defines: layernorm_forward, layernorm_backward, layernorm_backward_both, layernorm_backward_input, layernorm_backward_params,
 //          layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS, layernorm_write_part,
 //          layernorm_backward_row128, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
-//          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_backward_input_kernel128, layernorm_backward_host,
+//          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_packed_width, layernorm_backward_input_kernel128, layernorm_backward_host,
 //          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
 //          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
 //          layernorm_forward_row, layernorm_param_grads_channel, warp_sum,
@@ -25,6 +25,7 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 //          layernorm_forward_warp, residual_layernorm_forward_kernel, residual_layernorm_forward,
 //          residual_layernorm_forward_ledger
 #include <math.h>  // defines: sqrtf
+#include <vector>  // defines: std::vector
 #include "common.cuh"
 #include "gelu.cuh"    // defines: residual_forward_host (the CPU build's residual_layernorm_forward)
 
@@ -126,10 +127,15 @@ inline void residual_layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {  
     double X = sizeof(floatX);
     ledger_add(l, {"residual_layernorm_forward_kernel", 9.0 * N * C, 2 * N * C * X + 2 * C * X, 2 * N * C * X + 8.0 * N, 0});
 }
+// the rows the 16-byte backward kernels take: C a whole number of packs for each of a warp's 32 lanes,
+// at most LAYERNORM_PACKS_MAX of them (C up to 1024); the launchers check the pointers' alignment too
+// dweight +=, dbias += of one LayerNorm over dout and its input: an entry of layernorm_backward_params_many
+struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
+inline bool layernorm_packed_width(size_t C) { return C % (32 * PACK_VALUES) == 0 && C <= 1024; }
 // in place (dinp += ...) or, in_place false, dinp = dres + ... (another buffer read, one written)
 inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C, bool in_place = true) {
     double X = sizeof(floatX);
-    bool packed = C % (32 * PACK_VALUES) == 0 && C <= 1024;  // the launcher's condition, LAYERNORM_PACKS_MAX
+    bool packed = layernorm_packed_width(C);
     ledger_add(l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
                    (in_place ? 2.0 : 3.0) * N * C * X + C * X + 8.0 * N, in_place ? 0 : N * C * X, in_place ? N * C * X : 0});
 }
@@ -143,7 +149,7 @@ inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C, size
 // input half's traffic, once, and the parameters' partials and gradients
 inline void layernorm_backward_both_ledger(Ledger* l, size_t N, size_t C, bool in_place) {
     double X = sizeof(floatX);
-    if (!(C % (32 * PACK_VALUES) == 0 && C <= 1024)) {
+    if (!layernorm_packed_width(C)) {
         layernorm_backward_input_ledger(l, N, C, in_place);
         layernorm_backward_params_ledger(l, N, C);
         return;
@@ -229,7 +235,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres
 // H200 (docs/gpu.md) the kernel above takes 210 us for 8192 rows of 768, 15 times the forward's
 // 14 us, its warps stalled about 400 cycles an instruction on loads; this one 18 us. Needs C a multiple of 32
 // lanes x 8 (bf16) or 4 (fp32) values and at most 1024, and 16-byte aligned rows
-#define LAYERNORM_PACKS_MAX (1024 / (32 * Packed128<floatX>::size))  // packs of a lane: C up to 1024
+#define LAYERNORM_PACKS_MAX (1024 / (32 * PACK_VALUES))  // packs of a lane: C up to 1024 (layernorm_packed_width)
 // one row, a warp (a lane its packs): dinp = dres + dx, and with PARAMS the lane's channels' dout n
 // and dout added into dw and db (layernorm_backward_kernel128). dres is loaded with x, dout and w:
 // one wait on memory a row
@@ -339,7 +345,6 @@ __global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, f
 // COLUMN_SUMS_MAX LayerNorms of one width (a block's two): block (x, part) takes 32 channels of its
 // entry over the part's rows; an entry's parts are its dweight parts, then its dbias parts; the last
 // of a tile's blocks adds its parts into dweight and dbias
-struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
 struct LayerNormGrads { LayerNormGrad entry[COLUMN_SUMS_MAX]; ColumnTiles tiles; };
 __global__ void layernorm_backward_partials_kernel(LayerNormGrads grads, float* scratch, int N, int C) {
     __shared__ float dw_rows[COLUMN_ROW_THREADS][32], db_rows[COLUMN_ROW_THREADS][32];
@@ -387,9 +392,9 @@ inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mea
 // dres may be dinp (added in place)
 inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp, const floatX* weight,
                                      const float* mean, const float* rstd, int N, int C) {
-    const int block = 256, rows_per_block = block / 32, lane_values = 32 * Packed128<floatX>::size;
+    const int block = 256, rows_per_block = block / 32;
     if (N == 0 || C == 0) return;
-    bool packed = C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dres, dout, inp, weight});
+    bool packed = layernorm_packed_width(C) && packs_fit(C, {dinp, dres, dout, inp, weight});
     if (packed)
         layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
     else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
@@ -401,22 +406,14 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const flo
 inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
     if (N == 0 || C == 0) return;
     column_partials_check(C);
-    LayerNormGrads batch = {};
-    int cols[COLUMN_SUMS_MAX], tiles = 0, t = (int)ceil_div(C, 32);
-    auto launch = [&]() {
-        if (batch.tiles.entries == 0) return;
-        batch.tiles = column_tiles(cols, batch.tiles.entries);
-        dim3 grid((unsigned)batch.tiles.first_tile[batch.tiles.entries], COLUMN_PARTS);
-        layernorm_backward_partials_kernel<<<grid, column_partials_block()>>>(batch, partials, N, C);
+    std::vector<int> cols(grads.size(), C);
+    column_sums_launches(cols.data(), (int)cols.size(), [&](int first, const ColumnTiles& tiles) {
+        LayerNormGrads batch = {};
+        batch.tiles = tiles;
+        for (int e = 0; e < tiles.entries; e++) batch.entry[e] = grads.begin()[first + e];
+        layernorm_backward_partials_kernel<<<column_tiles_grid(tiles), column_partials_block()>>>(batch, partials, N, C);
         launchCheck();
-        batch = {}, tiles = 0;
-    };
-    for (const LayerNormGrad& g : grads) {
-        if (batch.tiles.entries == COLUMN_SUMS_MAX || tiles + t > COLUMN_TILES_MAX) launch();
-        cols[batch.tiles.entries] = C, tiles += t;
-        batch.entry[batch.tiles.entries++] = g;
-    }
-    launch();
+    });
 }
 #else
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
@@ -432,7 +429,6 @@ inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const flo
                                      const float* mean, const float* rstd, int N, int C) {
     layernorm_backward_input_host(dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
-struct LayerNormGrad { floatX *dweight, *dbias; const floatX *dout, *inp; const float *mean, *rstd; };
 inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
     (void)partials;
     for (const LayerNormGrad& g : grads) layernorm_backward_params_host(g.dweight, g.dbias, g.dout, g.inp, g.mean, g.rstd, N, C);
@@ -451,8 +447,7 @@ inline void layernorm_backward_both(floatX* dinp, const floatX* dres, floatX* dw
                                     float* partials) {
     if (!dweight) { layernorm_backward_input(dinp, dres, dout, inp, weight, mean, rstd, N, C); return; }
 #ifdef __CUDACC__
-    const int lane_values = 32 * Packed128<floatX>::size;
-    if (N > 0 && C % lane_values == 0 && C <= lane_values * LAYERNORM_PACKS_MAX && packs_fit(C, {dinp, dres, dout, inp, weight})) {
+    if (N > 0 && layernorm_packed_width(C) && packs_fit(C, {dinp, dres, dout, inp, weight})) {
         layernorm_backward_kernel128<<<dim3(1, COLUMN_PARTS), 32 * LAYERNORM_WARPS>>>(dinp, dres, dweight, dbias, partials, dout,
                                                                                       inp, weight, mean, rstd, N, C);
         launchCheck();

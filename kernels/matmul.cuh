@@ -29,11 +29,11 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
 //          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_forward_lt, pointer_alignment
 #include <algorithm>  // defines: std::min
+#include <vector>     // defines: std::vector
 #include "common.cuh"
 #ifndef __CUDACC__
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
 #include <omp.h>    // defines: omp_in_parallel, omp_get_max_threads
-#include <vector>   // defines: std::vector
 #endif
 
 // C(M,N) = alpha * op(A)(M,K) op(B)(K,N) + beta * C, row-major, `batch` times with strides
@@ -182,6 +182,10 @@ inline void matmul_backward_weight_ledger(Ledger* l, size_t N, size_t C, size_t 
     if (bias) bias_backward_ledger(l, N, {OC});
 }
 
+// dbias(OC) += column sums of dout(N,OC): an entry of bias_backward_many. OC 64-bit: the struct has
+// no padding (a kernel argument copied whole; the emulated build reads it for device pointers)
+struct BiasGrad { floatX* dbias; const floatX* dout; int64_t OC; };
+
 #ifdef __CUDACC__
 __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int OC) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -190,8 +194,6 @@ __global__ void bias_forward_kernel(floatX* out, const floatX* bias, int N, int 
 // the two-stage column sum (common.cuh) of up to COLUMN_SUMS_MAX bias gradients: block (x, part)
 // sums 32 columns of its entry over the part's rows; the last of a tile's blocks adds the tile's
 // parts into the entry's dbias
-// dbias(OC) += column sums of dout(N,OC); OC 64-bit: the struct has no padding (a kernel argument, copied whole)
-struct BiasGrad { floatX* dbias; const floatX* dout; int64_t OC; };
 struct BiasGrads { BiasGrad entry[COLUMN_SUMS_MAX]; ColumnTiles tiles; };
 __global__ void bias_backward_partials_kernel(BiasGrads grads, float* scratch, int N) {
     __shared__ float rows_of_threads[COLUMN_ROW_THREADS][32];
@@ -233,29 +235,24 @@ inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) {
 // the bias gradients of several (N, OC) outputs, as few launches as the table and the tile counters
 // allow (one for a block's four). partials: column_partials_elements(the OCs summed) floats of device scratch
 inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, float* partials) {
-    BiasGrads batch = {};
-    int cols[COLUMN_SUMS_MAX], tiles = 0;
-    auto launch = [&]() {
-        if (batch.tiles.entries == 0) return;
-        batch.tiles = column_tiles(cols, batch.tiles.entries);
-        dim3 grid((unsigned)batch.tiles.first_tile[batch.tiles.entries], COLUMN_PARTS);
-        bias_backward_partials_kernel<<<grid, column_partials_block()>>>(batch, partials, N);
-        launchCheck();
-        batch = {}, tiles = 0;
-    };
+    std::vector<BiasGrad> sums;
+    std::vector<int> cols;
     for (const BiasGrad& g : grads) {
         if (!g.dbias || g.OC == 0) continue;
         column_partials_check(g.OC);
-        int t = (int)ceil_div(g.OC, 32);
-        if (batch.tiles.entries == COLUMN_SUMS_MAX || tiles + t > COLUMN_TILES_MAX) launch();
-        cols[batch.tiles.entries] = (int)g.OC, tiles += t;
-        batch.entry[batch.tiles.entries++] = g;
+        sums.push_back(g);
+        cols.push_back((int)g.OC);
     }
-    launch();
+    column_sums_launches(cols.data(), (int)cols.size(), [&](int first, const ColumnTiles& tiles) {
+        BiasGrads batch = {};
+        batch.tiles = tiles;
+        for (int e = 0; e < tiles.entries; e++) batch.entry[e] = sums[first + e];
+        bias_backward_partials_kernel<<<column_tiles_grid(tiles), column_partials_block()>>>(batch, partials, N);
+        launchCheck();
+    });
 }
 #else
 inline void bias_forward(floatX* out, const floatX* bias, int N, int OC) { bias_forward_host(out, bias, N, OC); }
-struct BiasGrad { floatX* dbias; const floatX* dout; int64_t OC; };  // dbias(OC) += column sums of dout(N,OC)
 inline void bias_backward_many(std::initializer_list<BiasGrad> grads, int N, float* partials) {
     (void)partials;
     for (const BiasGrad& g : grads) if (g.dbias) bias_backward_host(g.dbias, g.dout, N, (int)g.OC);
