@@ -7,7 +7,7 @@ words; ./tokenize gets JSON lines of random bytes and cut lines. Every run must 
 0, or exit 1 and one line on stderr that starts with "error:" -- never a signal, never
 another code, never a traceback of lines.
 Usage: fuzz_inputs.py TRAINER REFERENCE_DIR [SEED]"""
-import os, random, subprocess, sys, tempfile, time
+import os, random, shutil, subprocess, sys, tempfile, time
 
 trainer, ref = sys.argv[1], sys.argv[2]
 seed = int(sys.argv[3]) if len(sys.argv) > 3 else int(time.time())
@@ -73,5 +73,6 @@ run(["./tokenize", "shards", "-o", f"{work}/out", "--jsonl", "--skip-bad-lines",
 run(["./tokenize", "shards", "-o", f"{work}/out", "--jsonl", f"{work}/random.jsonl"], "JSON lines")
 print("tokenize: 300 random JSON lines, with and without --skip-bad-lines")
 if failures:
-    sys.exit(f"{failures} runs crashed or did not say what was wrong")
+    sys.exit(f"{failures} runs crashed or did not say what was wrong (inputs kept in {work})")
+shutil.rmtree(work)  # ~250 MB of model files: CI's disk is shared by the whole suite
 print("ok: no crash, every refusal one line")

@@ -36,8 +36,9 @@ copy_tree() {  # copy_tree DIR
     git ls-files -co --exclude-standard -z | xargs -0 cp -p --parents -t $1
     for f in train_gpt_cpu train_gpt_cpu_bf16 train_gpt_cpu_fp16 train_gpt_emu train_gpt_emu_fp32 train_gpt_emu_fp16 \
              tokenize convert_hf .precision-*; do [ -e $f ] && cp -p $f $1/; done
-    mkdir -p $1/tests/build
-    for f in tests/build/emu tests/build/catch_main.o tests/build/test_*; do [ -e $f ] && cp -a $f $1/tests/build/; done
+    mkdir -p $1/tests/build/emu
+    for f in tests/build/catch_main.o tests/build/test_*; do [ -e $f ] && cp -a $f $1/tests/build/; done
+    for f in tests/build/emu/*; do [ $f = tests/build/emu/runs ] || cp -a $f $1/tests/build/emu/; done  # not its runs' 1 GB
     ln -s $ROOT/data $1/data
     for ref in ref ref4 pytorch_ops; do [ -d tests/build/$ref ] && cp -rs $ROOT/tests/build/$ref $1/tests/build/$ref; done
     true
@@ -45,12 +46,17 @@ copy_tree() {  # copy_tree DIR
 run_check() {  # run_check DIR NAME TAG: builds the mutant's targets in DIR and runs its check there (logs: NAME.TAG.*)
     local dir=$1 name=$2
     (cd $dir && make -s $(field $name build) > $ROOT/$S/$name.$3.build.log 2>&1) || return 2
-    (cd $dir && timeout 600 bash -c "$(field $name check)") > $S/$name.$3.log 2>&1
+    local code=0
+    (cd $dir && timeout 600 bash -c "$(field $name check)") > $S/$name.$3.log 2>&1 || code=$?
+    find $dir/tests/build -type f -regextype posix-extended \
+        -regex '.*/(model|optimizer|state)_[0-9]+(_[0-9]+)?\.bin(\.tmp)?' -delete  # GBs of checkpoints, read by no later check
+    return $code
 }
 
 start=$SECONDS
 echo "copying the tree and checking that every check passes without its bug"
-copy_tree $S/clean
+copy_tree $S/base  # stays as built: each mutant starts from a copy of it, not of what the checks wrote
+cp -a $S/base $S/clean
 clean_fails=0
 for name in "${names[@]}"; do
     [ -f tests/mutants/$name.patch ] || { echo "no mutant tests/mutants/$name.patch"; exit 1; }
@@ -59,11 +65,12 @@ for name in "${names[@]}"; do
     else echo "  clean $name: FAILS without the bug: $(field $name check)"; tail -n 5 $S/$name.clean.log; clean_fails=$((clean_fails + 1)); fi
 done
 
+rm -rf $S/clean
 caught=0; survived=0
 for name in "${names[@]}"; do
     t=$SECONDS
     dir=$S/$name
-    cp -a $S/clean $dir
+    cp -a $S/base $dir
     if ! (cd $dir && patch -p1 --quiet --no-backup-if-mismatch) < tests/mutants/$name.patch > $S/$name.patch.log 2>&1; then
         echo "STALE  $name: the patch no longer applies"; cat $S/$name.patch.log; survived=$((survived + 1)); continue
     fi

@@ -18,7 +18,7 @@ An llm.c model file (the reference model) goes to Hugging Face's layout and back
   (F16: rounded as numpy rounds), and the hub-like file runs to the same logits;
 - bad files: one error line, exit 1.
 Usage: test_convert_hf.py REFERENCE_DIR   (CONVERT_HF=path: another build of ./convert_hf)"""
-import json, os, struct, subprocess, sys, tempfile
+import json, os, shutil, struct, subprocess, sys, tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -178,3 +178,4 @@ for what, data, message in (("truncated", raw[:len(raw) // 2], "bad data_offsets
     assert r.returncode == 1 and len(lines) == 1 and message in lines[0], (what, r.returncode, r.stderr)
     print(f"ok: {what}: {lines[0]}")
 assert not os.path.exists(f"{work}/bad.bin")
+shutil.rmtree(work)  # passed: its ~70 MB of model files prove nothing more
