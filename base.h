@@ -17,7 +17,7 @@ the same trainer source runs unchanged.
 //          FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
-//          CALLER, cudaCheck, cuda_check, pinned_host_free
+//          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
@@ -105,9 +105,20 @@ inline void device_to_device(void* dst, const void* src, size_t bytes, CALLER) {
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), file, line);
 }
 inline void device_zero(void* p, size_t bytes, CALLER) { cuda_check(cudaMemset(p, 0, bytes), file, line); }
-// page-locked host memory: device copies to and from it run at full speed (MPI staging)
+// page-locked host memory: device copies to and from it run at full speed (MPI staging), and
+// without a wait (below)
 inline void* pinned_host_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMallocHost(&p, bytes), file, line); return p; }
 inline void pinned_host_free(void* p, CALLER) { if (p) cuda_check(cudaFreeHost(p), file, line); }
+// copies that do not wait: queued behind the work before them, the host goes on. The host side
+// must be page-locked (from pageable memory CUDA waits anyway), and left alone until a wait has
+// passed: not written while an upload may still read it, not read before a download has landed
+// (staging.h hands out such memory for a step)
+inline void host_to_device_async(void* dst, const void* src, size_t bytes, CALLER) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0), file, line);
+}
+inline void device_to_host_async(void* dst, const void* src, size_t bytes, CALLER) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, 0), file, line);
+}
 #undef CALLER
 
 #else  // CPU build: device memory is host memory
@@ -124,6 +135,10 @@ inline void device_to_host(void* dst, const void* src, size_t bytes) { memcpy(ds
 inline void device_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 inline void device_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 inline void device_synchronize() {}
+inline void* pinned_host_malloc(size_t bytes) { return bytes ? device_malloc(bytes) : nullptr; }
+inline void pinned_host_free(void* p) { free(p); }
+inline void host_to_device_async(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+inline void device_to_host_async(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 #endif
 
 // ---------------------------------------------------------------- memory ledger

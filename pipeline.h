@@ -686,11 +686,15 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
     double loss = 0.0;
     auto start = std::chrono::steady_clock::now();
     *timing = ScheduleTiming{};
+    // the bubble is measured only with a pipeline (accounting.h: bubble_json), and its times are the
+    // device's: so a stage of several waits before and after each compute action, one stage never
+    // (the host then queues the whole step without waiting: staging.h)
+    bool timed = pp->size > 1;
     for (const PipelineAction& a : actions) {
         bool compute = is_compute(a.op);
         // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
         // as the next forward's or backward's busy time and the bubble would look smaller than it is
-        if (compute) device_synchronize();
+        if (compute && timed) device_synchronize();
         auto began = std::chrono::steady_clock::now();
         TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
         int v = a.chunk, k = a.micro, received_v = a.received_chunk, received_k = a.received_micro;
@@ -718,13 +722,13 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
             case NUM_PIPELINE_OPS: break;
         }
         if (compute) {
-            device_synchronize();
+            if (timed) device_synchronize();
             double ms = ms_since(began);
             timing->busy_ms += ms;
             timing->add(a.op, a.chunk, ms);
         }
     }
-    device_synchronize();
+    if (timed) device_synchronize();
     timing->total_ms = ms_since(start);
     return loss;
 }

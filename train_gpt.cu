@@ -77,6 +77,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 #include "adamw.h"                 // defines: adamw_update (zero.h calls it)
 #include "loss_scale.h"            // defines: LossScaler, loss_scaler_init, loss_scaler_update
+#include "staging.h"               // defines: HostStaging, staging_upload, staging_download_floats, staging_pending_sum
 #include "recompute.h"             // defines: recompute_keeps, layer_activation_bytes
 #include "lr_schedule.h"           // defines: learning_rate_at
 #include "random.h"                // defines: Rng, rng_normal, rng_uniform, random_u32
@@ -354,7 +355,7 @@ struct GPT2 {
     floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
-    float* host_losses;             // (B,T)
+    HostStaging staging;            // the step's uploads and downloads, queued without waits (staging.h)
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 
@@ -521,7 +522,6 @@ inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, 
     for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
             if (!recompute_keeps(recompute, t)) a.layer[t] = model->sets[0].layer[t];
-    if (allocate) model->host_losses = (float*)malloc((size_t)B * T * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -713,7 +713,7 @@ inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* to
     Zero* z = &model->zero;
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
-    host_to_device(model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
+    staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
     floatX* whole = tp_whole(tp, a.input, model->scratch.proj);
@@ -732,8 +732,9 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
     floatX* dwhole = tp_whole(tp, model->scratch.dresidual, model->scratch.gathered);
     tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T) * C);
     for_each_position_run(model, B, T, [&](size_t first, int position, int run) {
-        encoder_backward(de.wte, de.wpe + (size_t)position * C, dwhole + first * C, tokens + first, model->scratch.token_buckets, B,
-                         run, C, vocab_range(model));
+        int* staged = (int*)staging_take(&model->staging, encoder_bucket_ints(B, run) * sizeof(int));
+        encoder_backward(de.wte, de.wpe + (size_t)position * C, dwhole + first * C, tokens + first, model->scratch.token_buckets,
+                         staged, B, run, C, vocab_range(model));
     });
 }
 
@@ -807,17 +808,15 @@ inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T) 
     matmul_forward(a.logits, lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
-// dloss != 0 the logits become their gradient. Returns the sum of the B*T token losses.
-inline double head_loss(GPT2* model, const ActivationTensors& a, const int* targets, int B, int T, float dloss) {
+// dloss != 0 the logits become their gradient. The B*T token losses come down without a wait:
+// staging_pending_sum sums them after the step's wait (staging.h)
+inline void head_loss(GPT2* model, const ActivationTensors& a, const int* targets, int B, int T, float dloss) {
     int N = B * T;
     ScratchTensors& s = model->scratch;
-    host_to_device(s.targets, targets, N * sizeof(int));
+    staging_upload(&model->staging, s.targets, targets, N * sizeof(int));
     tp_crossentropy(&model->comm->tp, a.logits, a.losses, s.targets, LossStatistics{s.loss_max, s.loss_sum, s.loss_target},
                     N, model->config.vocab_size, vocab_range(model), dloss);
-    device_to_host(model->host_losses, a.losses, N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model->host_losses[i];
-    return sum;
+    staging_download_floats(&model->staging, a.losses, N);
 }
 // the head's backward from dlogits (in a.logits): f sums d(lnf) over TP; dresidual becomes the
 // gradient of the stage's output. Under -sp, lnf is gathered again for wte's gradient
@@ -841,19 +840,19 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T)
 }
 
 // one micro-batch through this stage, or through the chunk of it that set `a` is for (interleaved
-// 1F1B): a.input holds its input unless the chunk is the model's first. Returns the sum of its
-// token losses on the model's last chunk (0 elsewhere, or without targets). A collective under
-// ZeRO-3 (over DP) and TP.
-inline double stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
+// 1F1B): a.input holds its input unless the chunk is the model's first. On the model's last chunk,
+// with targets, its token losses are queued for staging_pending_sum. A collective under ZeRO-3
+// (over DP) and TP.
+inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
     if (B > model->B || T > model->T) fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the embeddings and the final LayerNorm
     if (head) zero_gather_unit(&model->zero, final_norm_unit(model));  // stay gathered through the micro-batch
     if (embedding) embed_forward(model, a, mb.inputs, B, T);
     blocks_forward(model, a, B, T);
-    if (!head) return 0.0;
+    if (!head) return;
     head_forward(model, a, B, T);
-    return mb.targets ? head_loss(model, a, mb.targets, B, T, dloss) : 0.0;
+    if (mb.targets) head_loss(model, a, mb.targets, B, T, dloss);
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
 // output in scratch.dresidual, which ends as the gradient of the input. With weights_later
@@ -895,7 +894,10 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
 // and gradients travel as (B,T,C) floatX, under -sp (B*T/tp, C): each TP rank's own tokens.
 inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
     PipelineStage stage;
-    stage.forward = [=, &batches](int v, int k) { return stage_forward(model, activation_set(model, v, k), batches[k], B, T, dloss); };
+    stage.forward = [=, &batches](int v, int k) {  // the loss: summed after the step's wait (staging.h), not here
+        stage_forward(model, activation_set(model, v, k), batches[k], B, T, dloss);
+        return 0.0;
+    };
     stage.backward = [=, &batches](int v, int k) {
         stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, false);
         zero_end_micro_step(&model->zero);
@@ -929,7 +931,8 @@ inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int
 // the token losses' sum on the last stage (0 elsewhere, and without targets)
 inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T) {
     std::vector<MicroBatch> one = {mb};
-    return pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp, gpt2_chunks(model));
+    pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp, gpt2_chunks(model));
+    return staging_pending_sum(&model->staging);
 }
 
 // the squared norm of the whole model's gradient, each parameter counted once: a tensor
@@ -952,7 +955,7 @@ inline void sum_layernorm_gradients(GPT2* model) {
 inline void gpt2_free(GPT2* model) {
     for (const BufferSpec& b : model->activation_buffers) device_free(*b.ptr);
     zero_free(&model->zero);
-    free(model->host_losses);
+    staging_free(&model->staging);
 }
 
 // ----------------------------------------------------------------------------
@@ -966,7 +969,10 @@ struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTi
 // finite check, unscaling, clipping and AdamW. `step` counts from 0.
 inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
                              int grad_accum, int step, int max_steps) {
-    int B = tc.B, T = tc.T, dp = model->comm->grid.dp;
+    int B = tc.B, T = tc.T, T_rank = T / model->layout.cp, dp = model->comm->grid.dp;
+    size_t BT = (size_t)B * T_rank;  // each micro-batch's uploads and downloads (staging.h): tokens, targets, losses, and
+    staging_reserve(&model->staging, grad_accum * (3 * BT * 4 + 2 * encoder_bucket_ints(B, T_rank) * 4 + 5 * 64));
+    staging_rewind(&model->staging);  // the buckets of up to two position runs (-cp), each piece padded to 64 bytes
     double tokens_per_step = (double)B * T * grad_accum * dp;
     StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false, {}};
     // the step's loss is the mean over all its tokens on all ranks: summing gradients over
@@ -985,18 +991,18 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule = pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum,
                                                              gpt2_chunks(model));
-    int T_rank = T / model->layout.cp;
-    double loss_sum = run_schedule(pipeline_stage(model, batches, dloss, B, T_rank), schedule, &model->comm->pp, &r.timing);
+    run_schedule(pipeline_stage(model, batches, dloss, B, T_rank), schedule, &model->comm->pp, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
     sum_layernorm_gradients(model);  // -sp: each TP rank's tokens
-    comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);  // the last stage has it
+    r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
+    double norm_squared = gpt2_grad_norm_squared(model);  // the step's wait: the host decides on it
+    r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
+    double loss_sum = staging_pending_sum(&model->staging);  // landed by now: the last stage's token losses
+    comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);
     comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;
-    r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
-    double norm_squared = gpt2_grad_norm_squared(model);
-    r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
     if (!loss_scaler_update(scaler, isfinite(norm_squared))) {
         r.skipped = true;
         return r;

@@ -76,7 +76,7 @@ and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 //          zero_lay_out_units, zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state,
 //          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params,
 //          zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step,
-//          zero_end_micro_step, zero_reduce_step, norm_squared_of_range, zero_grad_norm_squared,
+//          zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
 //          zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
 //          zero_params_to_host, ZeroPlan, zero_plan,
 //          MAX_UNIT_SLICES, zero_adamw_slices
@@ -134,7 +134,8 @@ struct Zero {
     GradientBuffer step_grad;       // what the optimizer reads, indexed like the shard buffers:
                                     // stage 0 step_sum_full (one shard), 1-3 this rank's shard
     floatX* reduce_buffer;          // stages 2-3: a reduce-scattered unit shard
-    float* norm_scratch;
+    float* norm_scratch;            // NORM_PARTS floats for each of norm_ranges ranges (zero_grad_norm_squared)
+    int norm_ranges;
     AdamWSlice* adamw_slices;       // every tensor slice of the shard, for AdamW's one launch (adamw.h)
     int num_adamw_slices;
     unsigned adamw_blocks;          // the launch's grid: the slices' blocks summed
@@ -185,6 +186,8 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
     bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32;
     std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z, &z->adamw_blocks);
+    z->norm_ranges = 1;  // the gradient norm's ranges: at most one more than the tensors a rank may skip
+    for (int u = 0; u < num_units; u++) z->norm_ranges += units[u].num_slices;
     BufferSpec specs[] = {
         {(void**)&z->params, stage == 3 ? shard : full, X, MEM_PARAMETERS},
         {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? slot[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
@@ -200,7 +203,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? slot[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->unit_grads[SLOT_FINAL_NORM], unit_grads ? slot[SLOT_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->norm_scratch, NORM_PARTS, fp32, MEM_ACTIVATIONS_TRANSIENT},
+        {(void**)&z->norm_scratch, NORM_PARTS * (size_t)z->norm_ranges, fp32, MEM_ACTIVATIONS_TRANSIENT},
         {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
@@ -333,10 +336,6 @@ inline void zero_reduce_step(Zero* z) {
     });
 }
 
-template <typename T> inline double norm_squared_of_range(const T* g, size_t lo, size_t hi, float* scratch) {
-    return hi > lo ? global_norm_squared(g + lo, hi - lo, scratch) : 0.0;
-}
-
 // squared norm of this rank's part of the step's gradient, summed over the DP group;
 // non-finite when any element is. counts(u, slice) says whether this rank counts a tensor:
 // a copy held elsewhere too (a tensor replicated over TP, the tied embedding's second
@@ -351,10 +350,12 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
         begins.push_back(at + (hi - lo));  // and the next begins after it
     });
     ends.push_back(z->stage == 0 ? z->full_elements : z->shard_elements);
+    std::vector<size_t> lo, hi;  // the ranges not empty, read back in one copy
+    for (size_t r = 0; r < ends.size(); r++)
+        if (ends[r] > begins[r]) { lo.push_back(begins[r]); hi.push_back(ends[r]); }
+    if ((int)lo.size() > z->norm_ranges) fail("zero_grad_norm_squared: %zu ranges, room for %d", lo.size(), z->norm_ranges);
     double sum = 0.0;
-    with_gradient(z->step_grad, [&](auto* g) {
-        for (size_t r = 0; r < ends.size(); r++) sum += norm_squared_of_range(g, begins[r], ends[r], z->norm_scratch);
-    });
+    with_gradient(z->step_grad, [&](auto* g) { sum = global_norm_squared_ranges(g, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch); });
     if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
     return sum;
 }

@@ -142,15 +142,18 @@ inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, c
     encoder_forward_kernel<<<ceil_div((size_t)B * T * C, block), block>>>(out, tokens, wte, wpe, B, T, C, vocab);
     launchCheck();
 }
-// tokens: host memory, bucketed here; bucket_scratch: encoder_bucket_ints(B, T) ints of device memory
+// tokens: host memory, bucketed here; bucket_scratch: encoder_bucket_ints(B, T) ints of device memory;
+// bucket_staging: as many of page-locked host memory (base.h), the upload's source, which the
+// caller leaves unwritten until a wait has passed (staging.h): the upload does not wait
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens, int* bucket_scratch,
-                             int B, int T, int C, VocabRange vocab) {
+                             int* bucket_staging, int B, int T, int C, VocabRange vocab) {
     TokenBuckets tb = token_buckets(tokens, B * T, vocab);
     int buckets = (int)tb.rows.size();
-    std::vector<int> packed(tb.positions);  // one upload: positions, starts, rows
-    packed.insert(packed.end(), tb.starts.begin(), tb.starts.end());
-    packed.insert(packed.end(), tb.rows.begin(), tb.rows.end());
-    host_to_device(bucket_scratch, packed.data(), packed.size() * sizeof(int));
+    int* packed = bucket_staging;  // one upload: positions, starts, rows
+    std::copy(tb.positions.begin(), tb.positions.end(), packed);
+    std::copy(tb.starts.begin(), tb.starts.end(), packed + tb.positions.size());
+    std::copy(tb.rows.begin(), tb.rows.end(), packed + tb.positions.size() + tb.starts.size());
+    host_to_device_async(bucket_scratch, packed, (tb.positions.size() + tb.starts.size() + tb.rows.size()) * sizeof(int));
     const int* positions = bucket_scratch;
     const int* starts = positions + tb.positions.size();
     const int* rows = starts + tb.starts.size();
@@ -168,8 +171,8 @@ inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, c
     encoder_forward_host(out, tokens, wte, wpe, B, T, C, vocab);
 }
 inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens, int* bucket_scratch,
-                             int B, int T, int C, VocabRange vocab) {
-    (void)bucket_scratch;
+                             int* bucket_staging, int B, int T, int C, VocabRange vocab) {
+    (void)bucket_scratch; (void)bucket_staging;
     encoder_backward_host(dwte, dwpe, dout, tokens, B, T, C, vocab);
 }
 #endif

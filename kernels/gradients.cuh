@@ -13,12 +13,13 @@ does not round in bf16 at every micro-step; ZeRO-2/3 fold each reduce-scattered 
 shard into the step's gradient shard this way.
 */
 #pragma once
-// defines: global_norm_squared, gradient_accumulate, NORM_PARTS,
+// defines: global_norm_squared, global_norm_squared_ranges, gradient_accumulate, NORM_PARTS,
 //          accumulate_element, gradient_accumulate_host, gradient_accumulate_kernel, norm_partials,
 //          norm_partials_host, norm_partials_kernel,
 //          norm_partials_ledger
 #include <algorithm>    // defines: std::min
 #include <type_traits>  // defines: std::is_same
+#include <vector>       // defines: std::vector
 #include "common.cuh"
 
 #define NORM_PARTS 1024
@@ -95,13 +96,25 @@ template <typename Acc>
 inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) { gradient_accumulate_host(acc, g, n); }
 #endif
 
-// scratch: NORM_PARTS floats of device memory; T is floatX or float
+// the squared norms of `count` ranges of x, [lo[r], hi[r]), summed in order; scratch: count * NORM_PARTS
+// floats of device memory, range r's partials at r * NORM_PARTS, read in one copy: one host wait
+// however many ranges (a TP rank skips the tensors another rank counts). T is floatX or float
+template <typename T>
+inline double global_norm_squared_ranges(const T* x, const size_t* lo, const size_t* hi, int count, float* scratch) {
+    std::vector<float> partials((size_t)count * NORM_PARTS);
+    for (int r = 0; r < count; r++) norm_partials(scratch + (size_t)r * NORM_PARTS, x + lo[r], hi[r] - lo[r]);
+    device_to_host(partials.data(), scratch, partials.size() * sizeof(float));
+    double sum = 0.0;
+    for (int r = 0; r < count; r++) {
+        double total = 0.0;
+        for (int p = 0; p < NORM_PARTS; p++) total += partials[(size_t)r * NORM_PARTS + p];
+        sum += total;
+    }
+    return sum;
+}
+// one range: scratch holds NORM_PARTS floats
 template <typename T>
 inline double global_norm_squared(const T* x, size_t n, float* scratch) {
-    float partials[NORM_PARTS];
-    norm_partials(scratch, x, n);
-    device_to_host(partials, scratch, sizeof(partials));
-    double total = 0.0;
-    for (int p = 0; p < NORM_PARTS; p++) total += partials[p];
-    return total;
+    size_t lo = 0;
+    return global_norm_squared_ranges(x, &lo, &n, 1, scratch);
 }

@@ -79,12 +79,14 @@ static void encoder(int B, int T, int C, int V, VocabRange vocab, bool positions
     encoder_forward(d_out, d_tok, d_wte, positions ? d_wpe : NULL, B, T, C, vocab);
     encoder_forward_host(out.data(), tok.data(), wte.data(), positions ? wpe.data() : NULL, B, T, C, vocab);
     check("encoder_forward", download(d_out, out.size()), out);
-    encoder_backward(d_dwte, d_dwpe, d_dout, tok.data(), scratch, B, T, C, vocab);
+    int* staging = (int*)pinned_host_malloc(encoder_bucket_ints(B, T) * sizeof(int));  // the upload's page-locked source
+    encoder_backward(d_dwte, d_dwpe, d_dout, tok.data(), scratch, staging, B, T, C, vocab);
     encoder_backward_host(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C, vocab);
     check("encoder_backward dwte", download(d_dwte, dwte.size()), dwte, 0.0);  // the same sums in the same order
     check("encoder_backward dwpe", download(d_dwpe, dwpe.size()), dwpe, 0.0);
     for (void* p : {(void*)d_wte, (void*)d_wpe, (void*)d_out, (void*)d_dout, (void*)d_dwte, (void*)d_dwpe, (void*)d_tok, (void*)scratch})
         device_free(p);
+    pinned_host_free(staging);
 }
 
 static void layernorm(int N, int C) {

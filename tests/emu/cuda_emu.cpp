@@ -46,6 +46,7 @@ on stderr (a line: how many, the first's offset), to tell "read before written" 
 #include <ucontext.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -317,10 +318,34 @@ static const char* first_changed(const char* p, size_t n) {
     for (size_t i = 0;; i++)
         if (p[i] != want[i]) return p + i;
 }
+// ---------------------------------------------------------------- host waits
+// CUDA_EMU_WAIT_REPORT=FILE: at exit each process appends {"rank": R, "host_waits": N} to FILE: how many times
+// the host waited for the device to finish the work issued since it last waited. A wait is a
+// synchronize (device, stream, event), a stream query that finds the work done (base.h's
+// device_synchronize polls), or a copy between the device and pageable host memory (cudaMemcpy,
+// or cudaMemcpyAsync without page-locked memory: both wait for the work before them). A wait with
+// nothing issued since the last one costs a GPU nothing and is not counted; a kernel, a copy on
+// the device, a memset, a cuBLAS or NCCL call (all end in check_canaries) are work issued.
+namespace cuda_emu {
+static std::atomic<long long> issued_since_wait{0}, host_waits{0};
+static void write_wait_report() {  // the MPI rank from the launcher's environment (MPICH, Open MPI), else 0
+    const char* rank = getenv("PMI_RANK") ? getenv("PMI_RANK") : getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : "0";
+    if (FILE* f = fopen(getenv("CUDA_EMU_WAIT_REPORT"), "a")) {
+        fprintf(f, "{\"rank\": %s, \"host_waits\": %lld}\n", rank, host_waits.load());
+        fclose(f);
+    }
+}
+static bool wait_report_registered = getenv("CUDA_EMU_WAIT_REPORT") && atexit(write_wait_report) == 0;
+static void host_waited() {
+    if (issued_since_wait.exchange(0) > 0) host_waits++;
+}
+}  // namespace cuda_emu
+
 namespace cuda_emu {
 // every allocation's canaries still hold the poison; else a write went out of range: end the run,
 // naming the kernel (site) or the call that made it
 void check_canaries(const char* call, const LaunchSite* site) {
+    issued_since_wait++;  // every kernel and library call ends here: work the next wait waits for
     char where[256];
     if (site) snprintf(where, sizeof(where), "in kernel %s launched at %s:%d", site->kernel, site->file, site->line);
     else snprintf(where, sizeof(where), "in %s", call);
@@ -417,6 +442,7 @@ static void check_side(const void* p, bool device_side, cudaMemcpyKind kind, con
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return cudaSuccess;
     if (stalled && kind != cudaMemcpyDeviceToDevice) wait_forever();  // it waits for the work before it
+    if (kind != cudaMemcpyDeviceToDevice) host_waited();
     finish_queued_work();
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
     bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -430,10 +456,32 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
     if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
     check_canaries("cudaMemcpy");
+    if (!(src_device && dst_device)) issued_since_wait = 0;  // done when it returns: nothing of it to wait for
     return cudaSuccess;
 }
+// done at once, as everything here; only its effect on the host differs: from page-locked memory it
+// is queued work (the host goes on), from pageable memory a wait as cudaMemcpy's
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, bytes, kind);
+    bool pageable;
+    {
+        std::lock_guard<std::mutex> lock(memory_mutex);
+        pageable = (!find_allocation(dst) && !is_pinned(dst)) || (!find_allocation(src) && !is_pinned(src));
+    }
+    if (pageable || bytes == 0 || kind == cudaMemcpyDefault) return cudaMemcpy(dst, src, bytes, kind);
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
+    bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    check_side(dst, dst_device, kind, "destination");
+    check_side(src, src_device, kind, "source");
+    if (stalled) return cudaSuccess;  // queued behind a failed link: it never runs, the host goes on
+    finish_queued_work();
+    void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
+    const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpyAsync source") : src;
+    memmove(to, from, bytes);
+    if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
+    if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
+    check_canaries("cudaMemcpyAsync");
+    return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
@@ -482,12 +530,14 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
 
 // ---------------------------------------------------------------- streams, events, errors
 // work runs when it is issued, in issue order: every stream is always idle
-cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); finish_queued_work(); return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); finish_queued_work(); host_waited(); return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { static char id; *stream = (cudaStream_t)&id; return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); finish_queued_work(); return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); finish_queued_work(); host_waited(); return cudaSuccess; }
 cudaError_t cudaStreamQuery(cudaStream_t) {
-    return stalled || (queued_work && !queued_work(false)) ? cudaErrorNotReady : cudaSuccess;
+    if (stalled || (queued_work && !queued_work(false))) return cudaErrorNotReady;
+    host_waited();  // polled until done: base.h's device_synchronize
+    return cudaSuccess;
 }
 struct CUevent_st { double ms; };
 static double now_ms() {
@@ -496,7 +546,7 @@ static double now_ms() {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st{0.0}; return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { finish_queued_work(); event->ms = now_ms(); return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { if (stalled) wait_forever(); return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { if (stalled) wait_forever(); host_waited(); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
