@@ -17,7 +17,8 @@ the same trainer source runs unchanged.
 //          FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
 //          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
-//          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async
+//          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async,
+//          DeviceClock, device_clock_stamp, device_clock_ms, device_clock_free
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
@@ -26,6 +27,8 @@ the same trainer source runs unchanged.
 #include <sys/stat.h>  // defines: stat (file_exists)
 #include <stdarg.h>  // defines: va_list
 #include <string>   // defines: std::string
+#include <vector>   // defines: std::vector
+#include <chrono>   // defines: std::chrono::steady_clock
 #include "precision.h"  // defines: HOST_DEVICE
 
 // ---------------------------------------------------------------- the error path
@@ -119,6 +122,24 @@ inline void host_to_device_async(void* dst, const void* src, size_t bytes, CALLE
 inline void device_to_host_async(void* dst, const void* src, size_t bytes, CALLER) {
     cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, 0), file, line);
 }
+// moments in the device's work, timed without waiting: a stamp is an event recorded where the
+// stream has got to; the time between two is read once a wait has passed them both. The events
+// are made once and reused (restart: used = 0)
+struct DeviceClock { std::vector<cudaEvent_t> events; int used = 0; };
+inline int device_clock_stamp(DeviceClock* c, CALLER) {
+    if (c->used == (int)c->events.size()) { c->events.emplace_back(); cuda_check(cudaEventCreate(&c->events.back()), file, line); }
+    cuda_check(cudaEventRecord(c->events[c->used], 0), file, line);
+    return c->used++;
+}
+inline double device_clock_ms(const DeviceClock* c, int from, int to, CALLER) {  // after a wait
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, c->events[from], c->events[to]), file, line);
+    return ms;
+}
+inline void device_clock_free(DeviceClock* c) {
+    for (cudaEvent_t e : c->events) cudaEventDestroy(e);
+    *c = DeviceClock{};
+}
 #undef CALLER
 
 #else  // CPU build: device memory is host memory
@@ -139,6 +160,17 @@ inline void* pinned_host_malloc(size_t bytes) { return bytes ? device_malloc(byt
 inline void pinned_host_free(void* p) { free(p); }
 inline void host_to_device_async(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 inline void device_to_host_async(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+// the CPU's work is done when its calls return: a stamp is the clock
+struct DeviceClock { std::vector<std::chrono::steady_clock::time_point> events; int used = 0; };
+inline int device_clock_stamp(DeviceClock* c) {
+    if (c->used == (int)c->events.size()) c->events.emplace_back();
+    c->events[c->used] = std::chrono::steady_clock::now();
+    return c->used++;
+}
+inline double device_clock_ms(const DeviceClock* c, int from, int to) {
+    return std::chrono::duration<double, std::milli>(c->events[to] - c->events[from]).count();
+}
+inline void device_clock_free(DeviceClock* c) { *c = DeviceClock{}; }
 #endif
 
 // ---------------------------------------------------------------- memory ledger

@@ -176,7 +176,7 @@ V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage
 //          StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
 //          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
 //          PipelineSimulation, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
-//          PipelineStage, ScheduleTiming, ms_since, action_name, run_schedule, pipeline_forward
+//          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
@@ -641,9 +641,15 @@ struct PipelineStage {
 };
 
 // time spent computing (forwards, backwards, B's and W's) and in the whole schedule, for the
-// bubble; and each kind of computation's own time on each chunk, which pipeline_simulate can replay
+// bubble; and each kind of computation's own time on each chunk, which pipeline_simulate can replay.
+// The device's times: run_schedule stamps the device's clock (base.h) around each compute action,
+// schedule_timing_read reads the stamps once a wait has passed them. clock NULL: not timed
 struct ScheduleTiming {
-    double busy_ms, total_ms;
+    DeviceClock* clock = nullptr;
+    struct Stamped { PipelineOp op; int chunk, from, to; };
+    std::vector<Stamped> computes;  // each compute action's stamps, and the schedule's first and last
+    int first = 0, last = 0;
+    double busy_ms = 0.0, total_ms = 0.0;
     std::vector<double> op_ms;  // [chunk * NUM_PIPELINE_OPS + op]
     std::vector<int> op_count;
     void add(PipelineOp op, int chunk, double ms) {
@@ -660,6 +666,16 @@ struct ScheduleTiming {
 
 inline double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+// after a wait that follows the schedule (the step's, for the gradient norm): the times of its stamps
+inline void schedule_timing_read(ScheduleTiming* t) {
+    if (!t->clock) return;
+    for (const ScheduleTiming::Stamped& c : t->computes) {
+        double ms = device_clock_ms(t->clock, c.from, c.to);
+        t->busy_ms += ms;
+        t->add(c.op, c.chunk, ms);
+    }
+    t->total_ms = device_clock_ms(t->clock, t->first, t->last);
 }
 
 // the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", "forward 3
@@ -678,24 +694,23 @@ inline std::string action_name(const PipelineAction& a) {
 }
 
 // does stage pp->rank's actions for one step, over its pipeline group `pp`; returns the sum of
-// the forwards' losses (the last stage's; 0 elsewhere)
+// the forwards' losses (the last stage's; 0 elsewhere). With timing->clock, stamps the device's
+// clock around each compute action, for schedule_timing_read after the step's wait: a receive
+// only queues work on the GPU, and its wait falls between one action's end and the next's start,
+// where it belongs (the bubble), without the host waiting for either
 inline double run_schedule(const PipelineStage& stage, const std::vector<PipelineAction>& actions, Comm* pp,
                            ScheduleTiming* timing) {
     int s = pp->rank, next = (s + 1) % pp->size, previous = (s + pp->size - 1) % pp->size;  // a ring
     size_t n = stage.message_elements;
     double loss = 0.0;
-    auto start = std::chrono::steady_clock::now();
+    DeviceClock* clock = timing->clock;
     *timing = ScheduleTiming{};
-    // the bubble is measured only with a pipeline (accounting.h: bubble_json), and its times are the
-    // device's: so a stage of several waits before and after each compute action, one stage never
-    // (the host then queues the whole step without waiting: staging.h)
-    bool timed = pp->size > 1;
+    timing->clock = clock;
+    if (clock) clock->used = 0;
+    if (clock) timing->first = device_clock_stamp(clock);
     for (const PipelineAction& a : actions) {
         bool compute = is_compute(a.op);
-        // a send or receive only queues work on the GPU: wait for it here, or its wait would be timed
-        // as the next forward's or backward's busy time and the bubble would look smaller than it is
-        if (compute && timed) device_synchronize();
-        auto began = std::chrono::steady_clock::now();
+        int began = compute && clock ? device_clock_stamp(clock) : 0;
         TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
         int v = a.chunk, k = a.micro, received_v = a.received_chunk, received_k = a.received_micro;
         switch (a.op) {
@@ -721,15 +736,9 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
                 break;
             case NUM_PIPELINE_OPS: break;
         }
-        if (compute) {
-            if (timed) device_synchronize();
-            double ms = ms_since(began);
-            timing->busy_ms += ms;
-            timing->add(a.op, a.chunk, ms);
-        }
+        if (compute && clock) timing->computes.push_back({a.op, a.chunk, began, device_clock_stamp(clock)});
     }
-    if (timed) device_synchronize();
-    timing->total_ms = ms_since(start);
+    if (clock) timing->last = device_clock_stamp(clock);
     return loss;
 }
 

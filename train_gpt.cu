@@ -356,6 +356,7 @@ struct GPT2 {
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     HostStaging staging;            // the step's uploads and downloads, queued without waits (staging.h)
+    DeviceClock schedule_clock;     // a pipeline's stamps around its compute actions (its bubble: pipeline.h)
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 
@@ -956,6 +957,7 @@ inline void gpt2_free(GPT2* model) {
     for (const BufferSpec& b : model->activation_buffers) device_free(*b.ptr);
     zero_free(&model->zero);
     staging_free(&model->staging);
+    device_clock_free(&model->schedule_clock);
 }
 
 // ----------------------------------------------------------------------------
@@ -975,6 +977,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     staging_rewind(&model->staging);  // the buckets of up to two position runs (-cp), each piece padded to 64 bytes
     double tokens_per_step = (double)B * T * grad_accum * dp;
     StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false, {}};
+    r.timing.clock = model->layout.pp > 1 ? &model->schedule_clock : NULL;  // the bubble, measured with a pipeline
     // the step's loss is the mean over all its tokens on all ranks: summing gradients over
     // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
@@ -1000,6 +1003,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     double norm_squared = gpt2_grad_norm_squared(model);  // the step's wait: the host decides on it
     r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
     double loss_sum = staging_pending_sum(&model->staging);  // landed by now: the last stage's token losses
+    schedule_timing_read(&r.timing);                         // and the schedule's stamps passed
     comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);
     comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;

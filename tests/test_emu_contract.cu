@@ -154,6 +154,42 @@ static void launches() {
 
 // fresh device memory is NaN in every precision, so a kernel that accumulates into memory nobody
 // zeroed fails every check; an out-of-range read of an odd-sized buffer reads that NaN too
+// asynchronous copies with page-locked memory: a download holds 0xFF until a wait, then the device's
+// bytes as they were when it was queued (a kernel after it does not change what lands); an upload's
+// source left alone passes the wait (rewritten, it ends the run: the case upload-rewritten)
+__global__ void fill(float* out, float value, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = value;
+}
+static void async_copies() {
+    float *dev, *host;
+    cudaMalloc(&dev, 4 * sizeof(float));
+    cudaMallocHost(&host, 4 * sizeof(float));
+    fill<<<1, 4>>>(dev, 1.5f, 4);
+    cudaMemcpyAsync(host, dev, 4 * sizeof(float), cudaMemcpyDeviceToHost, 0);
+    fill<<<1, 4>>>(dev, 2.5f, 4);  // after the download, in stream order
+    expect(isnan(host[0]) && isnan(host[3]), "a download read before a wait: NaN (0xFF), not yet the device's bytes");
+    cudaStreamSynchronize(0);
+    expect(host[0] == 1.5f && host[3] == 1.5f, "after the wait: the device's bytes as they were when it was queued");
+    for (int i = 0; i < 4; i++) host[i] = 7.0f;
+    cudaMemcpyAsync(dev, host, 4 * sizeof(float), cudaMemcpyHostToDevice, 0);
+    cudaDeviceSynchronize();
+    for (int i = 0; i < 4; i++) host[i] = 0.0f;  // after the wait: free to reuse
+    cudaMemcpy(host, dev, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    expect(host[0] == 7.0f && host[3] == 7.0f, "an upload's source left alone until a wait: the device has it");
+    cudaFreeHost(host);
+    cudaFree(dev);
+}
+static void upload_rewritten() {
+    float *dev, *host;
+    cudaMalloc(&dev, 4 * sizeof(float));
+    cudaMallocHost(&host, 4 * sizeof(float));
+    for (int i = 0; i < 4; i++) host[i] = 1.0f;
+    cudaMemcpyAsync(dev, host, 4 * sizeof(float), cudaMemcpyHostToDevice, 0);
+    host[2] = 2.0f;  // before any wait: the GPU may still read it
+    cudaDeviceSynchronize();
+}
+
 static void poison() {
     float *fresh, *in, *odd, *out;
     cudaMalloc(&fresh, 64 * sizeof(float)); cudaMalloc(&in, 64 * sizeof(float));
@@ -532,7 +568,8 @@ int main(int argc, char** argv) {
     __nv_bfloat16* ab;  // two 16x16 bf16 tiles, for the WMMA bugs
     cudaMalloc(&ab, 512 * sizeof(__nv_bfloat16));
     cudaMemset(ab, 0, 512 * sizeof(__nv_bfloat16));
-    if (!*c) { launches(); poison(); cublas(); wmma_checks(); }
+    if (!*c) { launches(); poison(); async_copies(); cublas(); wmma_checks(); }
+    else if (!strcmp(c, "upload-rewritten")) upload_rewritten();
     else if (!strcmp(c, "wmma")) wmma_checks();  // also under ThreadSanitizer
     else if (!strcmp(c, "wmma-half-warp")) wmma_half_warp<<<1, 32>>>(d, ab, 0);
     else if (!strcmp(c, "wmma-after-exit")) wmma_half_warp<<<1, 32>>>(d, ab, 1);

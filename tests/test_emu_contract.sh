@@ -9,7 +9,8 @@
 # kernel without its __syncthreads reported as a data race. WMMA (tests/emu/mma.h): the products
 # against float64 run with the checks above and again under ThreadSanitizer; a WMMA call that part
 # of a warp reaches, lanes that disagree on the pointer, a misaligned pointer, a bad ldm and a shared
-# tile loaded without its barrier each end the run with a line; and the contract's WMMA kernels
+# tile loaded without its barrier each end the run with a line; an asynchronous download read before a
+# wait holds NaN, and an upload's page-locked source rewritten before one ends the run; and the contract's WMMA kernels
 # compile with the real nvcc and <mma.h> where nvcc is installed (NVCC=), so both compilers take them.
 set -uo pipefail
 E=tests/build/emu
@@ -54,6 +55,7 @@ wmma-short-warp|load_matrix_sync in a warp of 16 lanes (blockDim 16): every one 
 wmma-lane-pointers|load_matrix_sync: lane 31 passes pointer .*, ldm 16, row-major but lane 0 passes .*, ldm 16, row-major
 wmma-misaligned|kernel wmma_load .*load_matrix_sync: the pointer .* is not 256-bit (32-byte) aligned
 wmma-bad-ldm|load_matrix_sync: ldm 12 is not a multiple of 8 elements
+upload-rewritten|the host rewrote the 16 bytes at .*, an asynchronous upload's source, before a wait
 CASES
 if CUDA_EMU_REPORT_UNWRITTEN=1 $E/test_emu_contract unwritten > $D/unwritten.txt 2>&1 &&
    grep -q "cudaMemcpyDeviceToHost of 16 bytes from .*: 8 16-bit words never written since cudaMalloc (0xFFA5), the first at byte 0" $D/unwritten.txt

@@ -4,13 +4,13 @@
 # (its timer). Counted by the emulated build (CUDA_EMU_WAIT_REPORT, tests/emu/cuda_emu.cpp: a
 # synchronize, a poll that finds the work done, a copy with pageable host memory, each counted when
 # work was queued since the last wait). One step's waits: a 3-step run's less a 1-step run's, over
-# 2, on every rank: one rank and dp 2 ZeRO-2 with 2 micro-steps, tp 2 -sp 1 and cp 2 x tp 2 ZeRO-1
-# with 4, all over NCCL. Measured before staging.h (0ec9235, the same counter): 11 a step at one
-# rank and at dp 2 (each micro-step's tokens, targets, losses and buckets, and a wait before and
-# after its forward and its backward), 19 and 23 at tp 2 (also the norm read range by range), 23
-# to 27 at cp 2 x tp 2; now 2 in each. Printed, not bounded: pp 2, where the measured bubble
-# (accounting.h) waits before and after each compute action (12 and 11 before, 10 and 9 now), and
-# -comm mpi, whose host-staged messages wait by nature (27 before, 20 now).
+# 2, on every rank: one rank, dp 2 ZeRO-2 and pp 2 (1F1B and ZB-H1) with 2 micro-steps, tp 2 -sp 1
+# and cp 2 x tp 2 ZeRO-1 with 4, all over NCCL. Measured before (0ec9235, the same counter): 11 a
+# step at one rank and at dp 2 (each micro-step's tokens, targets, losses and buckets, and a wait
+# before and after its forward and its backward), 19 and 23 at tp 2 (also the norm read range by
+# range), 23 to 27 at cp 2 x tp 2, 12 and 11 at pp 2 (the bubble timed by waiting around each
+# action; now by the device's clock, pipeline.h); now 2 in each. Printed, not bounded: -comm mpi,
+# whose host-staged messages wait by nature (27 before, 20 now).
 # Usage: test_host_waits.sh REFERENCE_DIR
 set -euo pipefail
 REF=${1:?usage: test_host_waits.sh REFERENCE_DIR}; PYTHON=${PYTHON:-/usr/bin/python3}
@@ -38,6 +38,7 @@ waits one_rank_accum2 2 1 -d 128
 waits dp2_zero2_accum2 2 2 -d 256 -z 2
 waits tp2_sp_accum4 2 2 -d 256 -tp 2 -sp 1
 waits cp2_tp2_zero1_accum4 2 4 -d 256 -cp 2 -tp 2 -z 1
-waits pp2_accum2_timed_bubble 0 2 -d 128 -pp 2
+waits pp2_1f1b_accum2 2 2 -d 128 -pp 2
+waits pp2_zb_accum2 2 2 -d 128 -pp 2 -ps zb
 waits dp2_comm_mpi_host_staged 0 2 -d 256 -z 3 -comm mpi
-echo "ok: at most 2 host waits a step wherever no bubble is timed and no message is host-staged"
+echo "ok: at most 2 host waits a step wherever no message is host-staged"

@@ -336,7 +336,25 @@ static void write_wait_report() {  // the MPI rank from the launcher's environme
     }
 }
 static bool wait_report_registered = getenv("CUDA_EMU_WAIT_REPORT") && atexit(write_wait_report) == 0;
+
+// Asynchronous copies with page-locked memory hold the host to a discipline the emulator checks at
+// each wait: an upload's host bytes stay as they were queued until a wait has passed (the GPU may
+// read them any time before), and a download's host bytes hold nothing before a wait (they are
+// 0xFF, NaN as floats, until the wait lands the device's bytes as they were when it was queued)
+struct QueuedCopy { void* host; std::vector<char> bytes; };  // an upload's host bytes, a download's device bytes
+static std::vector<QueuedCopy>& queued_uploads() { static std::vector<QueuedCopy> v; return v; }
+static std::vector<QueuedCopy>& queued_downloads() { static std::vector<QueuedCopy> v; return v; }
+static void land_queued_copies() {
+    for (const QueuedCopy& u : queued_uploads())
+        if (memcmp(u.host, u.bytes.data(), u.bytes.size()))
+            die("the host rewrote the %zu bytes at %p, an asynchronous upload's source, before a wait: the device may "
+                "read them any time until one (cudaMemcpyAsync from page-locked memory)", u.bytes.size(), u.host);
+    for (const QueuedCopy& d : queued_downloads()) memcpy(d.host, d.bytes.data(), d.bytes.size());
+    queued_uploads().clear();
+    queued_downloads().clear();
+}
 static void host_waited() {
+    land_queued_copies();
     if (issued_since_wait.exchange(0) > 0) host_waits++;
 }
 }  // namespace cuda_emu
@@ -419,6 +437,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
     if (!ptr) return cudaSuccess;
+    land_queued_copies();  // CUDA waits for the device before freeing page-locked memory
     std::lock_guard<std::mutex> lock(memory_mutex);
     if (!pinned().erase((uintptr_t)ptr)) return record(cudaErrorInvalidValue);
     free(ptr);
@@ -477,7 +496,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     finish_queued_work();
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpyAsync source") : src;
-    memmove(to, from, bytes);
+    if (!src_device) queued_uploads().push_back({(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)});
+    if (!dst_device) {  // lands at the next wait; until then the host sees 0xFF
+        queued_downloads().push_back({dst, std::vector<char>((const char*)from, (const char*)from + bytes)});
+        memset(dst, 0xFF, bytes);
+    } else {
+        memmove(to, from, bytes);
+    }
     if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
     if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
     check_canaries("cudaMemcpyAsync");
