@@ -233,7 +233,7 @@ inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* 
 // deferred W reruns it again). The embedding's g is on the first pipeline stage, the head's f
 // and the loss's three all-reduces on the last. Without -sp every f and g moves an all-reduce;
 // with it each moves an all-gather or a reduce-scatter (half an all-reduce each), and the
-// backward gathers each LayerNorm output once more for the weight gradients (3 per block)
+// backward gathers each LayerNorm output once more for the weight gradients (2 per block: ln1's, ln2's)
 struct TensorParallelTraffic { unsigned long long all_reduce, all_gather, reduce_scatter; };
 inline TensorParallelTraffic tp_bytes_per_micro_step(int L, size_t N, int C, int tp, bool sequence_parallel, int block_forwards,
                                                      bool first_stage, bool last_stage) {

@@ -857,7 +857,7 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
 // output in scratch.dresidual, which ends as the gradient of the input. With weights_later
-// (ZB-H1) the blocks run only their B, and stage_backward_weights their W; the head and the
+// (ZB-H1) the blocks run only their B, and blocks_backward_weights their W; the head and the
 // embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
 inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T, bool weights_later) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);

@@ -1,15 +1,24 @@
 """
-tests/check_source.py: two promises of the style guide, checked on the trainer's sources.
+tests/check_source.py: three promises of the style guide, checked on the trainer's sources.
   1. No function is longer than LIMIT lines (default 60): a function fits on a screen; member
      functions and functions in namespaces count too.
   2. A header's `// defines:` comment names every top-level function, struct, enum and
      macro the header defines, so a reader can trust it to find where a name lives.
+  3. A comment that cites a snake_case name of three or more parts (`zero_grad_norm_squared`)
+     cites one that exists: in a file git tracks (C and C++ without comments, strings kept:
+     log keys count; scripts whole), or as a file's name. Another project's name is cited as
+     theirs ("llm.c's fused_residual_forward"; the owners are in FOREIGN), not looked for here.
 Functions are found by brace depth on the code with strings and comments removed; a
 function's length runs from its first signature line to its closing brace.
 Usage: check_source.py [--limit N] FILES...   exit 1 with one line per finding.
 """
+import os
 import re
+import subprocess
 import sys
+
+FOREIGN = ("llm.c", "train_gpt2.cu", "train_gpt2.c", "picotron", "nanotron", "Megatron-LM", "Megatron", "PyTorch",
+           "FlashAttention", "FlashAttention-2", "NCCL", "cuBLAS", "cuBLASLt", "CUDA", "MPI", "OpenBLAS")
 
 
 def code_lines(text):
@@ -90,14 +99,52 @@ def defined_names(lines, items):
     return names
 
 
+def without_comments(text):
+    """C and C++ text without its comments, strings kept ("//" inside a string is not a comment)"""
+    text = re.sub(r'/\*.*?\*/', ' ', text, flags=re.S)
+    keep = lambda m: m.group(0).replace('//', '\x00')
+    return '\n'.join(re.sub(r'//.*', '', re.sub(r'"(\\.|[^"\\])*"', keep, line)).replace('\x00', '//')
+                     for line in text.split('\n'))
+
+
+def repository_names():
+    """every word of the code of the files git tracks, and their names"""
+    names = set()
+    for path in subprocess.run(['git', 'ls-files'], capture_output=True, text=True).stdout.split():
+        if not os.path.isfile(path) or path.endswith('.md'):
+            continue
+        names.update(re.findall(r'\w+', os.path.basename(path)))
+        names.add(os.path.basename(path).split('.')[0])
+        try:
+            text = open(path, encoding='utf-8').read()
+        except (UnicodeDecodeError, OSError):
+            continue
+        names.update(re.findall(r'\w+', without_comments(text) if path.endswith(('.h', '.cuh', '.cu', '.cpp', '.c')) else text))
+    return names
+
+
+def cited_names(text):
+    """(line, name) of each snake_case name of 3+ parts in the comments, but another project's"""
+    comments = [(m.start(), m.group(0)) for m in re.finditer(r'/\*.*?\*/|//[^\n]*', text, flags=re.S)]
+    owner = r'(?:' + '|'.join(re.escape(o) for o in sorted(FOREIGN, key=len, reverse=True)) + r")'s\s+$"
+    for at, comment in comments:
+        for m in re.finditer(r'\b[a-z][a-z0-9]*(?:_[a-z0-9]+){2,}\b', comment):
+            if not re.search(owner, comment[:m.start()]):
+                yield text.count('\n', 0, at + m.start()) + 1, m.group(0)
+
+
 def main():
     args = sys.argv[1:]
     limit = 60
     if args[:1] == ['--limit']:
         limit, args = int(args[1]), args[2:]
     findings = []
+    known = repository_names()
     for path in args:
         text = open(path).read()
+        for line, name in cited_names(text):
+            if name not in known:
+                findings.append(f"{path}:{line}: a comment cites {name}, which is nowhere in the repository's code")
         lines = code_lines(text)
         items = top_level_items(lines)
         for start, end, head in function_items(lines):
@@ -114,7 +161,8 @@ def main():
                 findings.append(f"{path}: defines {name}, which its // defines: comment does not name")
     for f in findings:
         print(f)
-    print(f"check_source: {len(args)} files, {len(findings)} findings (functions <= {limit} lines, complete defines lists)")
+    print(f"check_source: {len(args)} files, {len(findings)} findings (functions <= {limit} lines, complete defines lists, "
+          f"cited names exist)")
     return 1 if findings else 0
 
 
