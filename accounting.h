@@ -13,21 +13,22 @@ that does not fit stops with one line instead of an out-of-memory kill. bubble_j
 is the pipeline's measured idle fraction beside (p-1)/(m+p-1), and beside what
 pipeline_simulate predicts from the measured forward and backward times of each chunk; under -plan,
 print_stage_balance predicts each stage's idle time from FLOP counts and suggests the
--pl split that balances the stages against the LM head. Included by train_gpt.cu
-after GPT2.
+-pl split that balances the stages against the LM head. The model it counts is gpt2.h's.
 */
 #pragma once
-// defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan,
-//          CommLedger, comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance,
-//          print_plans, bubble_json, check_memory, ledger_model, check_ledger_flags
+// defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan, CommLedger,
+//          comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance, print_plans,
+//          bubble_json, check_memory, ledger_model, check_ledger_flags, print_plan_memory
 #include <stdio.h>      // defines: printf, snprintf
 #include "ledger.h"     // defines: LedgerModel, print_ledger, gpu_spec
 #include <string.h>     // defines: memcpy
 #include <algorithm>    // defines: std::find
 #include <string>       // defines: std::string
 #include <vector>       // defines: std::vector
+#include "gpt2.h"       // defines: GPT2, activation_buffer_list, tokens_held, is_last_stage
 #include "comm.h"       // defines: Collectives, Comm, CommKind, ring_bytes, comm_gatherv_to_root, comm_max_over_world
 #include "options.h"    // defines: TrainConfig
+#include "mfu.h"        // defines: model_flops_per_token
 #include "pipeline.h"   // defines: ScheduleTiming, pipeline_bubble_fraction
 #include "cp.h"         // defines: cp_ring_bytes_per_layer
 
@@ -56,7 +57,8 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) a.memory[k] = model->memory[k];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)
         if (recompute_keeps(model->recompute, t))
-            a.activations_per_layer += layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel);
+            a.activations_per_layer +=
+                layer_activation_bytes(t, B, T, c.channels, c.num_heads, tp, model->layout.sequence_parallel);
     ZeroPlan z = zero_plan(&model->zero, grad_accum);
     for (int k = 0; k < NUM_COMM_KINDS; k++) a.comm[GROUP_DP][k] = z.comm[k];
     // ZB-H1's deferred W (a stage with weight slots) rebuilds what -r dropped once more: at -r >= 2
@@ -65,22 +67,28 @@ inline Accounting gpt2_plan(const GPT2* model, int B, int T, int grad_accum) {
     if (w_recomputes && model->recompute >= 2 && model->zero.stage == 3) {
         const Zero& zero = model->zero;
         size_t layers = zero.full_elements - zero.units[0].padded - zero.units[zero.num_units - 1].padded;
-        a.comm[GROUP_DP][COMM_ALL_GATHER] += grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.replicas);
+        a.comm[GROUP_DP][COMM_ALL_GATHER] +=
+            grad_accum * ring_bytes(sizeof(floatX) * layers, model->comm->grid.replicas);
     }
-    int block_forwards = model->recompute == 3 ? (w_recomputes ? 3 : 2) : 1;  // -r 3 reruns every block's forward, g included
-    TensorParallelTraffic t = tp_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, model->layout.sequence_parallel, block_forwards,
-                                                      is_first_stage(model->layout), is_last_stage(model->layout));
+    // -r 3 reruns every block's forward, g included
+    int block_forwards = model->recompute == 3 ? (w_recomputes ? 3 : 2) : 1;
+    TensorParallelTraffic t =
+        tp_bytes_per_micro_step(L, (size_t)B * T, c.channels, tp, model->layout.sequence_parallel, block_forwards,
+                                is_first_stage(model->layout), is_last_stage(model->layout));
     a.comm[GROUP_TP][COMM_ALL_REDUCE] = grad_accum * t.all_reduce;
     a.comm[GROUP_TP][COMM_ALL_GATHER] = grad_accum * t.all_gather;
     a.comm[GROUP_TP][COMM_REDUCE_SCATTER] = grad_accum * t.reduce_scatter;
     size_t G = model->zero.grads_fp32 ? sizeof(float) : sizeof(floatX);
-    for_each_layernorm_gradient(model, [&](size_t, size_t n) { a.comm[GROUP_TP][COMM_ALL_REDUCE] += 2 * ring_bytes(G * n, tp); });
+    for_each_layernorm_gradient(
+        model, [&](size_t, size_t n) { a.comm[GROUP_TP][COMM_ALL_REDUCE] += 2 * ring_bytes(G * n, tp); });
     a.comm[GROUP_TP][COMM_SCALARS] = 2 * ring_bytes(sizeof(double), tp);  // the squared norm
     // pipeline: each micro-batch's activation to the next stage and its gradient to the previous
     int p = model->layout.pp;
     unsigned long long message = (unsigned long long)tokens_held(model, B * T) * c.channels * sizeof(floatX);
     int V = gpt2_chunks(model);  // each chunk's; none beyond the model's last chunk, none back from its first
-    a.comm[GROUP_PP][COMM_SEND] = grad_accum * message * ((is_last_stage(model->layout) ? V - 1 : V) + (is_first_stage(model->layout) ? V - 1 : V));
+    a.comm[GROUP_PP][COMM_SEND] =
+        grad_accum * message *
+        ((is_last_stage(model->layout) ? V - 1 : V) + (is_first_stage(model->layout) ? V - 1 : V));
     a.comm[GROUP_PP][COMM_SCALARS] = 2 * 2 * ring_bytes(sizeof(double), p);  // the loss and the squared norm
     // the tied embedding: the unit's gradient shard summed over {first, last} stage
     int ends = model->comm->embedding.size;
@@ -107,17 +115,9 @@ inline std::string accounting_json(const Accounting& a) {
     return out + "}";
 }
 
-inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
+// print_plan's memory: each kind, the total, the state per parameter, the activation sets and ZB-H1's waiting W's
+inline void print_plan_memory(const GPT2* model, const Accounting& a, int B, int T) {
     const ProcessGrid& g = model->comm->grid;
-    const Zero& z = model->zero;
-    printf("[rank %d] grid dp=%d cp=%d tp=%d%s pp=%d (dp_rank %d, cp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | B=%d T=%d | %zu parameters\n",
-           g.rank, g.dp, g.cp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank, g.cp_rank,
-           g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
-    if (g.rank == 0) {
-        printf("parameter tensors held by this rank (layers x rows x cols):\n");
-        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-            printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows, model->shapes[i].cols);
-    }
     printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
     size_t total = 0;
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
@@ -129,24 +129,50 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
     printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
            (double)state / model->num_parameters);
     std::string layers;
-    for (const LayerRange& r : model->layout.chunks) layers += " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
-    printf("[rank %d]   activation sets: %zu (micro-batches in flight on this stage; interleaved: chunk-forwards), layers%s\n", g.rank,
-           model->sets.size(), layers.c_str());
+    for (const LayerRange& r : model->layout.chunks)
+        layers += " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+    printf(
+        "[rank %d]   activation sets: %zu (micro-batches in flight on this stage; interleaved: chunk-forwards), "
+        "layers%s\n",
+        g.rank, model->sets.size(), layers.c_str());
     if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
-        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank, model->holds.weight_slots,
+        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank,
+               model->holds.weight_slots,
                (size_t)model->holds.weight_slots * gpt2_layers(model) *
-               layer_output_gradient_elements((size_t)B * T, tokens_held(model, B * T), model->config.channels, model->layout.tp) *
+                   layer_output_gradient_elements((size_t)B * T, tokens_held(model, B * T), model->config.channels,
+                                                  model->layout.tp) *
                    sizeof(floatX));
-    printf("[rank %d]   %-22s %14s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group", "embedding",
-           "cp group");
+}
+
+inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
+    const ProcessGrid& g = model->comm->grid;
+    const Zero& z = model->zero;
+    printf(
+        "[rank %d] grid dp=%d cp=%d tp=%d%s pp=%d (dp_rank %d, cp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | "
+        "B=%d T=%d | %zu parameters\n",
+        g.rank, g.dp, g.cp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank,
+        g.cp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
+    if (g.rank == 0) {
+        printf("parameter tensors held by this rank (layers x rows x cols):\n");
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+            printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows,
+                   model->shapes[i].cols);
+    }
+    print_plan_memory(model, a, B, T);
+    printf("[rank %d]   %-22s %14s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group",
+           "embedding", "cp group");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
-        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k], a.comm[GROUP_DP][k],
-               a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k], a.comm[GROUP_CP][k]);
-    printf("{\"rank\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"sp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, \"precision\": \"%s\", "
-           "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
-           "\"activations_per_layer\": %zu, %s}\n",
-           g.rank, g.dp, g.cp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots,
-           model->num_parameters, a.activations_per_layer, accounting_json(a).c_str());
+        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k],
+               a.comm[GROUP_DP][k], a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k],
+               a.comm[GROUP_CP][k]);
+    printf(
+        "{\"rank\": %d, \"dp\": %d, \"cp\": %d, \"tp\": %d, \"sp\": %d, \"pp\": %d, \"pp_rank\": %d, \"zero\": %d, "
+        "\"precision\": \"%s\", "
+        "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
+        "\"activations_per_layer\": %zu, %s}\n",
+        g.rank, g.dp, g.cp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME,
+        model->recompute, model->sets.size(), model->holds.weight_slots, model->num_parameters, a.activations_per_layer,
+        accounting_json(a).c_str());
     fflush(stdout);
 }
 
@@ -199,17 +225,25 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
         for (int s = 0; s < p; s++)
             for (const LayerRange& r : stage_layout(split, 1, 0, s, V).chunks) layers[s].push_back(r.end - r.begin);
         auto chunk_layers = [&](int s, int v) { return layers[s][v]; };
-        auto chunk_flops = [&](int s, int v) { return chunk_layers(s, v) * cost.layer + (s == p - 1 && v == V - 1 ? cost.head : 0.0); };
+        auto chunk_flops = [&](int s, int v) {
+            return chunk_layers(s, v) * cost.layer + (s == p - 1 && v == V - 1 ? cost.head : 0.0);
+        };
         auto stage_flops = [&](int s) {
             double flops = 0.0;
             for (int v = 0; v < V; v++) flops += chunk_flops(s, v);
             return flops;
         };
-        PipelineSimulation sim = pipeline_simulate(model->schedule, p, grad_accum, [&](int s, PipelineOp op, int v) {
-            double forward = chunk_flops(s, v) / 3, weights = chunk_layers(s, v) * cost.layer_weights;  // W: the layers' only
-            return op == FORWARD ? forward : op == BACKWARD_WEIGHT ? weights : op == BACKWARD_INPUT ? 2 * forward - weights
-                                                                                               : 2 * forward;
-        }, V);
+        PipelineSimulation sim = pipeline_simulate(
+            model->schedule, p, grad_accum,
+            [&](int s, PipelineOp op, int v) {
+                // W: the layers' only
+                double forward = chunk_flops(s, v) / 3, weights = chunk_layers(s, v) * cost.layer_weights;
+                return op == FORWARD           ? forward
+                       : op == BACKWARD_WEIGHT ? weights
+                       : op == BACKWARD_INPUT  ? 2 * forward - weights
+                                               : 2 * forward;
+            },
+            V);
         printf("pipeline, %s: %s", label, V > 1 ? "layers by stage, over its chunks, " : "-pl ");
         for (int s = 0; s < p; s++) printf("%s%d", s ? "," : "", split[s]);
         printf(" | GFLOP per micro-batch by stage:");
@@ -226,9 +260,18 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
 // what ledger.h needs of the model (one GPU holding it whole: check_ledger_flags)
 inline LedgerModel ledger_model(const GPT2* model, const TrainConfig& tc, int grad_accum) {
     const GPT2Config& c = model->config;
-    return LedgerModel{(size_t)c.num_layers, (size_t)c.channels, (size_t)c.num_heads, (size_t)c.padded_vocab_size,
-                       (size_t)c.vocab_size, (size_t)model->B, (size_t)model->T, grad_accum, model->recompute, !FLOATX_IS_FP32,
-                       strcmp(tc.grad_accum_type, "fp32") == 0, parameter_count(model->shapes)};
+    return LedgerModel{(size_t)c.num_layers,
+                       (size_t)c.channels,
+                       (size_t)c.num_heads,
+                       (size_t)c.padded_vocab_size,
+                       (size_t)c.vocab_size,
+                       (size_t)model->B,
+                       (size_t)model->T,
+                       grad_accum,
+                       model->recompute,
+                       !FLOATX_IS_FP32,
+                       strcmp(tc.grad_accum_type, "fp32") == 0,
+                       parameter_count(model->shapes)};
 }
 // -gpu: a GPU ledger.h knows, for the layout it describes (one GPU holding the whole model), with -plan 1
 inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
@@ -241,7 +284,8 @@ inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
 }
 
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
-    Accounting plan = gpt2_plan(model, model->B, model->T, grad_accum);  // T: the tokens of a sequence a rank holds (-cp)
+    // T: the tokens of a sequence a rank holds (-cp)
+    Accounting plan = gpt2_plan(model, model->B, model->T, grad_accum);
     for (int r = 0; r < model->comm->grid.world; r++) {
         if (r == model->comm->grid.rank) print_plan(model, plan, model->B, model->T);
         comm_barrier(&model->comm->world);
@@ -266,7 +310,8 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     double idle = timing.total_ms > 0 ? 1.0 - timing.busy_ms / timing.total_ms : 0.0;
     double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
     const ProcessGrid& g = model->comm->grid;
-    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0 && g.cp_rank == 0;  // ranks are pp-major: these come in stage order
+    // ranks are pp-major: these come in stage order
+    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0 && g.cp_rank == 0;
     std::vector<double> mine;
     const PipelineOp computes[] = {FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT};
     int V = gpt2_chunks(model);
@@ -277,10 +322,11 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     }
     std::vector<std::vector<double>> stages = comm_gatherv_to_root(&model->comm->world, mine);
     char text[160];
-    snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst, last,
-             schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum, gpt2_chunks(model)));
+    snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst,
+             last, schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum, gpt2_chunks(model)));
     if (g.rank != 0) return text;
-    std::vector<std::vector<double>> per_stage;  // idle, then the mean ms of each of `computes` on each chunk, of stage s
+    std::vector<std::vector<double>>
+        per_stage;  // idle, then the mean ms of each of `computes` on each chunk, of stage s
     for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
     PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op, int v) {
         return per_stage[s][1 + 4 * v + (std::find(computes, computes + 4, op) - computes)];
@@ -289,7 +335,8 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     for (int s = 0; s < g.pp; s++) {
         char a[32], b[32];
         snprintf(a, sizeof(a), "%s%.4f", s ? ", " : "", per_stage[s][0]);
-        snprintf(b, sizeof(b), "%s%.4f", s ? ", " : "", 1.0 - sim.busy[s] / sim.finish[s]);  // as measured: its own span
+        // as measured: its own span
+        snprintf(b, sizeof(b), "%s%.4f", s ? ", " : "", 1.0 - sim.busy[s] / sim.finish[s]);
         measured += a;
         simulated += b;
     }
@@ -321,14 +368,16 @@ inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) 
     if (!short_anywhere) return;
     const double GiB = 1073741824.0;
     size_t state = model->memory[MEM_PARAMETERS] + model->memory[MEM_GRADIENTS] + model->memory[MEM_OPTIMIZER];
-    comm_fail_all("the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
-                  "%s %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
-                  "-z 3 (now %d), or more -tp / -pp", model->comm->grid.rank, need / GiB, state / GiB,
-                  (planned - state) / GiB, outside_name, outside / GiB, have / GiB, ranks_sharing,
+    comm_fail_all(
+        "the run does not fit in memory: rank %d needs %.2f GiB (model state %.2f, activations and the rest %.2f, "
+        "%s %.2f) and can use %.2f GiB (%d ranks share this %s); try a smaller -b (now %d), -r 3, "
+        "-z 3 (now %d), or more -tp / -pp",
+        model->comm->grid.rank, need / GiB, state / GiB, (planned - state) / GiB, outside_name, outside / GiB,
+        have / GiB, ranks_sharing,
 #ifdef __CUDACC__
-                  "GPU's free memory",
+        "GPU's free memory",
 #else
-                  "node's available memory",
+        "node's available memory",
 #endif
-                  tc.B, tc.zero_stage);
+        tc.B, tc.zero_stage);
 }

@@ -18,10 +18,9 @@ adamw_update_slices, whatever the ZeRO stage), called by train_gpt.cu: train_ste
 the clip factor over the loss scale as grad_scale and the step's seed for the rounding.
 */
 #pragma once
-// defines: AdamWConfig, adamw_element, adamw_update,
-//          adamw_apply, adamw_kernel, adamw_kernel128,
-//          adamw_pack, AdamWSlice, ADAMW_BLOCK, adamw_slice_blocks, adamw_slices_kernel,
-//          adamw_update_slices, adamw_update_slices_ledger
+// defines: AdamWConfig, adamw_element, adamw_update, adamw_apply, adamw_kernel, adamw_kernel128, adamw_pack,
+//          AdamWSlice, ADAMW_BLOCK, adamw_slice_blocks, adamw_slices_kernel, adamw_update_slices,
+//          adamw_update_slices_ledger
 #include <math.h>  // defines: sqrtf, powf
 #include "kernels/common.cuh"
 
@@ -57,7 +56,8 @@ HOST_DEVICE inline void adamw_apply(size_t i, floatX* params, float* master, con
 #ifdef __CUDACC__
 template <typename Grad>
 __global__ void adamw_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
-                             AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
+                             AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
+                             size_t index_offset) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 }
@@ -66,12 +66,13 @@ __global__ void adamw_kernel(floatX* params, float* master, const Grad* grads, f
 // the slice ends inside the pack, element by element: each element by the same adamw_apply, so
 // the same bits either way, the rounding's random bits included
 template <typename Grad>
-__device__ inline void adamw_pack(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t i0, size_t n,
-                                  bool packed, AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
-                                  size_t index_offset) {
+__device__ inline void adamw_pack(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t i0,
+                                  size_t n, bool packed, AdamWConfig c, float bc1, float bc2, float grad_scale,
+                                  uint64_t seed, size_t index_offset) {
     constexpr int P = Packed128<floatX>::size;
     if (!packed || i0 + P > n) {
-        for (size_t i = i0; i < n && i < i0 + P; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+        for (size_t i = i0; i < n && i < i0 + P; i++)
+            adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
         return;
     }
     floatX p[P];
@@ -101,7 +102,8 @@ __device__ inline void adamw_pack(floatX* params, float* master, const Grad* gra
 // a GPT-2 124M step in 148 launches (docs/gpu.md)
 template <typename Grad>
 __global__ void adamw_kernel128(floatX* params, float* master, const Grad* grads, float* m, float* v, size_t n,
-                                AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed, size_t index_offset) {
+                                AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
+                                size_t index_offset) {
     size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
     if (i0 < n) adamw_pack(params, master, grads, m, v, i0, n, true, c, bc1, bc2, grad_scale, seed, index_offset);
 }
@@ -118,14 +120,16 @@ inline void adamw_update(floatX* params, float* master, const Grad* grads, float
 #ifdef __CUDACC__
     if (n == 0) return;  // a grid of 0 blocks is a launch error
     if (aligned16(params) && aligned16(grads) && aligned16(m) && aligned16(v) && (!master || aligned16(master)))
-        adamw_kernel128<Grad><<<ceil_div(n, 256 * Packed128<floatX>::size), 256>>>(params, master, grads, m, v, n, c, bc1, bc2,
-                                                                                   grad_scale, seed, index_offset);
+        adamw_kernel128<Grad><<<ceil_div(n, 256 * Packed128<floatX>::size), 256>>>(
+            params, master, grads, m, v, n, c, bc1, bc2, grad_scale, seed, index_offset);
     else
-        adamw_kernel<Grad><<<ceil_div(n, 256), 256>>>(params, master, grads, m, v, n, c, bc1, bc2, grad_scale, seed, index_offset);
+        adamw_kernel<Grad><<<ceil_div(n, 256), 256>>>(params, master, grads, m, v, n, c, bc1, bc2, grad_scale, seed,
+                                                      index_offset);
     launchCheck();
 #else
     #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+    for (size_t i = 0; i < n; i++)
+        adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
 #endif
 }
 
@@ -145,9 +149,9 @@ inline unsigned adamw_slice_blocks(size_t n) { return (unsigned)ceil_div(n, (siz
 
 #ifdef __CUDACC__
 template <typename Grad>
-__global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v, const AdamWSlice* slices,
-                                    int count, AdamWConfig c, float weight_decay, float bc1, float bc2, float grad_scale,
-                                    uint64_t seed) {
+__global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v,
+                                    const AdamWSlice* slices, int count, AdamWConfig c, float weight_decay, float bc1,
+                                    float bc2, float grad_scale, uint64_t seed) {
     int lo = 0, hi = count - 1;  // the last slice whose first block is at or before this block
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -157,35 +161,37 @@ __global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* g
     size_t i0 = ((size_t)(blockIdx.x - s.first_block) * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
     if (i0 >= s.n) return;
     c.weight_decay = s.decay ? weight_decay : 0.0f;
-    bool packed = s.param % Packed128<floatX>::size == 0 && s.state % Packed128<floatX>::size == 0;  // from 256-byte bases
-    adamw_pack(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state, i0, s.n,
-               packed, c, bc1, bc2, grad_scale, seed, s.index);
+    // from 256-byte bases
+    bool packed = s.param % Packed128<floatX>::size == 0 && s.state % Packed128<floatX>::size == 0;
+    adamw_pack(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state, i0,
+               s.n, packed, c, bc1, bc2, grad_scale, seed, s.index);
 }
 #endif
 
 // AdamW on every slice of the table (device memory; host memory in the CPU build), `blocks` the
 // sum of their adamw_slice_blocks; c: lr and betas, weight_decay for the slices that decay
 template <typename Grad>
-inline void adamw_update_slices(floatX* params, float* master, const Grad* grads, float* m, float* v, const AdamWSlice* slices,
-                                int count, unsigned blocks, AdamWConfig c, float weight_decay, int t, float grad_scale,
-                                uint64_t seed) {
+inline void adamw_update_slices(floatX* params, float* master, const Grad* grads, float* m, float* v,
+                                const AdamWSlice* slices, int count, unsigned blocks, AdamWConfig c, float weight_decay,
+                                int t, float grad_scale, uint64_t seed) {
     if (count == 0 || blocks == 0) return;  // a grid of 0 blocks is a launch error
 #ifdef __CUDACC__
     float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);  // as adamw_update's
-    adamw_slices_kernel<Grad><<<blocks, ADAMW_BLOCK>>>(params, master, grads, m, v, slices, count, c, weight_decay, bc1, bc2,
-                                                      grad_scale, seed);
+    adamw_slices_kernel<Grad><<<blocks, ADAMW_BLOCK>>>(params, master, grads, m, v, slices, count, c, weight_decay, bc1,
+                                                       bc2, grad_scale, seed);
     launchCheck();
 #else
     for (int k = 0; k < count; k++) {
         const AdamWSlice& s = slices[k];
         c.weight_decay = s.decay ? weight_decay : 0.0f;
-        adamw_update(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state, s.n, c, t,
-                     grad_scale, seed, s.index);
+        adamw_update(params + s.param, master ? master + s.state : nullptr, grads + s.state, m + s.state, v + s.state,
+                     s.n, c, t, grad_scale, seed, s.index);
     }
 #endif
 }
 // the kernel ledger (kernels/ledger.cuh) of adamw_update_slices over P parameters: their gradient of
 // `grad_bytes` a value read; the parameters, m, v and the fp32 master copy (if any) updated in place
 inline void adamw_update_slices_ledger(Ledger* l, size_t P, size_t grad_bytes, bool master) {
-    ledger_add(l, {"adamw_slices_kernel<Grad>", 15.0 * P, (double)P * grad_bytes, 0, P * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
+    ledger_add(l, {"adamw_slices_kernel<Grad>", 15.0 * P, (double)P * grad_bytes, 0,
+                   P * (sizeof(floatX) + 8.0 + (master ? 4.0 : 0.0))});
 }

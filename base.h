@@ -13,12 +13,12 @@ the same trainer source runs unchanged.
 */
 #pragma once
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
-//          whole_file_write, whole_file_commit, whole_file_abandon, FileDigest, file_digest_start, file_digest_add, file_digest_hash,
-//          FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
+//          whole_file_write, whole_file_commit, whole_file_abandon, FileDigest, file_digest_start, file_digest_add,
+//          file_digest_hash, FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
 //          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
-//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
-//          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async,
-//          DeviceClock, device_clock_stamp, device_clock_ms, device_clock_free
+//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists, CALLER, cudaCheck,
+//          cuda_check, pinned_host_free, host_to_device_async, device_to_host_async, DeviceClock, device_clock_stamp,
+//          device_clock_ms, device_clock_free
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
@@ -89,11 +89,16 @@ inline void device_synchronize(CALLER) {
         if (status == cudaSuccess) return;
         if (status != cudaErrorNotReady) cuda_check(status, file, line);
         AsyncErrorWatch& w = async_error_watch();
-        if (const char* failed = w.check ? w.check(w.context) : nullptr) fail("%s (waiting at %s:%d)", failed, file, line);
+        if (const char* failed = w.check ? w.check(w.context) : nullptr)
+            fail("%s (waiting at %s:%d)", failed, file, line);
         sched_yield();  // the core to others between polls: NCCL's proxy thread may share it
     }
 }
-inline void* device_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMalloc(&p, bytes), file, line); return p; }
+inline void* device_malloc(size_t bytes, CALLER) {
+    void* p = nullptr;
+    if (bytes) cuda_check(cudaMalloc(&p, bytes), file, line);
+    return p;
+}
 inline void device_free(void* p, CALLER) { if (p) cuda_check(cudaFree(p), file, line); }
 // copies between host and device wait for the work before them: through device_synchronize
 inline void host_to_device(void* dst, const void* src, size_t bytes, CALLER) {
@@ -110,7 +115,11 @@ inline void device_to_device(void* dst, const void* src, size_t bytes, CALLER) {
 inline void device_zero(void* p, size_t bytes, CALLER) { cuda_check(cudaMemset(p, 0, bytes), file, line); }
 // page-locked host memory: device copies to and from it run at full speed (MPI staging), and
 // without a wait (below)
-inline void* pinned_host_malloc(size_t bytes, CALLER) { void* p = nullptr; if (bytes) cuda_check(cudaMallocHost(&p, bytes), file, line); return p; }
+inline void* pinned_host_malloc(size_t bytes, CALLER) {
+    void* p = nullptr;
+    if (bytes) cuda_check(cudaMallocHost(&p, bytes), file, line);
+    return p;
+}
 inline void pinned_host_free(void* p, CALLER) { if (p) cuda_check(cudaFreeHost(p), file, line); }
 // copies that do not wait: queued behind the work before them, the host goes on. The host side
 // must be page-locked (from pageable memory CUDA waits anyway), and left alone until a wait has
@@ -127,7 +136,10 @@ inline void device_to_host_async(void* dst, const void* src, size_t bytes, CALLE
 // are made once and reused (restart: used = 0)
 struct DeviceClock { std::vector<cudaEvent_t> events; int used = 0; };
 inline int device_clock_stamp(DeviceClock* c, CALLER) {
-    if (c->used == (int)c->events.size()) { c->events.emplace_back(); cuda_check(cudaEventCreate(&c->events.back()), file, line); }
+    if (c->used == (int)c->events.size()) {
+        c->events.emplace_back();
+        cuda_check(cudaEventCreate(&c->events.back()), file, line);
+    }
     cuda_check(cudaEventRecord(c->events[c->used], 0), file, line);
     return c->used++;
 }
@@ -214,7 +226,8 @@ inline void file_digest_add(FileDigest* d, const void* data, size_t bytes) {
     const unsigned char* p = (const unsigned char*)data;
     uint64_t h = d->hash;
     size_t i = 0;
-    for (; i < bytes && (d->bytes + i) % 8 != 0; i++) d->tail |= (uint64_t)p[i] << (8 * ((d->bytes + i) % 8));  // finish a word
+    for (; i < bytes && (d->bytes + i) % 8 != 0; i++)
+        d->tail |= (uint64_t)p[i] << (8 * ((d->bytes + i) % 8));  // finish a word
     if (i > 0 && (d->bytes + i) % 8 == 0) h = (h ^ d->tail) * 1099511628211ull, d->tail = 0;
     for (; i + 8 <= bytes; i += 8) {
         uint64_t w;
@@ -226,7 +239,9 @@ inline void file_digest_add(FileDigest* d, const void* data, size_t bytes) {
     d->bytes += bytes;
 }
 // the hash of the whole file: the words, then the zero-padded last one
-inline uint64_t file_digest_hash(const FileDigest& d) { return d.bytes % 8 ? (d.hash ^ d.tail) * 1099511628211ull : d.hash; }
+inline uint64_t file_digest_hash(const FileDigest& d) {
+    return d.bytes % 8 ? (d.hash ^ d.tail) * 1099511628211ull : d.hash;
+}
 // what a checkpoint's marker records of a complete file: its size and final hash
 struct FileCheck { size_t bytes; uint64_t hash; };
 inline FileCheck file_check(const FileDigest& d) { return FileCheck{d.bytes, file_digest_hash(d)}; }

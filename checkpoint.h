@@ -36,10 +36,9 @@ one line saying which file and why, down to the newest that does (none: one line
 */
 #pragma once
 // defines: TrainingState, checkpoint_model_path, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
-//          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer,
-//          checkpoint_write_marker, checkpoint_prune,
-//          OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout, marker_path,
-//          optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
+//          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer, checkpoint_write_marker,
+//          checkpoint_prune, OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout,
+//          marker_path, optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
 //          check_output_dir, output_dir_problem, checkpoint_gather_checks, checkpoint_problem, checkpoint_resume_step
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
@@ -90,9 +89,27 @@ inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const T
     char path[4096];
     state_path(path, sizeof(path), dir, s->step, g.rank);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage, (int)sizeof(floatX),
-                     opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch, s->shard_index,
-                     s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements, s->sample_index, s->sample_rng,
+    StateHeader h = {STATE_MAGIC,
+                     STATE_VERSION,
+                     s->step,
+                     g.world,
+                     g.rank,
+                     g.dp,
+                     g.tp,
+                     g.pp,
+                     opt.stage,
+                     (int)sizeof(floatX),
+                     opt.num_buffers,
+                     s->adam_steps,
+                     s->scaler.clean_steps,
+                     s->epoch,
+                     s->shard_index,
+                     s->micro_batch_tokens,
+                     s->step_tokens,
+                     s->scaler.scale,
+                     opt.elements,
+                     s->sample_index,
+                     s->sample_rng,
                      layers_held};
     WholeFile w = whole_file_open(path, "checkpoint state");
     whole_file_write(&w, &h, sizeof(h));
@@ -122,12 +139,14 @@ inline bool read_state_header(const char* dir, int step, int rank, StateHeader* 
     FILE* f = fopen(path, "rb");
     if (!f) return false;
     if (fread(h, sizeof(*h), 1, f) != 1) fail("checkpoint state %s is truncated (no header)", path);
-    if (h->magic != STATE_MAGIC || h->version != STATE_VERSION) fail("%s is not a version-%d checkpoint state file", path, STATE_VERSION);
+    if (h->magic != STATE_MAGIC || h->version != STATE_VERSION)
+        fail("%s is not a version-%d checkpoint state file", path, STATE_VERSION);
     if (opened) *opened = f; else fclose(f);
     return true;
 }
 // whether the state file's header was written by this layout (rank, grid, layers, ZeRO shard, precision)
-inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g, uint64_t layers_held) {
+inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g,
+                                  uint64_t layers_held) {
     return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
            h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
            h.shard_elements == opt.elements && h.layers_held == layers_held;
@@ -147,7 +166,8 @@ inline void take_run_state(const StateHeader& h, TrainingState* s) {
 
 // whether this rank's state file of `step` was written by this very layout (then it resumes
 // bit for bit from it; otherwise from the optimizer file, checkpoint_read_optimizer)
-inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g, uint64_t layers_held) {
+inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g,
+                                   uint64_t layers_held) {
     StateHeader h;
     if (!read_state_header(dir, step, g.rank, &h, NULL)) return false;
     return header_matches_layout(h, zero_optimizer_state(z), g, layers_held);
@@ -157,7 +177,8 @@ inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, con
 // under another layout takes, since it is the same on every rank
 inline void checkpoint_read_run_state(const char* dir, int step, TrainingState* s) {
     StateHeader h;
-    if (!read_state_header(dir, step, 0, &h, NULL)) fail("checkpoint step %d in %s has no state file of rank 0", step, dir);
+    if (!read_state_header(dir, step, 0, &h, NULL))
+        fail("checkpoint step %d in %s has no state file of rank 0", step, dir);
     if (h.floatx_bytes != (int)sizeof(floatX))
         fail("checkpoint step %d was written by a %d-byte floatX build; this is %d bytes (%s)", step, h.floatx_bytes,
              (int)sizeof(floatX), PRECISION_NAME);
@@ -165,7 +186,8 @@ inline void checkpoint_read_run_state(const char* dir, int step, TrainingState* 
 }
 
 // restores this rank's optimizer shard and the run state; every mismatch is one clear error
-inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g, uint64_t layers_held) {
+inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g,
+                                  uint64_t layers_held) {
     char path[4096];
     state_path(path, sizeof(path), dir, step, g.rank);
     StateHeader h;
@@ -173,18 +195,23 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
     if (!read_state_header(dir, step, g.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
     if (!header_matches_layout(h, opt, g, layers_held))
-        fail("checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX%s); "
-             "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX", path, h.world, h.dp, h.tp, h.pp,
-             h.zero_stage, h.floatx_bytes, h.layers_held == layers_held ? "" : ", other layers", g.world, g.dp, g.tp, g.pp,
-             opt.stage, (int)sizeof(floatX));
+        fail(
+            "checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte "
+            "floatX%s); "
+            "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX",
+            path, h.world, h.dp, h.tp, h.pp, h.zero_stage, h.floatx_bytes,
+            h.layers_held == layers_held ? "" : ", other layers", g.world, g.dp, g.tp, g.pp, opt.stage,
+            (int)sizeof(floatX));
     struct stat st;
     stat(path, &st);
     size_t expected = sizeof(h) + opt.num_buffers * opt.elements * sizeof(float);
     if ((size_t)st.st_size != expected)
-        fail("checkpoint state %s is truncated or padded: %lld bytes, expected %zu", path, (long long)st.st_size, expected);
+        fail("checkpoint state %s is truncated or padded: %lld bytes, expected %zu", path, (long long)st.st_size,
+             expected);
     std::vector<float> host(opt.elements);
     for (int k = 0; k < opt.num_buffers; k++) {
-        if (fread(host.data(), sizeof(float), host.size(), f) != host.size()) fail("checkpoint state %s: short read", path);
+        if (fread(host.data(), sizeof(float), host.size(), f) != host.size())
+            fail("checkpoint state %s: short read", path);
         host_to_device(opt.buffers[k], host.data(), host.size() * sizeof(float));
     }
     fclose(f);
@@ -197,7 +224,8 @@ inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingSt
 inline void optimizer_path(char* out, size_t size, const char* dir, int step) {
     snprintf(out, size, "%s/optimizer_%08d.bin", dir, step);
 }
-inline FileDigest checkpoint_write_optimizer(const char* dir, int step, const std::vector<std::vector<float>>& buffers) {
+inline FileDigest checkpoint_write_optimizer(const char* dir, int step,
+                                             const std::vector<std::vector<float>>& buffers) {
     char path[4096];
     optimizer_path(path, sizeof(path), dir, step);
     size_t n = buffers[0].size();
@@ -207,7 +235,8 @@ inline FileDigest checkpoint_write_optimizer(const char* dir, int step, const st
     for (const std::vector<float>& b : buffers) whole_file_write(&w, b.data(), n * sizeof(float));
     return whole_file_commit(&w);
 }
-inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers, size_t elements) {
+inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers,
+                                                                 size_t elements) {
     char path[4096];
     optimizer_path(path, sizeof(path), dir, step);
     FILE* f = fopen(path, "rb");
@@ -217,7 +246,8 @@ inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir
         fail("%s is not a version-1 optimizer state file", path);
     size_t n = (size_t)(uint32_t)header[3] | (size_t)(uint32_t)header[4] << 32;
     if (header[2] != num_buffers || n != elements)
-        fail("%s holds %d buffers of %zu values; this model needs %d of %zu", path, header[2], n, num_buffers, elements);
+        fail("%s holds %d buffers of %zu values; this model needs %d of %zu", path, header[2], n, num_buffers,
+             elements);
     std::vector<std::vector<float>> buffers(num_buffers, std::vector<float>(n));
     for (auto& b : buffers)
         if (fread(b.data(), sizeof(float), n, f) != n) fail("optimizer state %s is truncated", path);
@@ -238,16 +268,17 @@ inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid
                                     FileCheck optimizer, const std::vector<FileCheck>& states) {
     char path[4096], line[256];
     marker_path(path, sizeof(path), dir, step);
-    std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(g.world) + " state files, dp " +
-                       std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " + std::to_string(g.pp) + " ZeRO-" +
-                       std::to_string(zero_stage) + "\n";
+    std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(g.world) +
+                       " state files, dp " + std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " +
+                       std::to_string(g.pp) + " ZeRO-" + std::to_string(zero_stage) + "\n";
     auto add = [&](const char* name, FileCheck d) {
         snprintf(line, sizeof(line), "file %s %zu %016llx\n", name, d.bytes, (unsigned long long)d.hash);
         text += line;
     };
     snprintf(line, sizeof(line), "model_%08d.bin", step), add(std::string(line).c_str(), model);
     snprintf(line, sizeof(line), "optimizer_%08d.bin", step), add(std::string(line).c_str(), optimizer);
-    for (int r = 0; r < (int)states.size(); r++) snprintf(line, sizeof(line), "state_%08d_%05d.bin", step, r), add(std::string(line).c_str(), states[r]);
+    for (int r = 0; r < (int)states.size(); r++)
+        snprintf(line, sizeof(line), "state_%08d_%05d.bin", step, r), add(std::string(line).c_str(), states[r]);
     WholeFile w = whole_file_open(path, "checkpoint marker");
     whole_file_write(&w, text.data(), text.size());
     whole_file_commit(&w);
@@ -263,13 +294,15 @@ inline std::string checkpoint_problem(const char* dir, int step) {
         char model[4096], optimizer[4096];
         checkpoint_model_path(model, sizeof(model), dir, step);
         optimizer_path(optimizer, sizeof(optimizer), dir, step);
-        return file_exists(model) && file_exists(optimizer) ? "" : std::string(model) + " or its optimizer file is missing";
+        return file_exists(model) && file_exists(optimizer) ? ""
+                                                            : std::string(model) + " or its optimizer file is missing";
     }
     size_t at = 0;
     while ((at = marker.find("\nfile ", at)) != std::string::npos) {
         char name[256];
         unsigned long long bytes, hash;
-        if (sscanf(marker.c_str() + at + 6, "%255s %llu %llx", name, &bytes, &hash) != 3) return std::string(path) + " is damaged";
+        if (sscanf(marker.c_str() + at + 6, "%255s %llu %llx", name, &bytes, &hash) != 3)
+            return std::string(path) + " is damaged";
         at += 6;
         std::string file = std::string(dir) + "/" + name;
         struct stat st;
@@ -363,7 +396,10 @@ inline size_t checkpoint_bytes(size_t parameters, bool with_state) {
 // room than one checkpoint; "" when nothing is
 inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* problem, size_t size) {
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) { snprintf(problem, size, "-o %s is not a directory", dir); return; }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(problem, size, "-o %s is not a directory", dir);
+        return;
+    }
     std::string probe = std::string(dir) + "/.write_test_rank" + std::to_string(rank);
     FILE* f = fopen(probe.c_str(), "wb");
     bool wrote = f && fputc(0, f) != EOF;

@@ -40,14 +40,14 @@ Applied in train_gpt.cu: main (comm_start, comm_init), and through the technique
 embedding's group, the loss and norm scalars); model_file.h and accounting.h (the world).
 */
 #pragma once
-// defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init, comm_finalize, comm_shutdown, comm_all_reduce_sum,
-//          comm_all_reduce_max, comm_reduce_scatter_sum, comm_all_gather, comm_broadcast,
-//          comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars, comm_min_over_world, comm_max_over_world, comm_sum_over_world,
-//          comm_gatherv_to_root, comm_barrier, comm_fail_all, comm_use_nccl, CommKind,
-//          HostView, ReduceOp, comm_abort_job, comm_all_reduce, comm_group_init, comm_kind_names,
-//          comm_nccl_async_error, comm_set_trace, comm_single_process, comm_span_name, comm_staging,
-//          comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress,
-//          comm_abort_nccl
+// defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init,
+//          comm_finalize, comm_shutdown, comm_all_reduce_sum, comm_all_reduce_max, comm_reduce_scatter_sum,
+//          comm_all_gather, comm_broadcast, comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars,
+//          comm_min_over_world, comm_max_over_world, comm_sum_over_world, comm_gatherv_to_root, comm_barrier,
+//          comm_fail_all, comm_use_nccl, CommKind, HostView, ReduceOp, comm_abort_job, comm_all_reduce,
+//          comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace, comm_single_process,
+//          comm_span_name, comm_staging, comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum,
+//          nccl_check, ring_bytes, comm_progress, comm_abort_nccl
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Allreduce, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
@@ -60,8 +60,17 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
 #endif
 
-enum CommKind { COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_SEND, COMM_SCALARS, NUM_COMM_KINDS };
-[[maybe_unused]] static const char* comm_kind_names[NUM_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "scalars"};
+enum CommKind {
+    COMM_ALL_REDUCE,
+    COMM_REDUCE_SCATTER,
+    COMM_ALL_GATHER,
+    COMM_BROADCAST,
+    COMM_SEND,
+    COMM_SCALARS,
+    NUM_COMM_KINDS
+};
+[[maybe_unused]] static const char* comm_kind_names[NUM_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                                       "broadcast",  "send",           "scalars"};
 
 struct ProcessGrid {
     int world, rank, local_rank;
@@ -104,7 +113,9 @@ struct Collectives {
     Comm world, dp, tp, pp, cp, embedding;
 };
 // every group, to set or free them all alike
-inline std::vector<Comm*> comm_groups(Collectives* c) { return {&c->world, &c->dp, &c->tp, &c->pp, &c->cp, &c->embedding}; }
+inline std::vector<Comm*> comm_groups(Collectives* c) {
+    return {&c->world, &c->dp, &c->tp, &c->pp, &c->cp, &c->embedding};
+}
 
 // ---------------------------------------------------------------- start-up
 
@@ -191,9 +202,11 @@ inline void comm_start(int* argc, char*** argv, int* world, int* rank, int* loca
     const char* launcher_sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"};
     for (const char* name : launcher_sizes)
         if (*world == 1 && getenv(name) && atoi(getenv(name)) > 1)
-            fail("MPI sees 1 rank but the launcher started %s=%s: this program was built with another MPI than the launcher "
-                 "that ran it; rebuild with that MPI's mpicxx (make MPICXX=...) or launch with this MPI's mpirun",
-                 name, getenv(name));
+            fail(
+                "MPI sees 1 rank but the launcher started %s=%s: this program was built with another MPI than the "
+                "launcher "
+                "that ran it; rebuild with that MPI's mpicxx (make MPICXX=...) or launch with this MPI's mpirun",
+                name, getenv(name));
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, local_rank);
@@ -236,7 +249,8 @@ inline const char* comm_nccl_async_error(void* context) {
 // the grid's groups; every rank must call it with the same tp, pp, cp and backend
 inline void comm_init(Collectives* c, int world, int rank, int local_rank, int tp, int pp, bool use_nccl, int cp = 1) {
     if (tp < 1 || pp < 1 || cp < 1 || world % (tp * pp * cp) != 0)
-        comm_fail_all("the grid does not fit the world: %d ranks is not a multiple of tp * pp * cp = %d * %d * %d", world, tp, pp, cp);
+        comm_fail_all("the grid does not fit the world: %d ranks is not a multiple of tp * pp * cp = %d * %d * %d",
+                      world, tp, pp, cp);
     c->grid = make_grid(world, rank, tp, pp, cp);
     c->grid.local_rank = local_rank;
     const ProcessGrid& g = c->grid;
@@ -245,7 +259,8 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.replica_rank, &dp);    // same (pp, tp): dp x cp
     MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.replicas + data, g.tp_rank, &tpc);      // same (pp, dp, cp)
     MPI_Comm_split(MPI_COMM_WORLD, data * tp + g.tp_rank, g.pp_rank, &ppc);              // same (dp, cp, tp)
-    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * g.dp + g.dp_rank) * tp + g.tp_rank, g.cp_rank, &cpc);  // same (pp, dp, tp)
+    // same (pp, dp, tp)
+    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * g.dp + g.dp_rank) * tp + g.tp_rank, g.cp_rank, &cpc);
     bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                                   // first and last stage
     MPI_Comm_split(MPI_COMM_WORLD, ends ? data * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
     comm_group_init(&c->world, MPI_COMM_WORLD, false, "world");  // host data only (files, logs, scalars): MPI
@@ -268,7 +283,9 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
 inline void comm_set_trace(Collectives* c, Trace* trace) {
     for (Comm* g : comm_groups(c)) g->trace = trace;
 }
-inline std::string comm_span_name(const Comm* c, const char* what) { return std::string(what) + " " + (c->name ? c->name : ""); }
+inline std::string comm_span_name(const Comm* c, const char* what) {
+    return std::string(what) + " " + (c->name ? c->name : "");
+}
 
 // the end of a run that never built the groups (-h)
 inline void comm_shutdown() { MPI_Finalize(); }
@@ -314,7 +331,9 @@ template <> inline ncclDataType_t nccl_type<floatX>() { return ncclBfloat16; }
 #elif defined(ENABLE_FP16)
 template <> inline ncclDataType_t nccl_type<floatX>() { return ncclHalf; }
 #endif
-inline void nccl_check(ncclResult_t r, const char* what) { if (r != ncclSuccess) fail("%s: %s", what, ncclGetErrorString(r)); }
+inline void nccl_check(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess) fail("%s: %s", what, ncclGetErrorString(r));
+}
 #endif
 
 // the GPU build's staging buffer `slot` of a group, page-locked, grown when a call needs
@@ -356,7 +375,9 @@ template <typename T> struct HostView {
 // the watchdog's progress (watchdog.h): this rank begins `op` in group c
 inline void comm_progress(const Comm* c, const char* op) { watchdog_progress(op, c->name); }
 
-inline unsigned long long ring_bytes(size_t bytes, int p) { return p <= 1 ? 0 : (unsigned long long)bytes * (p - 1) / p; }
+inline unsigned long long ring_bytes(size_t bytes, int p) {
+    return p <= 1 ? 0 : (unsigned long long)bytes * (p - 1) / p;
+}
 
 // MPI counts are int: byte streams and element-wise reductions go in chunks of at most
 // c->chunk_bytes (1 GiB); a collective whose per-rank block itself exceeds an int is refused
@@ -378,7 +399,9 @@ template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, Red
     if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
     comm_progress(c, op == REDUCE_MAX ? "an all-reduce (max)" : "an all-reduce");
-    TraceSpan span(c->trace, [&] { return comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"); }, "collective", c->world_rank);
+    TraceSpan span(
+        c->trace, [&] { return comm_span_name(c, op == REDUCE_MAX ? "all-reduce max" : "all-reduce"); }, "collective",
+        c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
         ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : ncclMax;
@@ -393,7 +416,10 @@ template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, Red
     });
     h.copy_out(buf);
 }
-template <typename T> inline void comm_all_reduce_sum(Comm* c, T* buf, size_t n) { comm_all_reduce(c, buf, n, REDUCE_SUM); }
+template <typename T>
+inline void comm_all_reduce_sum(Comm* c, T* buf, size_t n) {
+    comm_all_reduce(c, buf, n, REDUCE_SUM);
+}
 // fp32 only (MPI_MAX does not know 16-bit floatX)
 inline void comm_all_reduce_max(Comm* c, float* buf, size_t n) { comm_all_reduce(c, buf, n, REDUCE_MAX); }
 
@@ -404,7 +430,10 @@ template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send
     comm_progress(c, "a reduce-scatter");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "reduce-scatter"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter"); return; }
+    if (c->use_nccl) {
+        nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter");
+        return;
+    }
 #endif
     HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
     MPI_Reduce_scatter_block(in.ptr, out.ptr, mpi_count(n, "reduce-scatter"), mpi_type<T>(), mpi_sum<T>(c), c->mpi);
@@ -438,7 +467,10 @@ template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int 
     comm_progress(c, "a broadcast");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "broadcast"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast"); return; }
+    if (c->use_nccl) {
+        nccl_check(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c->nccl, 0), "ncclBroadcast");
+        return;
+    }
 #endif
     HostView<T> h(c, 0, buf, n, c->rank == root);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
@@ -461,7 +493,8 @@ template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int
 
 // send (n) to send_peer while receiving recv (n) from recv_peer: both are posted before either
 // is waited on, so two neighbours exchanging at the same moment cannot deadlock (pipeline.h)
-template <typename T> inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n) {
+template <typename T>
+inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n) {
     c->bytes[COMM_SEND] += n * sizeof(T);
     comm_progress(c, "a send and receive");
 #ifdef __CUDACC__
@@ -539,6 +572,7 @@ template <typename T> inline std::vector<std::vector<T>> comm_gatherv_to_root(Co
     MPI_Gatherv(mine.data(), length, element, all.data(), lengths.data(), at.data(), element, 0, c->mpi);
     MPI_Type_free(&element);
     std::vector<std::vector<T>> out;
-    for (int r = 0; r < (int)lengths.size(); r++) out.emplace_back(all.begin() + at[r], all.begin() + at[r] + lengths[r]);
+    for (int r = 0; r < (int)lengths.size(); r++)
+        out.emplace_back(all.begin() + at[r], all.begin() + at[r] + lengths[r]);
     return out;
 }

@@ -50,10 +50,11 @@ _backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h)
 next_token_logits (sampling); the dp group of comm.h is dp x cp (ZeRO, the gradients' sum).
 */
 #pragma once
-// defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_attention_forward, ring_attention_backward,
-//          cp_ring_bytes_per_layer, cp_for_each_block
-#include "comm.h"                       // defines: Comm, comm_send_recv
-#include "kernels/attention.cuh"  // defines: AttentionBlock, AttentionScratch, attention_block_forward, attention_pack_kv, ...
+// defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_buffer_list, ring_attention_forward,
+//          ring_attention_backward, cp_ring_bytes_per_layer, cp_for_each_block
+#include <vector>                 // defines: std::vector
+#include "comm.h"                 // defines: Comm, comm_send_recv, BufferSpec (base.h)
+#include "kernels/attention.cuh"  // defines: AttentionBlock, AttentionScratch, attention_block_forward, ...
 
 // the chunk of the sequence (of 2c) that half `half` (0: early, 1: late) of rank r's tokens is
 inline int cp_chunk(int c, int r, int half) { return half == 0 ? r : 2 * c - 1 - r; }
@@ -75,6 +76,15 @@ inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
 // the scratch of a ring beyond one rank's attention (kernels/attention.cuh: AttentionScratch, whose
 // fp32 output, dq, D and dk dv sums it uses as well): two [k | v] blocks in flight and a second dk dv sum
 struct RingBuffers { floatX* block[2]; float* dkv; };
+// the ring's buffers, declared for the model's buffer list (gpt2.h): two [k | v] blocks of BT
+// tokens (the one in use, the one arriving) and the fp32 gradient travelling with them; none
+// without a ring (cp = 1)
+inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_t BT, size_t C_rank) {
+    size_t on = cp > 1 ? 1 : 0;
+    return {{(void**)&ring->block[0], on * BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)&ring->block[1], on * BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)&ring->dkv, on * BT * 2 * C_rank, sizeof(float), MEM_ACTIVATIONS_TRANSIENT}};
+}
 
 // visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting
 // rank's key chunks (rows of the [k | v] block it sent) that the causal mask leaves: chunk i's
@@ -86,8 +96,9 @@ inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int
         for (int k_half = 0; k_half < 2; k_half++) {
             int i = cp_chunk(c, r, q_half), j = cp_chunk(c, visitor, k_half);
             if (j > i) continue;
-            visit(q_half, AttentionBlock{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens,
-                                         B, chunk_tokens, chunk_tokens, C, NH, 2 * C, j == i, false});
+            visit(q_half,
+                  AttentionBlock{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens, B,
+                                 chunk_tokens, chunk_tokens, C, NH, 2 * C, j == i, false});
         }
 }
 
@@ -116,8 +127,8 @@ inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floa
 // its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
 // values go round the ring again, each block with its dk, dv summed so far, home after c steps
 inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
-                                    const floatX* qkv, const AttentionScratch& a, const RingBuffers& s, int B, int T_local,
-                                    int C, int NH) {
+                                    const floatX* qkv, const AttentionScratch& a, const RingBuffers& s, int B,
+                                    int T_local, int C, int NH) {
     int c = cp->size, r = cp->rank;
     size_t rows = (size_t)B * T_local, dkv_elements = rows * 2 * C;
     float* dkv_buffers[2] = {a.dkv, s.dkv};
@@ -132,8 +143,10 @@ inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, 
             attention_block_backward(block, qkv, visiting, a.dq, dkv, dout, lse, a.D);
         });
         if (c == 1) break;
-        if (step < c - 1) comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
-        comm_send_recv(cp, dkv, (r + 1) % c, dkv_buffers[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);  // the last: home
+        if (step < c - 1)
+            comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+        // the last: home
+        comm_send_recv(cp, dkv, (r + 1) % c, dkv_buffers[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);
         dkv = dkv_buffers[(step + 1) % 2];
     }
     attention_block_gradients(dqkv, a.dq, dkv, rows, C);

@@ -13,10 +13,9 @@ identical on every rank, so ranks still read disjoint slices of one global batch
 The position is (epoch, shard_index, sample_index): three integers to checkpoint.
 */
 #pragma once
-// defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset, dataloader_free,
-//          shard_read_header, SHARD_MAGIC,
-//          SHARD_HEADER_BYTES, SHARD_VERSION, dataloader_fisher_yates, dataloader_open_shard, dataloader_seek,
-//          dataloader_start_epoch
+// defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset,
+//          dataloader_free, shard_read_header, SHARD_MAGIC, SHARD_HEADER_BYTES, SHARD_VERSION, dataloader_fisher_yates,
+//          dataloader_open_shard, dataloader_seek, dataloader_start_epoch
 #include <glob.h>     // defines: glob
 #include <stdio.h>    // defines: FILE, fopen, fread, fseeko
 #include <stdint.h>   // defines: uint16_t
@@ -38,7 +37,8 @@ inline size_t shard_read_header(const char* path) {
     size_t got = fread(header, sizeof(int32_t), 256, f);
     fclose(f);
     if (got != 256) fail("token shard %s is shorter than its 1024-byte header", path);
-    if (header[0] != SHARD_MAGIC) fail("token shard %s has magic %d, expected %d (not an llm.c shard?)", path, header[0], SHARD_MAGIC);
+    if (header[0] != SHARD_MAGIC)
+        fail("token shard %s has magic %d, expected %d (not an llm.c shard?)", path, header[0], SHARD_MAGIC);
     if (header[1] != SHARD_VERSION) fail("token shard %s has version %d, expected %d", path, header[1], SHARD_VERSION);
     if (header[2] < 0) fail("token shard %s has a negative token count %d", path, header[2]);
     struct stat st;
@@ -46,7 +46,8 @@ inline size_t shard_read_header(const char* path) {
     size_t ntok = (size_t)header[2];
     size_t expected = SHARD_HEADER_BYTES + ntok * sizeof(uint16_t);
     if ((size_t)st.st_size != expected)
-        fail("token shard %s: header says %zu tokens (%zu bytes) but the file has %lld bytes", path, ntok, expected, (long long)st.st_size);
+        fail("token shard %s: header says %zu tokens (%zu bytes) but the file has %lld bytes", path, ntok, expected,
+             (long long)st.st_size);
     return ntok;
 }
 
@@ -134,8 +135,10 @@ inline void dataloader_init(DataLoader* d, const char* pattern, int B, int T, in
         const char* path = d->files.gl_pathv[s];
         d->shard_tokens[s] = shard_read_header(path);
         if (d->shard_tokens[s] < need)
-            fail("token shard %s has %zu tokens, fewer than one global micro-batch needs (%d ranks x B=%d x T=%d + 1 = %zu)",
-                 path, d->shard_tokens[s], ranks, B, T, need);
+            fail(
+                "token shard %s has %zu tokens, fewer than one global micro-batch needs (%d ranks x B=%d x T=%d + 1 = "
+                "%zu)",
+                path, d->shard_tokens[s], ranks, B, T, need);
         d->total_tokens += d->shard_tokens[s];
         size_t samples = (d->shard_tokens[s] - 1) / (need - 1);
         if (samples > max_samples) max_samples = samples;
@@ -162,8 +165,9 @@ inline void dataloader_next_batch(DataLoader* d) {
         fread(d->buffer, sizeof(uint16_t), BT + 1, d->file) != BT + 1)
         fail("token shard %s: short read at token %zu", path, token_offset);
     for (size_t i = 0; i <= BT; i++)
-        if (d->buffer[i] >= d->vocab_size) fail("token shard %s: token %d at position %zu is outside the vocabulary (%d)",
-                                                path, d->buffer[i], token_offset + i, d->vocab_size);
+        if (d->buffer[i] >= d->vocab_size)
+            fail("token shard %s: token %d at position %zu is outside the vocabulary (%d)", path, d->buffer[i],
+                 token_offset + i, d->vocab_size);
     for (size_t i = 0; i < BT; i++) { d->inputs[i] = d->buffer[i]; d->targets[i] = d->buffer[i + 1]; }
 }
 

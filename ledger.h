@@ -24,8 +24,8 @@ within 15%. docs/gpu.md sets llm.c's kernels beside it.
 Applied in accounting.h (print_plans).
 */
 #pragma once
-// defines: LedgerModel, GpuSpec, gpu_spec, block_forward_ledger, block_backward_ledger, micro_step_ledger,
-//          step_ledger, ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows
+// defines: LedgerModel, GpuSpec, gpu_spec, block_forward_ledger, block_backward_ledger, micro_step_ledger, step_ledger,
+//          ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows
 #include <stdio.h>   // defines: printf
 #include <string.h>  // defines: strcmp
 #include <algorithm> // defines: std::max
@@ -52,7 +52,9 @@ struct LedgerModel {
 };
 
 // a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
-inline void device_copy_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemcpyDeviceToDevice", 0, bytes, bytes, 0}); }
+inline void device_copy_ledger(Ledger* l, double bytes) {
+    ledger_add(l, {"cudaMemcpyDeviceToDevice", 0, bytes, bytes, 0});
+}
 inline void device_zero_ledger(Ledger* l, double bytes) { ledger_add(l, {"cudaMemset", 0, 0, bytes, 0}); }
 
 // train_gpt.cu's block_forward at tp 1
@@ -74,7 +76,8 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     if (m.recompute >= 3) block_forward_ledger(l, m);
     if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
     if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
-    matmul_backward_input_ledger(l, N, 4 * C, C);  // g's backward the identity: no copies (train_gpt.cu: blocks_backward)
+    // g's backward the identity: no copies (train_gpt.cu: blocks_backward)
+    matmul_backward_input_ledger(l, N, 4 * C, C);
     gelu_backward_ledger(l, N * 4 * C);
     matmul_backward_input_ledger(l, N, C, 4 * C);
     layernorm_backward_both_ledger(l, N, C, false);  // with the parameters' sums: W follows at once
@@ -102,7 +105,8 @@ inline Ledger micro_step_ledger(const LedgerModel& m) {
     device_zero_ledger(&l, (double)N * C * sizeof(floatX));  // the residual stream's gradient
     layernorm_backward_both_ledger(&l, N, C, true);
     for (size_t i = 0; i < m.L; i++) block_backward_ledger(&l, m);
-    if (m.L % 2) device_copy_ledger(&l, (double)N * C * sizeof(floatX));  // the input gradient back in scratch.dresidual
+    if (m.L % 2)
+        device_copy_ledger(&l, (double)N * C * sizeof(floatX));  // the input gradient back in scratch.dresidual
     encoder_backward_ledger(&l, m.B, m.T, C, m.V);
     if (m.grads_fp32) {  // zero.h's zero_end_micro_step: the fp32 sum += the micro-step's gradient, which is cleared
         ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)m.P, 0, 0, m.P * (4.0 + sizeof(floatX))});
@@ -116,7 +120,8 @@ inline Ledger step_ledger(const LedgerModel& m) {
     device_zero_ledger(&l, (double)P * sizeof(floatX));
     if (m.grads_fp32) device_zero_ledger(&l, 4.0 * P);
     norm_partials_ledger(&l, P, grad_bytes);
-    adamw_update_slices_ledger(&l, P, grad_bytes, m.master);  // one launch over every tensor (zero.h: zero_optimizer_step)
+    // one launch over every tensor (zero.h: zero_optimizer_step)
+    adamw_update_slices_ledger(&l, P, grad_bytes, m.master);
     return l;
 }
 

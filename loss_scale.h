@@ -47,7 +47,8 @@ inline LossScaler loss_scaler_init(const char* mode, bool fp16_build, int interv
     } else if (strcmp(mode, "off") != 0) {
         char* end = NULL;
         s.scale = strtof(mode, &end);
-        if (*mode == '\0' || *end != '\0' || !(s.scale >= 1.0f)) fail("-ls expects dynamic, off or a scale >= 1, got '%s'", mode);
+        if (*mode == '\0' || *end != '\0' || !(s.scale >= 1.0f))
+            fail("-ls expects dynamic, off or a scale >= 1, got '%s'", mode);
         s.enabled = true;
     }
     if (interval < 1) fail("-lsi must be at least 1 (got %d)", interval);

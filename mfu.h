@@ -21,7 +21,8 @@ collectives and element-wise kernels all lower it. Peaks:
 Applied in train_gpt.cu: main (the peak, once), print_run_header, print_step and log_step.
 */
 #pragma once
-// defines: PeakFlops, model_flops_per_token, device_peak_flops, sgemm_flops_per_s, rank_peak_flops, world_peak_flops, mfu_of
+// defines: PeakFlops, model_flops_per_token, device_peak_flops, sgemm_flops_per_s, rank_peak_flops, world_peak_flops,
+//          mfu_of
 #include <string.h>  // defines: strcmp
 #include <chrono>    // defines: std::chrono::steady_clock
 #include <string>    // defines: std::string
@@ -66,7 +67,8 @@ inline double sgemm_flops_per_s() {
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
         auto start = std::chrono::steady_clock::now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                    n);
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     return 2.0 * n * n * n / best;
@@ -78,7 +80,9 @@ inline PeakFlops rank_peak_flops(const char* device) {
 #ifdef __CUDACC__
     bool fp32 = PRECISION == PRECISION_FP32;
     double peak = device_peak_flops(device, fp32);
-    return PeakFlops{peak, std::string(device) + (peak <= 0.0 ? "" : fp32 ? ": fp32 CUDA cores, datasheet" : ": tensor cores, datasheet")};
+    return PeakFlops{peak, std::string(device) + (peak <= 0.0 ? ""
+                                                  : fp32      ? ": fp32 CUDA cores, datasheet"
+                                                              : ": tensor cores, datasheet")};
 #else
     (void)device;
     return PeakFlops{sgemm_flops_per_s(), "OpenBLAS sgemm measured at start-up"};

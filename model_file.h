@@ -5,30 +5,32 @@ Files are the whole model in llm.c's order, whatever the layout that reads or wr
 them: int32 header[256] = {magic 20240326, version, maxT, V, L, NH, C, Vp}, then the 16
 tensors one after another (wte, wpe, then ln1w of every layer, ln1b of every layer, ...,
 lnfw, lnfb), fp32 (version 3) or bf16 (version 5). A rank holds its part unit by unit
-(train_gpt.cu: the embeddings, each layer, the final LayerNorm), 1/tp of each split
+(gpt2.h: the embeddings, each layer, the final LayerNorm), 1/tp of each split
 tensor (tp.h), its stage's layers (pipeline.h). reorder_part translates between the two
 orders for one part; gather_in_file_order puts every part's values, gathered to rank 0,
 where the file wants them. The same two carry the optimizer state (m, v, fp32 master)
 into optimizer_%08d.bin, in the model file's order, so a run resumes under any layout.
 
     reading  -e FILE or dN -> values in file order -> reorder_part (this rank's part)
-             -> zero_set_params (this rank's shard, zero.h)
+             -> zero_set_params (this rank's shard, zero.h): gpt2_build, which also lays out
+             the rank's part of the model (gpt2.h) and its ZeRO shards
     writing  zero_params_to_host -> gather_in_file_order (rank 0) -> llm.c file
 A checkpoint at step n (-o, -n; checkpoint.h has the formats) is the model file, the
 optimizer file and one state file per rank, then a marker: only a complete set counts.
 Resuming under the same layout reads each rank's state file (bit for bit); under
-another it re-shards the optimizer file. Included by train_gpt.cu after GPT2, which it
-reads and writes.
+another it re-shards the optimizer file. The model it reads and writes is gpt2.h's.
 */
 #pragma once
 // defines: reorder_part, layers_held, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
 //          init_model_values, is_depth_init, gather_in_file_order, gpt2_write_file, find_resume_step,
-//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state
+//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_build
 #include <stdio.h>      // defines: fopen, fread
 #include <sys/stat.h>   // defines: stat
 #include <vector>       // defines: std::vector
+#include "gpt2.h"       // defines: GPT2, GPT2Config, ModelLayout, Unit (zero.h), parameter_shapes
 #include "checkpoint.h" // defines: TrainingState, checkpoint_write_state, checkpoint_read_state, ...
 #include "options.h"    // defines: TrainConfig
+#include "dataloader.h" // defines: DataLoader
 
 // values in llm.c's file order (the whole model) <-> the units of the part `lay` describes
 // (unit-major, unpadded): copies that part of every tensor (tp.h: tp_for_each_run)
@@ -69,8 +71,10 @@ inline void gpt2_validate_config(const GPT2Config& c, const char* source) {
     if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0)
         fail("%s: model dimensions must be positive (maxT=%d V=%d L=%d NH=%d C=%d)", source, c.max_seq_len,
              c.vocab_size, c.num_layers, c.num_heads, c.channels);
-    if (c.padded_vocab_size < c.vocab_size) fail("%s: padded vocab %d is smaller than vocab %d", source, c.padded_vocab_size, c.vocab_size);
-    if (c.channels % c.num_heads != 0) fail("%s: channels %d not divisible by heads %d", source, c.channels, c.num_heads);
+    if (c.padded_vocab_size < c.vocab_size)
+        fail("%s: padded vocab %d is smaller than vocab %d", source, c.padded_vocab_size, c.vocab_size);
+    if (c.channels % c.num_heads != 0)
+        fail("%s: channels %d not divisible by heads %d", source, c.channels, c.num_heads);
     if (c.vocab_size > 65536) fail("%s: vocab %d does not fit uint16 token shards", source, c.vocab_size);
 }
 
@@ -81,7 +85,8 @@ inline int read_model_header(const char* path, GPT2Config* config, FILE** opened
     if (!f) fail("cannot open model file %s", path);
     int32_t header[256];
     if (fread(header, sizeof(int32_t), 256, f) != 256) fail("model file %s is shorter than its 1024-byte header", path);
-    if (header[0] != MODEL_MAGIC) fail("model file %s has magic %d, expected %d (not an llm.c model file?)", path, header[0], MODEL_MAGIC);
+    if (header[0] != MODEL_MAGIC)
+        fail("model file %s has magic %d, expected %d (not an llm.c model file?)", path, header[0], MODEL_MAGIC);
     int version = header[1];
     if (version != MODEL_VERSION_FP32 && version != MODEL_VERSION_BF16)
         fail("model file %s has version %d; known versions are 3 (fp32) and 5 (bf16)", path, version);
@@ -252,7 +257,8 @@ inline void read_optimizer_file(GPT2* model, const char* dir, int step) {
     ZeroOptimizerState opt = zero_optimizer_state(z);
     TensorShape whole[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, model->config, whole_model_layout(model->config));
-    std::vector<std::vector<float>> buffers = checkpoint_read_optimizer(dir, step, opt.num_buffers, parameter_count(whole));
+    std::vector<std::vector<float>> buffers =
+        checkpoint_read_optimizer(dir, step, opt.num_buffers, parameter_count(whole));
     std::vector<float> values(model->num_parameters), shard(opt.elements);
     for (int k = 0; k < opt.num_buffers; k++) {
         reorder_part(model->config, model->layout, z->units, buffers[k].data(), values.data(), true);
@@ -273,21 +279,26 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
         TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
                                loader.shard_index, loader.sample_index, sample_rng.state};
         FileDigest optimizer_file = write_optimizer_file(model, tc.output_dir, done);
-        FileDigest state_file = checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
-                                                       done == tc.die_in_checkpoint && g.rank == g.world - 1);
-        std::vector<FileCheck> states = checkpoint_gather_checks(file_check(state_file), g);  // rank 0: every rank's, after all wrote
+        FileDigest state_file =
+            checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
+                                   done == tc.die_in_checkpoint && g.rank == g.world - 1);
+        // rank 0: every rank's, after all wrote
+        std::vector<FileCheck> states = checkpoint_gather_checks(file_check(state_file), g);
         if (g.rank == 0) {  // every rank's files are complete: now it counts
-            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file), file_check(optimizer_file), states);
+            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file),
+                                    file_check(optimizer_file), states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }
-    if (model->comm->grid.rank == 0) printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
+    if (model->comm->grid.rank == 0)
+        printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
 }
 
 // -y 1: under the layout that wrote the checkpoint, from this rank's state file (bit for bit);
 // under another, from the optimizer file and rank 0's run state (checkpoint.h)
-inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader, Rng* sample_rng) {
+inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader,
+                         Rng* sample_rng) {
     TrainingState state = {};
     state.scaler = *scaler;
     const ProcessGrid& g = model->comm->grid;
@@ -302,11 +313,60 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
                           "under another layout it resumes with the same (now %d and %d): they fix the data order",
                           step, state.micro_batch_tokens, state.step_tokens, tc.B * tc.T * g.dp, tc.total_batch_tokens);
         read_optimizer_file(model, tc.output_dir, step);
-        if (g.rank == 0) printf("resuming under another layout: the optimizer state re-sharded from %s/optimizer_%08d.bin\n",
-                                tc.output_dir, step);
+        if (g.rank == 0)
+            printf("resuming under another layout: the optimizer state re-sharded from %s/optimizer_%08d.bin\n",
+                   tc.output_dir, step);
     }
     model->adam_steps = state.adam_steps;
     *scaler = state.scaler;
     dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);
     sample_rng->state = state.sample_rng;
+}
+
+// ---------------------------------------------------------------- the model built from a file or from scratch
+
+// the model this rank holds, from -e (a model file or dN): its TP part of the whole (every
+// layout starts from the same values), with ZeRO `stage` over its DP group.
+// allocate = false only lays it out (-plan): no memory, no parameter values.
+inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
+                       bool allocate, const char* stage_layers = NULL, int chunks = 1) {
+    *model = GPT2{};
+    GPT2Config c;
+    float* file_values = NULL;
+    if (is_depth_init(init)) {
+        c = gpt2_config_for_depth(atoi(init + 1));
+        gpt2_validate_config(c, "-e");
+        if (allocate) file_values = init_model_values(c, seed);
+    } else if (allocate) {
+        file_values = read_model_file(init, &c);
+    } else {
+        read_model_header(init, &c, NULL);
+    }
+    model->config = c;
+    model->comm = comm;
+    int tp = comm->grid.tp, pp = comm->grid.pp;
+    if (c.num_layers < pp) comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", pp, c.num_layers);
+    std::string error;
+    model->stage_layers = stage_layer_counts(c.num_layers, pp, stage_layers, &error);
+    if (model->stage_layers.empty()) comm_fail_all("-pl %s %s", stage_layers ? stage_layers : "", error.c_str());
+    if (chunks > 1 && c.num_layers < pp * chunks)
+        comm_fail_all("-vp %d: the model has %d layers, fewer than the pp*vp = %d chunks", chunks, c.num_layers,
+                      pp * chunks);
+    std::vector<int> over_chunks(pp);  // each stage's layers, over its chunks
+    for (int s = 0; s < pp; s++) over_chunks[s] = layout_layers(stage_layout(model->stage_layers, 1, 0, s, chunks));
+    model->stage_layers = over_chunks;
+    model->layout = model_layout(comm->grid, model->stage_layers, chunks);
+    if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
+        comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
+                      tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
+    parameter_shapes(model->shapes, c, model->layout);
+    model->num_parameters = parameter_count(model->shapes);
+    zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
+              grads_fp32, allocate, model->memory);
+    if (!allocate) return;
+    float* values = (float*)malloc(model->num_parameters * sizeof(float));
+    reorder_part(c, model->layout, model->zero.units, file_values, values, true);
+    zero_set_params(&model->zero, values);
+    free(values);
+    free(file_values);
 }

@@ -7,12 +7,13 @@ world (the batch against dp, -pp against the layers) is checked in train_gpt.cu,
 every rank alike (check_batch_flags, gpt2_build).
 */
 #pragma once
-// defines: TrainConfig, OptionKind, Option, make_options, print_usage, parse_args
+// defines: TrainConfig, OptionKind, Option, OPTION_FIELD, option_table, option_value, print_usage, parse_args
 #include <stdio.h>   // defines: printf, snprintf
 #include <stdlib.h>  // defines: strtoll, strtod
 #include <errno.h>   // defines: errno, ERANGE
 #include <limits.h>  // defines: INT_MAX, INT_MIN
 #include <string.h>  // defines: strcmp
+#include <stddef.h>  // defines: offsetof
 #include <cmath>     // defines: std::isfinite
 #include "base.h"    // defines: fail
 
@@ -57,90 +58,116 @@ struct TrainConfig {
     const char* gpu = NULL;                  // -gpu with -plan 1: the kernel ledger's roofline on this GPU (ledger.h)
     int timeout = 600;             // seconds without progress before the watchdog ends the job (watchdog.h)
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
-    int stop_at_step = 0;          // from TRAIN_GPT_STOP_AT_STEP: the last rank stops itself (SIGSTOP) as this step begins
-    int kill_at_step = 0;          // from TRAIN_GPT_KILL_AT_STEP: the last rank kills itself (SIGKILL) as this step begins
+    int stop_at_step = 0;  // from TRAIN_GPT_STOP_AT_STEP: the last rank stops itself (SIGSTOP) as this step begins
+    int kill_at_step = 0;  // from TRAIN_GPT_KILL_AT_STEP: the last rank kills itself (SIGKILL) as this step begins
     int die_in_checkpoint = 0;     // from TRAIN_GPT_DIE_IN_CHECKPOINT: the last rank dies writing this step's state
 };
 
 enum OptionKind { OPT_INT, OPT_FLOAT, OPT_STRING };
 
-// numbers must be finite and in [min, max] (-b, -t, -d also together: parse_args, check_batch_flags)
-struct Option { const char* flag; OptionKind kind; void* value; const char* help; double min = 0, max = 0; };
+// numbers must be finite and in [min, max] (-b, -t, -d also together: parse_args, check_batch_flags).
+// offset: where the flag's value is in a TrainConfig (option_value)
+struct Option { const char* flag; OptionKind kind; size_t offset; const char* help; double min = 0, max = 0; };
+#define OPTION_FIELD(name) offsetof(TrainConfig, name)
 
-inline int make_options(TrainConfig* tc, Option* o) {
-    Option table[] = {
-        {"-e", OPT_STRING, &tc->init, "init: llm.c model file (.bin, fp32 v3 or bf16 v5) or dN = GPT-2 of depth N from scratch (d12 = 124M)"},
-        {"-i", OPT_STRING, &tc->train_pattern, "train token shards, glob pattern"},
-        {"-j", OPT_STRING, &tc->val_pattern, "validation token shards, glob pattern"},
-        {"-o", OPT_STRING, &tc->output_dir, "output directory for checkpoints and the final model (none: write nothing)"},
-        {"-log", OPT_STRING, &tc->log_path, "append one JSON object per optimizer step to this file"},
-        {"-b", OPT_INT, &tc->B, "micro-batch size per rank, in sequences", 1, 1 << 20},
-        {"-t", OPT_INT, &tc->T, "sequence length", 1, 1 << 20},
-        {"-d", OPT_INT, &tc->total_batch_tokens, "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)", -1, INT_MAX},
-        {"-l", OPT_FLOAT, &tc->lr, "peak learning rate", 0, 10},
-        {"-u", OPT_INT, &tc->warmup, "linear warmup steps", 0, INT_MAX},
-        {"-q", OPT_FLOAT, &tc->final_fraction, "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
-        {"-c", OPT_FLOAT, &tc->weight_decay, "AdamW weight decay (2-D tensors only)", 0, 10},
-        {"-gc", OPT_FLOAT, &tc->grad_clip, "clip the global gradient norm to this (0: off)", 0, 1e9},
-        {"-x", OPT_INT, &tc->max_steps, "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
-        {"-v", OPT_INT, &tc->val_every, "validate every N steps (0: off)", 0, INT_MAX},
-        {"-m", OPT_INT, &tc->val_batches, "validation micro-batches", 1, INT_MAX},
-        {"-s", OPT_INT, &tc->sample_every, "sample every N steps (0: off)", 0, INT_MAX},
-        {"-g", OPT_INT, &tc->gen_tokens, "tokens to generate per sample", 1, 1 << 20},
-        {"-temp", OPT_FLOAT, &tc->temperature, "sampling temperature", 1e-6, 1e6},
-        {"-tok", OPT_STRING, &tc->tokenizer_path, "llm.c tokenizer file to decode samples (make data writes it)"},
-        {"-n", OPT_INT, &tc->checkpoint_every, "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
-        {"-nk", OPT_INT, &tc->keep_checkpoints, "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
-        {"-y", OPT_INT, &tc->resume, "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
-        {"-shuffle", OPT_INT, &tc->shuffle, "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
-        {"-seed", OPT_INT, &tc->seed, "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
-        {"-r", OPT_INT, &tc->recompute, "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks", 0, 3},
-        {"-ls", OPT_STRING, &tc->loss_scale, "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
-        {"-lsi", OPT_INT, &tc->loss_scale_interval, "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
-        {"-ga", OPT_STRING, &tc->grad_accum_type, "gradient accumulation across micro-steps: floatX or fp32"},
-        {"-z", OPT_INT, &tc->zero_stage, "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
-        {"-tp", OPT_INT, &tc->tp, "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = world / (tp * pp)", 1, 1 << 16},
-        {"-sp", OPT_INT, &tc->sequence_parallel, "1: sequence parallelism with -tp: LayerNorms and the residual stream on 1/tp of the tokens, f and g as all-gather and reduce-scatter (tp.h)", 0, 1},
-        {"-cp", OPT_INT, &tc->cp, "context-parallel ranks: each sequence cut into 2cp chunks, rank r holding chunks r and 2cp-1-r, attention round a ring (cp.h); dp = world / (cp * tp * pp)", 1, 1 << 16},
-        {"-pp", OPT_INT, &tc->pp, "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
-        {"-pl", OPT_STRING, &tc->stage_layers, "layers of each pipeline stage, comma-separated, e.g. 1,3,3,1 (none: L/pp each, the first L % pp stages one more); -plan suggests a split balanced against the LM head"},
-        {"-ps", OPT_STRING, &tc->schedule, "pipeline schedule: 1f1b (warmup, steady, cooldown), gpipe (all forwards, then all backwards), zb (ZB-H1: 1F1B with weight gradients deferred into the bubble) or interleaved (1F1B over -vp chunks a stage)"},
-        {"-vp", OPT_INT, &tc->chunks, "interleaved 1F1B (-ps interleaved): model chunks per pipeline stage, stage s holding chunks s, s+pp, ...; micro-batches a multiple of -pp", 1, 64},
-        {"-comm", OPT_STRING, &tc->comm_backend, "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
-        {"-trace", OPT_STRING, &tc->trace_path, "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a track per rank"},
-        {"-timeout", OPT_INT, &tc->timeout, "watchdog: end the job when a rank makes no progress (no collective, send or step begun) for S seconds; exit code 3 (watchdog.h; 0: off)", 0, INT_MAX},
-        {"-plan", OPT_INT, &tc->plan, "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
-        {"-gpu", OPT_STRING, &tc->gpu, "with -plan 1: the CUDA build's kernel ledger of a step and its roofline "
-                                       "time on H100, H200 or A100 (ledger.h)"},
-    };
-    int n = sizeof(table) / sizeof(table[0]);
-    for (int i = 0; i < n; i++) o[i] = table[i];
-    return n;
-}
+// every flag: -h prints this table, parse_args reads it
+static const Option option_table[] = {
+    {"-e", OPT_STRING, OPTION_FIELD(init),
+     "init: llm.c model file (.bin, fp32 v3 or bf16 v5) or dN = GPT-2 of depth N from scratch (d12 = 124M)"},
+    {"-i", OPT_STRING, OPTION_FIELD(train_pattern), "train token shards, glob pattern"},
+    {"-j", OPT_STRING, OPTION_FIELD(val_pattern), "validation token shards, glob pattern"},
+    {"-o", OPT_STRING, OPTION_FIELD(output_dir),
+     "output directory for checkpoints and the final model (none: write nothing)"},
+    {"-log", OPT_STRING, OPTION_FIELD(log_path), "append one JSON object per optimizer step to this file"},
+    {"-b", OPT_INT, OPTION_FIELD(B), "micro-batch size per rank, in sequences", 1, 1 << 20},
+    {"-t", OPT_INT, OPTION_FIELD(T), "sequence length", 1, 1 << 20},
+    {"-d", OPT_INT, OPTION_FIELD(total_batch_tokens),
+     "total tokens per optimizer step (-1: B*T*dp); accumulation steps = d / (B*T*dp)", -1, INT_MAX},
+    {"-l", OPT_FLOAT, OPTION_FIELD(lr), "peak learning rate", 0, 10},
+    {"-u", OPT_INT, OPTION_FIELD(warmup), "linear warmup steps", 0, INT_MAX},
+    {"-q", OPT_FLOAT, OPTION_FIELD(final_fraction),
+     "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
+    {"-c", OPT_FLOAT, OPTION_FIELD(weight_decay), "AdamW weight decay (2-D tensors only)", 0, 10},
+    {"-gc", OPT_FLOAT, OPTION_FIELD(grad_clip), "clip the global gradient norm to this (0: off)", 0, 1e9},
+    {"-x", OPT_INT, OPTION_FIELD(max_steps), "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
+    {"-v", OPT_INT, OPTION_FIELD(val_every), "validate every N steps (0: off)", 0, INT_MAX},
+    {"-m", OPT_INT, OPTION_FIELD(val_batches), "validation micro-batches", 1, INT_MAX},
+    {"-s", OPT_INT, OPTION_FIELD(sample_every), "sample every N steps (0: off)", 0, INT_MAX},
+    {"-g", OPT_INT, OPTION_FIELD(gen_tokens), "tokens to generate per sample", 1, 1 << 20},
+    {"-temp", OPT_FLOAT, OPTION_FIELD(temperature), "sampling temperature", 1e-6, 1e6},
+    {"-tok", OPT_STRING, OPTION_FIELD(tokenizer_path), "llm.c tokenizer file to decode samples (make data writes it)"},
+    {"-n", OPT_INT, OPTION_FIELD(checkpoint_every),
+     "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
+    {"-nk", OPT_INT, OPTION_FIELD(keep_checkpoints),
+     "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
+    {"-y", OPT_INT, OPTION_FIELD(resume), "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
+    {"-shuffle", OPT_INT, OPTION_FIELD(shuffle),
+     "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
+    {"-seed", OPT_INT, OPTION_FIELD(seed),
+     "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
+    {"-r", OPT_INT, OPTION_FIELD(recompute),
+     "activation recompute: 0 keep all, 1 GELU, 2 + LayerNorm, 3 whole blocks", 0, 3},
+    {"-ls", OPT_STRING, OPTION_FIELD(loss_scale),
+     "loss scaling: dynamic, off or a static VALUE (default: dynamic for FP16, else off)"},
+    {"-lsi", OPT_INT, OPTION_FIELD(loss_scale_interval),
+     "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
+    {"-ga", OPT_STRING, OPTION_FIELD(grad_accum_type), "gradient accumulation across micro-steps: floatX or fp32"},
+    {"-z", OPT_INT, OPTION_FIELD(zero_stage), "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
+    {"-tp", OPT_INT, OPTION_FIELD(tp),
+     "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = "
+     "world / (tp * pp)", 1, 1 << 16},
+    {"-sp", OPT_INT, OPTION_FIELD(sequence_parallel),
+     "1: sequence parallelism with -tp: LayerNorms and the residual stream on 1/tp of the tokens, f and g as "
+     "all-gather and reduce-scatter (tp.h)", 0, 1},
+    {"-cp", OPT_INT, OPTION_FIELD(cp),
+     "context-parallel ranks: each sequence cut into 2cp chunks, rank r holding chunks r and 2cp-1-r, attention round "
+     "a ring (cp.h); dp = world / (cp * tp * pp)", 1, 1 << 16},
+    {"-pp", OPT_INT, OPTION_FIELD(pp),
+     "pipeline-parallel stages: contiguous layer ranges, the first stages take the remainder (pipeline.h)", 1, 1 << 16},
+    {"-pl", OPT_STRING, OPTION_FIELD(stage_layers),
+     "layers of each pipeline stage, comma-separated, e.g. 1,3,3,1 (none: L/pp each, the first L % pp stages one "
+     "more); -plan suggests a split balanced against the LM head"},
+    {"-ps", OPT_STRING, OPTION_FIELD(schedule),
+     "pipeline schedule: 1f1b (warmup, steady, cooldown), gpipe (all forwards, then all backwards), zb (ZB-H1: 1F1B "
+     "with weight gradients deferred into the bubble) or interleaved (1F1B over -vp chunks a stage)"},
+    {"-vp", OPT_INT, OPTION_FIELD(chunks),
+     "interleaved 1F1B (-ps interleaved): model chunks per pipeline stage, stage s holding chunks s, s+pp, ...; "
+     "micro-batches a multiple of -pp", 1, 64},
+    {"-comm", OPT_STRING, OPTION_FIELD(comm_backend),
+     "collectives: nccl (GPU build default) or mpi (CPU build; GPU build with host staging)"},
+    {"-trace", OPT_STRING, OPTION_FIELD(trace_path),
+     "write a timeline of the first 3 steps to this file: Chrome trace-event JSON (Perfetto, chrome://tracing), a "
+     "track per rank"},
+    {"-timeout", OPT_INT, OPTION_FIELD(timeout),
+     "watchdog: end the job when a rank makes no progress (no collective, send or step begun) for S seconds; exit "
+     "code 3 (watchdog.h; 0: off)", 0, INT_MAX},
+    {"-plan", OPT_INT, OPTION_FIELD(plan),
+     "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
+    {"-gpu", OPT_STRING, OPTION_FIELD(gpu),
+     "with -plan 1: the CUDA build's kernel ledger of a step and its roofline time on H100, H200 or A100 (ledger.h)"},
+};
+inline void* option_value(TrainConfig* tc, const Option& o) { return (char*)tc + o.offset; }
 
 inline void print_usage(const TrainConfig& defaults) {
     TrainConfig tc = defaults;
-    Option options[64];
-    int n = make_options(&tc, options);
     printf("usage: mpirun -np N ./train_gpt [flags]   (./train_gpt_cpu: the same program on the CPU)\n\n");
-    for (int i = 0; i < n; i++) {
+    for (const Option& o : option_table) {
         char def[64];
-        if (options[i].kind == OPT_INT) snprintf(def, sizeof(def), "%d", *(int*)options[i].value);
-        else if (options[i].kind == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(float*)options[i].value);
-        else snprintf(def, sizeof(def), "%s", *(const char**)options[i].value ? *(const char**)options[i].value : "none");
-        printf("  %-9s %s (default %s)\n", options[i].flag, options[i].help, def);
+        void* value = option_value(&tc, o);
+        if (o.kind == OPT_INT) snprintf(def, sizeof(def), "%d", *(int*)value);
+        else if (o.kind == OPT_FLOAT) snprintf(def, sizeof(def), "%g", *(float*)value);
+        else snprintf(def, sizeof(def), "%s", *(const char**)value ? *(const char**)value : "none");
+        printf("  %-9s %s (default %s)\n", o.flag, o.help, def);
     }
     printf("  %-9s this help\n", "-h");
 }
 
 // returns false when -h was given
 inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
-    Option options[64];
-    int n = make_options(tc, options);
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) return false;
-        Option* opt = NULL;
-        for (int i = 0; i < n; i++) if (strcmp(argv[a], options[i].flag) == 0) opt = &options[i];
+        const Option* opt = NULL;
+        for (const Option& o : option_table) if (strcmp(argv[a], o.flag) == 0) opt = &o;
         if (!opt) fail("unknown flag '%s' (see -h)", argv[a]);
         if (a + 1 >= argc) fail("flag %s needs a value", argv[a]);
         const char* v = argv[++a];
@@ -151,15 +178,15 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
             if (*v == '\0' || *end != '\0') fail("flag %s expects an integer, got '%s'", opt->flag, v);
             if (errno == ERANGE || x < opt->min || x > opt->max)
                 fail("flag %s must be an integer in [%.0f, %.0f], got %s", opt->flag, opt->min, opt->max, v);
-            *(int*)opt->value = (int)x;
+            *(int*)option_value(tc, *opt) = (int)x;
         } else if (opt->kind == OPT_FLOAT) {
             double x = strtod(v, &end);
             if (*v == '\0' || *end != '\0') fail("flag %s expects a number, got '%s'", opt->flag, v);
             if (!std::isfinite(x) || x < opt->min || x > opt->max)
                 fail("flag %s must be a finite number in [%g, %g], got %s", opt->flag, opt->min, opt->max, v);
-            *(float*)opt->value = (float)x;
+            *(float*)option_value(tc, *opt) = (float)x;
         } else {
-            *(const char**)opt->value = v;
+            *(const char**)option_value(tc, *opt) = v;
         }
     }
     return true;

@@ -6,8 +6,8 @@ Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, th
 first L % p stages one more; or a split of one's own, -pl, as stage_layer_counts
 explains); stage 0 also the embeddings, stage p-1 the final LayerNorm and the LM
 head. A micro-batch flows forward through the stages, each sending its output
-activation (B,T,C) to the next, and its gradient flows back the same way. The micro-batches are the gradient-accumulation steps (-d), so m =
-tokens per step / (B*T*dp).
+activation (B,T,C) to the next, and its gradient flows back the same way. The micro-batches are the
+gradient-accumulation steps (-d), so m = tokens per step / (B*T*dp).
 
 A schedule is a pure function of (s, p, m): the ordered list of actions stage s
 runs in one step (forward k, backward k, receive or send an activation or a
@@ -81,24 +81,22 @@ one chunk's forward or backward, half a stage's (F and B on chunk 0, f and b on 
 1F1B is drawn at that scale above it:
 
 1F1B, each forward and backward as two chunks'
-  stage 0: F0 F0 F1 F1 F2 F2 F3 F3 .. .. .. .. .. .. B0 B0 F4 F4 B1 B1 F5 F5 B2 B2 F6 F6 B3 B3 F7 F7 B4 B4 .. .. B5 B5 .. .. B6 B6 .. .. B7 B7
-  stage 1: .. .. F0 F0 F1 F1 F2 F2 .. .. .. .. B0 B0 F3 F3 B1 B1 F4 F4 B2 B2 F5 F5 B3 B3 F6 F6 B4 B4 F7 F7 B5 B5 .. .. B6 B6 .. .. B7 B7 .. ..
-  stage 2: .. .. .. .. F0 F0 F1 F1 .. .. B0 B0 F2 F2 B1 B1 F3 F3 B2 B2 F4 F4 B3 B3 F5 F5 B4 B4 F6 F6 B5 B5 F7 F7 B6 B6 .. .. B7 B7 .. .. .. ..
-  stage 3: .. .. .. .. .. .. F0 F0 B0 B0 F1 F1 B1 B1 F2 F2 B2 B2 F3 F3 B3 B3 F4 F4 B4 B4 F5 F5 B5 B5 F6 F6 B6 B6 F7 F7 B7 B7 .. .. .. .. .. ..
-interleaved 1F1B, V = 2
-  stage 0: F0 F1 F2 F3 f0 f1 f2 f3 F4 F5 .. .. .. F6 b0 F7 b1 f4 b2 f5 b3 f6 B0 f7 B1 B2 .. B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7
-  stage 1: .. F0 F1 F2 F3 f0 f1 f2 f3 .. .. F4 b0 F5 b1 F6 b2 F7 b3 f4 B0 f5 B1 f6 B2 f7 B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 ..
-  stage 2: .. .. F0 F1 F2 F3 f0 f1 .. f2 b0 f3 b1 F4 b2 F5 b3 F6 B0 F7 B1 f4 B2 f5 B3 f6 b4 f7 b5 b6 .. b7 B4 B5 B6 B7 .. ..
-  stage 3: .. .. .. F0 F1 F2 F3 f0 b0 f1 b1 f2 b2 f3 b3 F4 B0 F5 B1 F6 B2 F7 B3 f4 b4 f5 b5 f6 b6 f7 b7 B4 B5 B6 B7 .. .. ..
-Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6 of 38 instead of
-12 of 44. With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is
-m(F + B) + (p - 1)(F + B)/V: the bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of
-the real one (interleaved_bubble_fraction; pipeline_simulate checks it for p 1..8, m 1..16,
-V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1 chunks' activations
-(interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p;
-V times the messages, each as large; and m must be a multiple of p (the groups; other m can
-deadlock) with at least one layer per chunk (the trainer refuses others: -ps interleaved -vp V).
-With V = 1 it is 1F1B.
+  stage 0: F0 F0 F1 F1 F2 F2 F3 F3 .. .. .. .. .. .. B0 B0 F4 F4 B1 B1 F5 F5 B2 B2 F6 F6 B3 B3 F7 F7 B4 B4 .. .. B5 B5
+.. .. B6 B6 .. .. B7 B7 stage 1: .. .. F0 F0 F1 F1 F2 F2 .. .. .. .. B0 B0 F3 F3 B1 B1 F4 F4 B2 B2 F5 F5 B3 B3 F6 F6 B4
+B4 F7 F7 B5 B5 .. .. B6 B6 .. .. B7 B7 .. .. stage 2: .. .. .. .. F0 F0 F1 F1 .. .. B0 B0 F2 F2 B1 B1 F3 F3 B2 B2 F4 F4
+B3 B3 F5 F5 B4 B4 F6 F6 B5 B5 F7 F7 B6 B6 .. .. B7 B7 .. .. .. .. stage 3: .. .. .. .. .. .. F0 F0 B0 B0 F1 F1 B1 B1 F2
+F2 B2 B2 F3 F3 B3 B3 F4 F4 B4 B4 F5 F5 B5 B5 F6 F6 B6 B6 F7 F7 B7 B7 .. .. .. .. .. .. interleaved 1F1B, V = 2 stage 0:
+F0 F1 F2 F3 f0 f1 f2 f3 F4 F5 .. .. .. F6 b0 F7 b1 f4 b2 f5 b3 f6 B0 f7 B1 B2 .. B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 stage
+1: .. F0 F1 F2 F3 f0 f1 f2 f3 .. .. F4 b0 F5 b1 F6 b2 F7 b3 f4 B0 f5 B1 f6 B2 f7 B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 ..
+  stage 2: .. .. F0 F1 F2 F3 f0 f1 .. f2 b0 f3 b1 F4 b2 F5 b3 F6 B0 F7 B1 f4 B2 f5 B3 f6 b4 f7 b5 b6 .. b7 B4 B5 B6 B7
+.. .. stage 3: .. .. .. F0 F1 F2 F3 f0 b0 f1 b1 f2 b2 f3 b3 F4 B0 F5 B1 F6 B2 F7 B3 f4 b4 f5 b5 f6 b6 f7 b7 B4 B5 B6 B7
+.. .. .. Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6 of 38 instead of 12 of 44.
+With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is m(F + B) + (p - 1)(F + B)/V: the
+bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of the real one (interleaved_bubble_fraction;
+pipeline_simulate checks it for p 1..8, m 1..16, V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1
+chunks' activations (interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p; V times the
+messages, each as large; and m must be a multiple of p (the groups; other m can deadlock) with at least one layer per
+chunk (the trainer refuses others: -ps interleaved -vp V). With V = 1 it is 1F1B.
 
 Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
 k = 0..m-1 the other, and both list them in the same order. Where two neighbours
@@ -168,15 +166,14 @@ V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage
 (pipeline_simulate, balanced_stage_layers).
 */
 #pragma once
-// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name,
-//          PipelineOp, PipelineAction, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
-//          zb_h1_schedule, interleaved_order, interleaved_schedule,
-//          interleaved_bubble_fraction, interleaved_activation_sets, interleaved_set_slots,
-//          pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets, pipeline_weight_slots,
-//          StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
-//          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
-//          PipelineSimulation, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
-//          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, run_schedule, pipeline_forward
+// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp,
+//          PipelineAction, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule, zb_h1_schedule,
+//          interleaved_order, interleaved_schedule, interleaved_bubble_fraction, interleaved_activation_sets,
+//          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
+//          pipeline_weight_slots, StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
+//          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages, PipelineSimulation, pass_messages,
+//          pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers, PipelineStage, ScheduleTiming, ms_since,
+//          schedule_timing_read, action_name, run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
@@ -186,7 +183,7 @@ V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage
 #include <functional>  // defines: std::function
 #include <string>      // defines: std::string, std::to_string
 #include <vector>      // defines: std::vector
-#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan (trace.h), device_to_device (base.h)
+#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan, device_to_device
 
 // layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
 inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
@@ -220,8 +217,9 @@ inline std::vector<int> stage_layer_counts(int L, int p, const char* custom, std
         if (*end == ',' && *c == '\0') { *error = "ends with a comma"; return {}; }
     }
     if ((int)counts.size() != p || sum != L) {
-        *error = "lists " + std::to_string(counts.size()) + " stages and " + std::to_string(sum) + " layers; the run has " +
-                 std::to_string(p) + " stages (-pp) and the model " + std::to_string(L) + " layers";
+        *error = "lists " + std::to_string(counts.size()) + " stages and " + std::to_string(sum) +
+                 " layers; the run has " + std::to_string(p) + " stages (-pp) and the model " + std::to_string(L) +
+                 " layers";
         return {};
     }
     return counts;
@@ -261,10 +259,12 @@ struct PipelineAction { PipelineOp op; int micro, received_micro; int chunk = 0,
 // stage (stage 0's chunk 0) receives no activation and sends no gradient, its last (stage p-1's
 // chunk V-1) sends no activation and receives no gradient. A paired action that loses one half
 // is the other half alone. Without interleaving (V = 1) that is stage 0 and stage p-1.
-inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int v, int k2, int v2, int s, int p, int V) {
+inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int v, int k2, int v2, int s,
+                             int p, int V) {
     auto missing = [&](PipelineOp half, int chunk) {  // a half with no neighbour on chunk `chunk`
         bool first = s == 0 && chunk == 0, last = s == p - 1 && chunk == V - 1;
-        return ((half == RECV_ACTIVATION || half == SEND_GRADIENT) && first) || ((half == SEND_ACTIVATION || half == RECV_GRADIENT) && last);
+        return ((half == RECV_ACTIVATION || half == SEND_GRADIENT) && first) ||
+               ((half == SEND_ACTIVATION || half == RECV_GRADIENT) && last);
     };
     struct Halves { PipelineOp paired, out, in; };  // a paired action: what it sends (k, v), what it receives (k2, v2)
     static const Halves pairs[] = {{SEND_ACTIVATION_RECV_GRADIENT, SEND_ACTIVATION, RECV_GRADIENT},
@@ -370,7 +370,9 @@ inline std::vector<PipelineAction> interleaved_schedule(int s, int p, int m, int
     // chunk-forward i's and chunk-backward i's (k, v); the add_* helpers leave out missing halves
     auto f = [&](int i) { int k, v; interleaved_order(i, p, V, false, &k, &v); return std::make_pair(k, v); };
     auto b = [&](int i) { int k, v; interleaved_order(i, p, V, true, &k, &v); return std::make_pair(k, v); };
-    auto add = [&](PipelineOp op, std::pair<int, int> kv) { add_chunk_action(&a, op, kv.first, kv.second, -1, 0, s, p, V); };
+    auto add = [&](PipelineOp op, std::pair<int, int> kv) {
+        add_chunk_action(&a, op, kv.first, kv.second, -1, 0, s, p, V);
+    };
     auto add_pair = [&](PipelineOp op, std::pair<int, int> out, std::pair<int, int> in) {
         add_chunk_action(&a, op, out.first, out.second, in.first, in.second, s, p, V);
     };
@@ -483,7 +485,9 @@ inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) 
 
 // ---------------------------------------------------------------- simulating a schedule
 
-inline bool is_compute(PipelineOp op) { return op == FORWARD || op == BACKWARD || op == BACKWARD_INPUT || op == BACKWARD_WEIGHT; }
+inline bool is_compute(PipelineOp op) {
+    return op == FORWARD || op == BACKWARD || op == BACKWARD_INPUT || op == BACKWARD_WEIGHT;
+}
 
 // one half of a send or receive action: activation or gradient k, to or from stage `peer`, across
 // `boundary`, the cut between virtual stages boundary and boundary + 1 (virtual stage v*p + s is
@@ -524,10 +528,33 @@ struct PipelineSimulation {
     std::vector<int> peak_sets;
     bool completed;
 };
+// stage s's posted messages that meet one its peer has posted: passed at the later of the two
+// clocks (done_at: when all of an action's halves have passed). True if any did
+inline bool pass_messages(int s, const std::vector<std::vector<PipelineMessage>>& posted,
+                          std::vector<std::vector<bool>>& passed, const std::vector<double>& clock,
+                          std::vector<double>& done_at) {
+    bool progress = false;
+    for (size_t i = 0; i < posted[s].size(); i++) {
+        const PipelineMessage& mine = posted[s][i];
+        for (size_t j = 0; !passed[s][i] && j < posted[mine.peer].size(); j++) {
+            const PipelineMessage& theirs = posted[mine.peer][j];
+            if (passed[mine.peer][j] || theirs.send == mine.send || theirs.activation != mine.activation ||
+                theirs.micro != mine.micro || theirs.boundary != mine.boundary || theirs.peer != s) continue;
+            double t = std::max(clock[s], clock[mine.peer]);  // both have posted it
+            passed[s][i] = passed[mine.peer][j] = true;
+            done_at[s] = std::max(done_at[s], t);
+            done_at[mine.peer] = std::max(done_at[mine.peer], t);
+            progress = true;
+        }
+    }
+    return progress;
+}
+
 inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
                                                   const std::function<double(int, PipelineOp, int)>& cost) {
     int p = (int)lists.size();
-    PipelineSimulation sim = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0), true};
+    PipelineSimulation sim = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0),
+                              true};
     std::vector<size_t> pc(p, 0);
     std::vector<double> clock(p, 0.0), done_at(p, 0.0);  // done_at: when the current action's halves have all passed
     std::vector<int> in_flight(p, 0);
@@ -555,19 +582,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
                 progress = true;
                 continue;
             }
-            for (size_t i = 0; i < posted[s].size(); i++) {
-                const PipelineMessage& mine = posted[s][i];
-                for (size_t j = 0; !passed[s][i] && j < posted[mine.peer].size(); j++) {
-                    const PipelineMessage& theirs = posted[mine.peer][j];
-                    if (passed[mine.peer][j] || theirs.send == mine.send || theirs.activation != mine.activation ||
-                        theirs.micro != mine.micro || theirs.boundary != mine.boundary || theirs.peer != s) continue;
-                    double t = std::max(clock[s], clock[mine.peer]);  // both have posted it
-                    passed[s][i] = passed[mine.peer][j] = true;
-                    done_at[s] = std::max(done_at[s], t);
-                    done_at[mine.peer] = std::max(done_at[mine.peer], t);
-                    progress = true;
-                }
-            }
+            if (pass_messages(s, posted, passed, clock, done_at)) progress = true;
             if (std::find(passed[s].begin(), passed[s].end(), false) == passed[s].end()) {
                 clock[s] = done_at[s];
                 finish_action(s);
@@ -583,8 +598,8 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
     return sim;
 }
 // the same for the lists of a schedule (of `chunks` chunks a stage, interleaved)
-inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m, const std::function<double(int, PipelineOp, int)>& cost,
-                                            int chunks = 1) {
+inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m,
+                                            const std::function<double(int, PipelineOp, int)>& cost, int chunks = 1) {
     std::vector<std::vector<PipelineAction>> lists(p);
     for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m, chunks);
     return pipeline_simulate_lists(lists, cost);
@@ -597,7 +612,8 @@ inline double schedule_bubble_formula(ScheduleKind kind, int p, int m, int V = 1
     if (kind == SCHEDULE_INTERLEAVED) return interleaved_bubble_fraction(p, m, V);
     if (kind != SCHEDULE_ZB) return pipeline_bubble_fraction(p, m);
     if (m >= p) return zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0);
-    PipelineSimulation sim = pipeline_simulate(kind, p, m, [](int, PipelineOp op, int) { return op == BACKWARD ? 2.0 : 1.0; });
+    PipelineSimulation sim =
+        pipeline_simulate(kind, p, m, [](int, PipelineOp op, int) { return op == BACKWARD ? 2.0 : 1.0; });
     return 1.0 - sim.busy[0] / sim.step;  // every stage does the same work: they idle alike
 }
 
@@ -606,17 +622,24 @@ inline double schedule_bubble_formula(ScheduleKind kind, int p, int m, int V = 1
 // and the final LayerNorm with the LM head); every stage keeps at least one layer. Of the
 // splits with the same largest stage, the most even (least sum of squared stage costs).
 inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, double first_extra, double last_extra) {
-    auto stage_cost = [&](int s, int k) { return k * layer_cost + (s == 0 ? first_extra : 0.0) + (s == p - 1 ? last_extra : 0.0); };
+    auto stage_cost = [&](int s, int k) {
+        return k * layer_cost + (s == 0 ? first_extra : 0.0) + (s == p - 1 ? last_extra : 0.0);
+    };
     // best[s][l]: (largest cost, sum of squares) of the best split of layers [0, l) over stages 0..s;
     // take[s][l]: stage s's share in it. Dynamic programming over the last stage's share.
-    std::vector<std::vector<std::pair<double, double>>> best(p, std::vector<std::pair<double, double>>(L + 1, {INFINITY, 0.0}));
+    std::vector<std::vector<std::pair<double, double>>> best(
+        p, std::vector<std::pair<double, double>>(L + 1, {INFINITY, 0.0}));
     std::vector<std::vector<int>> take(p, std::vector<int>(L + 1, 0));
-    for (int l = 1; l <= L; l++) { best[0][l] = {stage_cost(0, l), stage_cost(0, l) * stage_cost(0, l)}; take[0][l] = l; }
+    for (int l = 1; l <= L; l++) {
+        best[0][l] = {stage_cost(0, l), stage_cost(0, l) * stage_cost(0, l)};
+        take[0][l] = l;
+    }
     for (int s = 1; s < p; s++)
         for (int l = s + 1; l <= L; l++)
             for (int k = 1; k <= l - s; k++) {
                 double c = stage_cost(s, k);
-                std::pair<double, double> w = {std::max(best[s - 1][l - k].first, c), best[s - 1][l - k].second + c * c};
+                std::pair<double, double> w = {std::max(best[s - 1][l - k].first, c),
+                                               best[s - 1][l - k].second + c * c};
                 if (w < best[s][l]) { best[s][l] = w; take[s][l] = k; }
             }
     std::vector<int> counts(p);
@@ -630,7 +653,8 @@ inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, d
 // Each function takes the chunk v (0 but under interleaved 1F1B) and the micro-batch k.
 struct PipelineStage {
     std::function<double(int v, int k)> forward;   // k through chunk v; its loss sum on the model's last chunk, else 0
-    std::function<void(int v, int k)> backward;    // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
+    std::function<void(int v, int k)>
+        backward;  // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
     std::function<void(int v, int k)> backward_input;   // its B: the same, with the weight gradients left for...
     std::function<void(int v, int k)> backward_weight;  // ...its W, later (ZB-H1)
     std::function<floatX*(int v, int k)> input;    // where k's input activation is received (not on the first chunk)
@@ -654,7 +678,10 @@ struct ScheduleTiming {
     std::vector<int> op_count;
     void add(PipelineOp op, int chunk, double ms) {
         size_t at = (size_t)chunk * NUM_PIPELINE_OPS + op;
-        if (op_ms.size() <= at) { op_ms.resize(at + NUM_PIPELINE_OPS - at % NUM_PIPELINE_OPS, 0.0); op_count.resize(op_ms.size(), 0); }
+        if (op_ms.size() <= at) {
+            op_ms.resize(at + NUM_PIPELINE_OPS - at % NUM_PIPELINE_OPS, 0.0);
+            op_count.resize(op_ms.size(), 0);
+        }
         op_ms[at] += ms;
         op_count[at] += 1;
     }
@@ -681,9 +708,9 @@ inline void schedule_timing_read(ScheduleTiming* t) {
 // the trace's name of an action: "forward 3", "send activation 4 / recv gradient 1", "forward 3
 // (chunk 1)", ...
 inline std::string action_name(const PipelineAction& a) {
-    static const char* names[] = {"forward", "backward", "recv activation", "send activation", "recv gradient",
-                                  "send gradient", "send activation", "send gradient", "backward input", "backward weight",
-                                  "send activation", "send gradient"};
+    static const char* names[] = {"forward",        "backward",        "recv activation", "send activation",
+                                  "recv gradient",  "send gradient",   "send activation", "send gradient",
+                                  "backward input", "backward weight", "send activation", "send gradient"};
     std::string name = std::string(names[a.op]) + " " + std::to_string(a.micro);
     if (a.op == SEND_ACTIVATION_RECV_GRADIENT) name += " / recv gradient " + std::to_string(a.received_micro);
     if (a.op == SEND_GRADIENT_RECV_ACTIVATION || a.op == SEND_ACTIVATION_RECV_ACTIVATION)
@@ -722,7 +749,9 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
             case SEND_ACTIVATION: comm_send(pp, stage.output(v, k), n, next); break;
             case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, next); break;
             case SEND_GRADIENT: comm_send(pp, stage.gradient, n, previous); break;
-            case SEND_ACTIVATION_RECV_GRADIENT: comm_send_recv(pp, stage.output(v, k), next, stage.gradient, next, n); break;
+            case SEND_ACTIVATION_RECV_GRADIENT:
+                comm_send_recv(pp, stage.output(v, k), next, stage.gradient, next, n);
+                break;
             case SEND_GRADIENT_RECV_ACTIVATION:
                 comm_send_recv(pp, stage.gradient, previous, stage.input(received_v, received_k), previous, n);
                 break;
@@ -730,7 +759,8 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
                 comm_send_recv(pp, stage.output(v, k), next, stage.input(received_v, received_k), previous, n);
                 break;
             case SEND_GRADIENT_RECV_GRADIENT:  // the next gradient cannot land in the one leaving: beside it, then in
-                if (!stage.received_gradient) fail("run_schedule: an interleaved schedule needs a stage with received_gradient");
+                if (!stage.received_gradient)
+                    fail("run_schedule: an interleaved schedule needs a stage with received_gradient");
                 comm_send_recv(pp, stage.gradient, previous, stage.received_gradient, next, n);
                 device_to_device(stage.gradient, stage.received_gradient, n * sizeof(floatX));
                 break;

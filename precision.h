@@ -24,9 +24,8 @@ train_gpt.cu (activations); the fp32 master and the rounding in adamw.h: adamw_u
 model_file.h: read_model_file and gpt2_write_file (bf16 files); comm.h: the 16-bit sum.
 */
 #pragma once
-// defines: floatX, to_float, from_float, round_stochastic, PRECISION_NAME, Precision,
-//          PRECISION, FLOATX_IS_FP32, CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits,
-//          bf16
+// defines: floatX, to_float, from_float, round_stochastic, PRECISION_NAME, Precision, PRECISION, FLOATX_IS_FP32,
+//          CUBLAS_FLOATX, bf16_bits_from_float, float_from_bf16_bits, bf16
 #include <stdint.h>  // defines: uint16_t, uint32_t, uint64_t
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: isfinite, fabsf
@@ -42,7 +41,12 @@ inline uint16_t bf16_bits_from_float(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
-inline float float_from_bf16_bits(uint16_t bits) { uint32_t u = (uint32_t)bits << 16; float f; memcpy(&f, &u, 4); return f; }
+inline float float_from_bf16_bits(uint16_t bits) {
+    uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 // the build's precision as a value, for code that must ask (file versions, loss-scaling defaults)
 enum Precision { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };

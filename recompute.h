@@ -31,8 +31,8 @@ calls before each block_backward: it reruns block_ln1/block_ln2/block_gelu, or t
 block_forward at -r 3.
 */
 #pragma once
-// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes, layer_activation_element_bytes,
-//          is_statistic
+// defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes,
+//          layer_activation_element_bytes, is_statistic
 #include <stddef.h>  // defines: size_t
 #include "precision.h"  // defines: floatX
 
@@ -52,7 +52,9 @@ inline bool recompute_keeps(int level, int t) {
 inline bool is_statistic(int t) { return t == LN1_MEAN || t == LN1_RSTD || t == LN2_MEAN || t == LN2_RSTD; }
 
 // the element type of tensor t: fp32 for the LayerNorm statistics and attention's log-sum-exp
-inline size_t layer_activation_element_bytes(int t) { return is_statistic(t) || t == LSE ? sizeof(float) : sizeof(floatX); }
+inline size_t layer_activation_element_bytes(int t) {
+    return is_statistic(t) || t == LSE ? sizeof(float) : sizeof(floatX);
+}
 
 // elements of tensor t for one layer on one rank; T is the tokens of a sequence the rank holds
 // (T/cp under -cp); with sequence parallelism (tp.h, -sp) the rank holds N/tp tokens of the

@@ -110,11 +110,12 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 -sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
 */
 #pragma once
-// defines: TensorParallel, tp_whole, tp_held, tp_gather_tokens, tp_sum_tokens,
-//          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit, TensorPartition, tp_local_shape, tp_for_each_run,
-//          tp_vocab_range, LossStatistics, tp_crossentropy, TensorParallelTraffic, tp_bytes_per_micro_step
+// defines: TensorParallel, tp_whole, tp_held, tp_gather_tokens, tp_sum_tokens, tp_f_forward, tp_f_backward,
+//          tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit, TensorPartition,
+//          tp_local_shape, tp_for_each_run, tp_vocab_range, LossStatistics, tp_crossentropy, TensorParallelTraffic,
+//          tp_bytes_per_micro_step
 #include <algorithm>                 // defines: std::min, std::max
-#include "comm.h"                    // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum
+#include "comm.h"  // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
 #include "kernels/matmul.cuh"        // defines: bias_forward
@@ -149,19 +150,29 @@ inline void tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
 // (identity), or under -sp gathers it. Backward: the input's gradient summed over the group,
 // since each rank's rows of the matrix gave only their part of it (-sp: only its tokens' sums).
-inline void tp_f_forward(TensorParallel tp, const floatX* input, floatX* whole, size_t n_held) { tp_gather_tokens(tp, input, whole, n_held); }
-inline void tp_f_backward(TensorParallel tp, floatX* dwhole, floatX* dinput, size_t n_held) { tp_sum_tokens(tp, dwhole, dinput, n_held); }
+inline void tp_f_forward(TensorParallel tp, const floatX* input, floatX* whole, size_t n_held) {
+    tp_gather_tokens(tp, input, whole, n_held);
+}
+inline void tp_f_backward(TensorParallel tp, floatX* dwhole, floatX* dinput, size_t n_held) {
+    tp_sum_tokens(tp, dwhole, dinput, n_held);
+}
 
 // g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
 // columns gave a partial sum (-sp: only its tokens' sums). Backward: every rank needs the whole
 // output gradient; it has it (identity), or under -sp gathers it.
-inline void tp_g_forward(TensorParallel tp, floatX* whole, floatX* output, size_t n_held) { tp_sum_tokens(tp, whole, output, n_held); }
-inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) { tp_gather_tokens(tp, doutput, dwhole, n_held); }
+inline void tp_g_forward(TensorParallel tp, floatX* whole, floatX* output, size_t n_held) {
+    tp_sum_tokens(tp, whole, output, n_held);
+}
+inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) {
+    tp_gather_tokens(tp, doutput, dwhole, n_held);
+}
 
 // a row-parallel matrix's bias (attproj, fcproj) is added once, to g's sum. With one rank there is
 // no sum: the bias goes to the matrix (the GPU build adds it in cuBLASLt's epilogue, no pass of its
 // own: kernels/matmul.cuh) and nothing is left after g. With more, after g, on the tokens held
-inline const floatX* tp_bias_before_g(TensorParallel tp, const floatX* bias) { return tp.group->size == 1 ? bias : NULL; }
+inline const floatX* tp_bias_before_g(TensorParallel tp, const floatX* bias) {
+    return tp.group->size == 1 ? bias : NULL;
+}
 inline void tp_bias_after_g(TensorParallel tp, floatX* output, const floatX* bias, int rows, int C) {
     if (tp.group->size > 1) bias_forward(output, bias, rows, C);
 }
@@ -235,9 +246,10 @@ inline void tp_crossentropy(Comm* tp, floatX* logits, float* losses, const int* 
 // with it each moves an all-gather or a reduce-scatter (half an all-reduce each), and the
 // backward gathers each LayerNorm output once more for the weight gradients (2 per block: ln1's, ln2's)
 struct TensorParallelTraffic { unsigned long long all_reduce, all_gather, reduce_scatter; };
-inline TensorParallelTraffic tp_bytes_per_micro_step(int L, size_t N, int C, int tp, bool sequence_parallel, int block_forwards,
-                                                     bool first_stage, bool last_stage) {
-    unsigned long long activation = ring_bytes(N * C * sizeof(floatX), tp);  // an all-gather or reduce-scatter of N tokens
+inline TensorParallelTraffic tp_bytes_per_micro_step(int L, size_t N, int C, int tp, bool sequence_parallel,
+                                                     int block_forwards, bool first_stage, bool last_stage) {
+    // an all-gather or reduce-scatter of N tokens
+    unsigned long long activation = ring_bytes(N * C * sizeof(floatX), tp);
     unsigned long long statistics = (last_stage ? 3 : 0) * 2 * ring_bytes(N * sizeof(float), tp);
     unsigned long long forwards = 2ull * block_forwards * L, first = first_stage ? 1 : 0, last = last_stage ? 1 : 0;
     if (!sequence_parallel)  // f's backward and g's forward: 2 per block forward and 2 per backward

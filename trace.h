@@ -14,8 +14,7 @@ Format: {"traceEvents": [{"name", "cat", "ph": "X", "ts", "dur", "pid": 0, "tid"
 plus one "thread_name" record per rank naming its place in the grid.
 */
 #pragma once
-// defines: Trace, TraceSpan, trace_start, trace_event_json, trace_write_file,
-//          trace_now_us
+// defines: Trace, TraceSpan, trace_start, trace_event_json, trace_write_file, trace_now_us
 #include <stdio.h>  // defines: fopen, fprintf
 #include <chrono>   // defines: std::chrono::steady_clock
 #include <string>   // defines: std::string
@@ -39,10 +38,12 @@ inline void trace_start(Trace* t) {
 }
 
 // one complete event ("ph": "X") on track `tid`
-inline std::string trace_event_json(const std::string& name, const char* category, double start_us, double duration_us, int tid) {
+inline std::string trace_event_json(const std::string& name, const char* category, double start_us, double duration_us,
+                                    int tid) {
     char head[160];
-    snprintf(head, sizeof(head), "\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %d}",
-             category, start_us, duration_us, tid);
+    snprintf(head, sizeof(head),
+             "\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %d}", category,
+             start_us, duration_us, tid);
     return "{\"name\": \"" + name + head;
 }
 
@@ -79,9 +80,13 @@ inline void trace_write_file(const char* path, const std::vector<std::vector<cha
     if (!f) fail("cannot write trace file %s", path);
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (size_t q = 0; q < track_names.size(); q++) {
-        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"name\": \"%s\"}},\n", q,
-                track_names[q].c_str());
-        fprintf(f, "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"sort_index\": %zu}},\n", q, q);
+        fprintf(f,
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"name\": \"%s\"}},\n",
+                q, track_names[q].c_str());
+        fprintf(f,
+                "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %zu, \"args\": {\"sort_index\": "
+                "%zu}},\n",
+                q, q);
     }
     bool first = true;
     for (const std::vector<char>& rank_events : events) {

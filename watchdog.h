@@ -47,7 +47,8 @@ struct Watchdog {
 inline Watchdog& watchdog() { static Watchdog w; return w; }
 
 inline long long watchdog_now_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
 }
 // the main thread begins `what` (a collective, a send, a step) of `group`
 inline void watchdog_progress(const char* what, const char* group) {
@@ -66,10 +67,12 @@ inline void watchdog_loop(Watchdog* w) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         long long idle_ms = watchdog_now_ms() - w->last_ms;
         if (!w->running || idle_ms <= 1000LL * w->timeout_s) continue;
-        std::string began = std::string(w->what.load()) + (*w->group.load() ? std::string(" of the ") + w->group.load() + " group" : "");
-        fprintf(stderr, "error: watchdog: rank %d made no progress for %lld s, since it began %s at step %d (-timeout %d): "
-                "a rank has stopped or a link has failed; ending the job (exit code %d)\n", w->rank, idle_ms / 1000,
-                began.c_str(), w->step.load(), w->timeout_s, WATCHDOG_EXIT_CODE);
+        std::string began = std::string(w->what.load()) +
+                            (*w->group.load() ? std::string(" of the ") + w->group.load() + " group" : "");
+        fprintf(stderr,
+                "error: watchdog: rank %d made no progress for %lld s, since it began %s at step %d (-timeout %d): "
+                "a rank has stopped or a link has failed; ending the job (exit code %d)\n",
+                w->rank, idle_ms / 1000, began.c_str(), w->step.load(), w->timeout_s, WATCHDOG_EXIT_CODE);
         fflush(stderr);
         fflush(stdout);
         if (w->before_exit) w->before_exit(w->context);

@@ -72,14 +72,13 @@ zero_optimizer_step, zero_gather_updated), gpt2_grad_norm_squared; model_file.h 
 and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
 #pragma once
-// defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitSlot, Zero, unit_slot, unit_shard,
-//          zero_lay_out_units, zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state,
-//          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params,
-//          zero_unit_params, zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step,
-//          zero_end_micro_step, zero_reduce_step, zero_grad_norm_squared,
-//          zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients, zero_optimizer_step, zero_gather_updated,
-//          zero_params_to_host, ZeroPlan, zero_plan,
-//          MAX_UNIT_SLICES, zero_adamw_slices
+// defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitSlot, Zero, unit_slot, unit_shard, zero_lay_out_units,
+//          zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state, zero_for_each_shard_slice,
+//          zero_shard_to_units, zero_units_to_shard, zero_set_params, zero_unit_params, zero_unit_grads,
+//          zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
+//          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
+//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
+//          zero_adamw_slices
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -141,7 +140,9 @@ struct Zero {
     unsigned adamw_blocks;          // the launch's grid: the slices' blocks summed
 };
 
-inline int unit_slot(const Zero* z, int u) { return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_FINAL_NORM : SLOT_LAYER; }
+inline int unit_slot(const Zero* z, int u) {
+    return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_FINAL_NORM : SLOT_LAYER;
+}
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
 // each unit padded to a multiple of `shards`, placed in the full buffer (offset), the unpadded
@@ -252,14 +253,16 @@ inline void zero_shard_to_units(const Unit* units, int num_units, int shards, in
                                 float* values) {
     for (int u = 0; u < num_units; u++) {
         size_t S = units[u].padded / shards, begin = shard_rank * S;
-        for (size_t i = begin; i < begin + S && i < units[u].size; i++) values[units[u].origin + i] = shard[units[u].shard_offset + i - begin];
+        for (size_t i = begin; i < begin + S && i < units[u].size; i++)
+            values[units[u].origin + i] = shard[units[u].shard_offset + i - begin];
     }
 }
 inline void zero_units_to_shard(const Unit* units, int num_units, int shards, int shard_rank, const float* values,
                                 float* shard) {
     for (int u = 0; u < num_units; u++) {
         size_t S = units[u].padded / shards, begin = shard_rank * S;
-        for (size_t i = begin; i < begin + S; i++) shard[units[u].shard_offset + i - begin] = i < units[u].size ? values[units[u].origin + i] : 0.0f;
+        for (size_t i = begin; i < begin + S; i++)
+            shard[units[u].shard_offset + i - begin] = i < units[u].size ? values[units[u].origin + i] : 0.0f;
     }
 }
 
@@ -353,9 +356,12 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
     std::vector<size_t> lo, hi;  // the ranges not empty, read back in one copy
     for (size_t r = 0; r < ends.size(); r++)
         if (ends[r] > begins[r]) { lo.push_back(begins[r]); hi.push_back(ends[r]); }
-    if ((int)lo.size() > z->norm_ranges) fail("zero_grad_norm_squared: %zu ranges, room for %d", lo.size(), z->norm_ranges);
+    if ((int)lo.size() > z->norm_ranges)
+        fail("zero_grad_norm_squared: %zu ranges, room for %d", lo.size(), z->norm_ranges);
     double sum = 0.0;
-    with_gradient(z->step_grad, [&](auto* g) { sum = global_norm_squared_ranges(g, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch); });
+    with_gradient(z->step_grad, [&](auto* g) {
+        sum = global_norm_squared_ranges(g, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch);
+    });
     if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
     return sum;
 }
@@ -367,7 +373,9 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
 inline void zero_sum_gradient_range(Zero* z, size_t at, size_t n, Comm* group) {
     with_gradient(z->step_grad, [&](auto* g) { comm_all_reduce_sum(group, g + at, n); });
 }
-inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) { zero_sum_gradient_range(z, z->units[u].shard_offset, unit_shard(z, u), group); }
+inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
+    zero_sum_gradient_range(z, z->units[u].shard_offset, unit_shard(z, u), group);
+}
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
 inline void zero_poison_gradients(Zero* z) {
@@ -389,7 +397,8 @@ inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks
     *blocks = 0;
     zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
         const Unit& unit = z->units[u];
-        table.push_back(AdamWSlice{z->stage == 3 ? local : unit.offset + lo, local, hi - lo, unit.origin + lo, *blocks, slice.decay});
+        table.push_back(AdamWSlice{z->stage == 3 ? local : unit.offset + lo, local, hi - lo, unit.origin + lo, *blocks,
+                                   slice.decay});
         *blocks += adamw_slice_blocks(hi - lo);
     });
     return table;
@@ -400,8 +409,8 @@ inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float gra
     AdamWConfig c;
     c.lr = lr;
     with_gradient(z->step_grad, [&](auto* grad) {
-        adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices, z->num_adamw_slices, z->adamw_blocks, c,
-                            weight_decay, t, grad_scale, seed);
+        adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices, z->num_adamw_slices,
+                            z->adamw_blocks, c, weight_decay, t, grad_scale, seed);
     });
 }
 

@@ -47,12 +47,12 @@ sequence_attention_forward and _backward (one rank), and through cp.h's ring att
 #pragma once
 // defines: AttentionBlock, AttentionScratch, attention_whole_sequences, attention_block_q_row, attention_block_kv_row,
 //          attention_block_keys, attention_block_score, attention_block_forward_row, attention_block_dq_row,
-//          attention_block_dkv_row, attention_block_row_dot_row, attention_block_forward_host, attention_block_backward_host,
-//          attention_block_row_dot_host, attention_block_output_host, attention_block_gradients_host,
-//          attention_block_forward, attention_block_backward, attention_block_row_dot, attention_block_output,
-//          attention_block_gradients, attention_forward, attention_backward, attention_forward_host, attention_backward_host,
-//          ATTENTION_CPU_QUERIES, gather_head_rows, attention_block_forward_head, attention_block_backward_head,
-//          attention_pack_kv, attention_pack_kv_host,
+//          attention_block_dkv_row, attention_block_row_dot_row, attention_block_forward_host,
+//          attention_block_backward_host, attention_block_row_dot_host, attention_block_output_host,
+//          attention_block_gradients_host, attention_block_forward, attention_block_backward, attention_block_row_dot,
+//          attention_block_output, attention_block_gradients, attention_forward, attention_backward,
+//          attention_forward_host, attention_backward_host, ATTENTION_CPU_QUERIES, gather_head_rows,
+//          attention_block_forward_head, attention_block_backward_head, attention_pack_kv, attention_pack_kv_host,
 //          attention_backward_ledger, attention_forward_ledger, flash_wmma_head
 #include <math.h>    // defines: expf, logf, sqrtf, INFINITY
 #include <algorithm> // defines: std::min
@@ -76,12 +76,17 @@ inline AttentionBlock attention_whole_sequences(int B, int T, int C, int NH) {
     return AttentionBlock{T, 0, T, 0, B, T, T, C, NH, 3 * C, true, true};
 }
 
-HOST_DEVICE inline size_t attention_block_q_row(const AttentionBlock& a, int b, int t) { return (size_t)b * a.q_rows + a.q_first + t; }
-HOST_DEVICE inline size_t attention_block_kv_row(const AttentionBlock& a, int b, int j) { return (size_t)b * a.kv_rows + a.kv_first + j; }
+HOST_DEVICE inline size_t attention_block_q_row(const AttentionBlock& a, int b, int t) {
+    return (size_t)b * a.q_rows + a.q_first + t;
+}
+HOST_DEVICE inline size_t attention_block_kv_row(const AttentionBlock& a, int b, int j) {
+    return (size_t)b * a.kv_rows + a.kv_first + j;
+}
 // the keys query t sees: all of the block, or under the causal mask j <= t
 HOST_DEVICE inline int attention_block_keys(const AttentionBlock& a, int t) { return a.causal ? t + 1 : a.Tk; }
 // q_t . k_j / sqrt(hs) for head h of sequence b
-HOST_DEVICE inline float attention_block_score(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t, int j) {
+HOST_DEVICE inline float attention_block_score(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h,
+                                               int t, int j) {
     int hs = a.C / a.NH;
     const floatX* q_row = q + attention_block_q_row(a, b, t) * 3 * a.C + h * hs;
     const floatX* k_row = kv + attention_block_kv_row(a, b, j) * a.kv_stride + h * hs;
@@ -92,8 +97,8 @@ HOST_DEVICE inline float attention_block_score(const AttentionBlock& a, const fl
 
 // ---------------------------------------------------------------- the host twin: the specification
 // query t of head h, sequence b: the block's keys merged into out (fp32, normalized) and lse, key by key
-HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t,
-                                                    float* out, float* lse) {
+HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b,
+                                                    int h, int t, float* out, float* lse) {
     int hs = a.C / a.NH;
     size_t row = attention_block_q_row(a, b, t);
     float* o = out + row * a.C + h * hs;
@@ -113,7 +118,8 @@ HOST_DEVICE inline void attention_block_forward_row(const AttentionBlock& a, con
 }
 
 // D = dout . out for one query row and head h (out: what the forward returned, floatX)
-HOST_DEVICE inline void attention_block_row_dot_row(size_t row, int h, float* D, const floatX* dout, const floatX* out, int C, int NH) {
+HOST_DEVICE inline void attention_block_row_dot_row(size_t row, int h, float* D, const floatX* dout, const floatX* out,
+                                                    int C, int NH) {
     int hs = C / NH;
     float d = 0.0f;
     for (int i = 0; i < hs; i++) d += to_float(dout[row * C + h * hs + i]) * to_float(out[row * C + h * hs + i]);
@@ -121,8 +127,8 @@ HOST_DEVICE inline void attention_block_row_dot_row(size_t row, int h, float* D,
 }
 
 // dq of query t, head h: the block's keys' share, added
-HOST_DEVICE inline void attention_block_dq_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int t,
-                                               float* dq, const floatX* dout, const float* lse, const float* D) {
+HOST_DEVICE inline void attention_block_dq_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h,
+                                               int t, float* dq, const floatX* dout, const float* lse, const float* D) {
     int hs = a.C / a.NH;
     size_t row = attention_block_q_row(a, b, t), stat = row * a.NH + h;
     const floatX* dy = dout + row * a.C + h * hs;
@@ -138,8 +144,9 @@ HOST_DEVICE inline void attention_block_dq_row(const AttentionBlock& a, const fl
 }
 
 // dk and dv of key j, head h: from every query of the block that sees it, added
-HOST_DEVICE inline void attention_block_dkv_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, int j,
-                                                float* dkv, const floatX* dout, const float* lse, const float* D) {
+HOST_DEVICE inline void attention_block_dkv_row(const AttentionBlock& a, const floatX* q, const floatX* kv, int b,
+                                                int h, int j, float* dkv, const floatX* dout, const float* lse,
+                                                const float* D) {
     int hs = a.C / a.NH;
     const floatX* v = kv + attention_block_kv_row(a, b, j) * a.kv_stride + a.C + h * hs;
     float* dk = dkv + attention_block_kv_row(a, b, j) * 2 * a.C + h * hs;
@@ -159,15 +166,16 @@ HOST_DEVICE inline void attention_block_dkv_row(const AttentionBlock& a, const f
     }
 }
 
-inline void attention_block_forward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
-    #pragma omp parallel for collapse(3)
+inline void attention_block_forward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out,
+                                         float* lse) {
+#pragma omp parallel for collapse(3)
     for (int b = 0; b < a.B; b++)
         for (int h = 0; h < a.NH; h++)
             for (int t = 0; t < a.Tq; t++) attention_block_forward_row(a, q, kv, b, h, t, out, lse);
 }
-inline void attention_block_backward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
-                                          const floatX* dout, const float* lse, const float* D) {
-    #pragma omp parallel for collapse(3)
+inline void attention_block_backward_host(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq,
+                                          float* dkv, const floatX* dout, const float* lse, const float* D) {
+#pragma omp parallel for collapse(3)
     for (int b = 0; b < a.B; b++)
         for (int h = 0; h < a.NH; h++)
             for (int t = 0; t < a.Tq; t++) attention_block_dq_row(a, q, kv, b, h, t, dq, dout, lse, D);
@@ -187,7 +195,8 @@ inline void attention_block_output_host(floatX* out, const float* acc, size_t n)
 inline void attention_block_gradients_host(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
     #pragma omp parallel for
     for (size_t row = 0; row < rows; row++)
-        for (int c = 0; c < 3 * C; c++) dqkv[row * 3 * C + c] = from_float(c < C ? dq[row * C + c] : dkv[row * 2 * C + c - C]);
+        for (int c = 0; c < 3 * C; c++)
+            dqkv[row * 3 * C + c] = from_float(c < C ? dq[row * C + c] : dkv[row * 2 * C + c - C]);
 }
 // the [k | v] rows (2C) of qkv rows (3C): what ring attention sends (cp.h)
 inline void attention_pack_kv_host(floatX* kv, const floatX* qkv, size_t rows, int C) {
@@ -203,12 +212,13 @@ inline void attention_forward_host(floatX* out, float* lse, const floatX* qkv, i
     attention_block_forward_host(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, acc.data(), lse);
     attention_block_output_host(out, acc.data(), acc.size());
 }
-inline void attention_backward_host(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse, const floatX* qkv,
-                                    int B, int T, int C, int NH) {
+inline void attention_backward_host(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
+                                    const floatX* qkv, int B, int T, int C, int NH) {
     size_t rows = (size_t)B * T;
     std::vector<float> D(rows * NH), dq(rows * C, 0.0f), dkv(rows * 2 * C, 0.0f);
     attention_block_row_dot_host(D.data(), dout, out, (int)rows, C, NH);
-    attention_block_backward_host(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, dq.data(), dkv.data(), dout, lse, D.data());
+    attention_block_backward_host(attention_whole_sequences(B, T, C, NH), qkv, qkv + C, dq.data(), dkv.data(), dout,
+                                  lse, D.data());
     attention_block_gradients_host(dqkv, dq.data(), dkv.data(), rows, C);
 }
 
@@ -226,7 +236,8 @@ inline void attention_forward_ledger(Ledger* l, size_t B, size_t T, size_t C, si
     ledger_add(l, {wmma ? "flash_forward_wmma_kernel<HS_MAX, Out>" : "flash_forward_kernel<HS_MAX>", 2 * pairs_flops,
                    3 * N * C * X, N * C * (wmma ? X : 4) + 4 * N * NH, 0, wmma});
     if (!wmma)
-        ledger_add(l, {packs_divide(N * C) ? "flash_output_kernel128" : "flash_output_kernel", N * C, 4 * N * C, N * C * X, 0});
+        ledger_add(l, {packs_divide(N * C) ? "flash_output_kernel128" : "flash_output_kernel", N * C, 4 * N * C,
+                       N * C * X, 0});
 }
 // dq, dk dv: written in floatX into dqkv by the WMMA kernels, else summed into zeroed fp32 and rounded
 inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH) {
@@ -235,7 +246,8 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
     size_t lanes_a_head = C % (NH * PACK_VALUES) == 0 ? C / NH / PACK_VALUES : 0;
     bool row_packs = lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 &&
                      packs_divide(C);
-    ledger_add(l, {row_packs ? "flash_row_dot_kernel128" : "flash_row_dot_kernel", 2 * N * C, 2 * N * C * X, 4 * N * NH, 0});
+    ledger_add(
+        l, {row_packs ? "flash_row_dot_kernel128" : "flash_row_dot_kernel", 2 * N * C, 2 * N * C * X, 4 * N * NH, 0});
     double reads = 3 * N * C * X + N * C * X + 8 * N * NH;  // q k v, dout, lse and D
     if (flash_wmma_head((int)(C / NH))) {
         ledger_add(l, {"flash_dq_wmma_kernel<HS_MAX, Out>", 3 * pairs_flops, reads, N * C * X, 0, true});
@@ -251,7 +263,7 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
 }
 
 #ifdef __CUDACC__
-#include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, attention_block_row_dot, ...
+#include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, ...
 #else
 // ---------------------------------------------------------------- the CPU build: tiles through sgemm
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
@@ -266,35 +278,41 @@ inline void gather_head_rows(float* dst, const floatX* src, size_t stride, size_
 
 // one (b, h) of a block: for each tile of queries, s = q k^T / sqrt(hs) against the keys its
 // queries see (sgemm), the online softmax by rows (the old output rescaled in place), o += p v (sgemm)
-inline void attention_block_forward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, float* out, float* lse) {
+inline void attention_block_forward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h,
+                                         float* out, float* lse) {
     int hs = a.C / a.NH, Tq = a.Tq, Tk = a.Tk;
     float scale = 1.0f / sqrtf((float)hs);
-    std::vector<float> Q((size_t)Tq * hs), K((size_t)Tk * hs), V((size_t)Tk * hs), S((size_t)ATTENTION_CPU_QUERIES * Tk);
+    std::vector<float> Q((size_t)Tq * hs), K((size_t)Tk * hs), V((size_t)Tk * hs),
+        S((size_t)ATTENTION_CPU_QUERIES * Tk);
     gather_head_rows(Q.data(), q, 3 * a.C, attention_block_q_row(a, b, 0), Tq, h * hs, hs);
     gather_head_rows(K.data(), kv, a.kv_stride, attention_block_kv_row(a, b, 0), Tk, h * hs, hs);
     gather_head_rows(V.data(), kv, a.kv_stride, attention_block_kv_row(a, b, 0), Tk, a.C + h * hs, hs);
     for (int t0 = 0; t0 < Tq; t0 += ATTENTION_CPU_QUERIES) {
-        int nq = std::min(ATTENTION_CPU_QUERIES, Tq - t0), nk = a.causal ? t0 + nq : Tk;  // keys past the tile's last query: masked
+        // keys past the tile's last query: masked
+        int nq = std::min(ATTENTION_CPU_QUERIES, Tq - t0), nk = a.causal ? t0 + nq : Tk;
         float* o = out + attention_block_q_row(a, b, t0) * a.C + h * hs;  // the tile's output rows, C apart
         std::vector<float> l(nq);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q.data() + (size_t)t0 * hs, hs, K.data(), hs,
-                    0.0f, S.data(), nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, Q.data() + (size_t)t0 * hs, hs,
+                    K.data(), hs, 0.0f, S.data(), nk);
         for (int r = 0; r < nq; r++) {
             float* s = S.data() + (size_t)r * nk;
             float* row_lse = lse + attention_block_q_row(a, b, t0 + r) * a.NH + h;
             int keys = a.causal ? t0 + r + 1 : nk;
             float m = a.first ? -INFINITY : *row_lse, m_new = m;
             for (int j = 0; j < keys; j++) m_new = fmaxf(m_new, s[j]);
-            float rescale = a.first ? 0.0f : expf(m - m_new), sum = a.first ? 0.0f : rescale;  // the blocks so far: l = 1
+            // the blocks so far: l = 1
+            float rescale = a.first ? 0.0f : expf(m - m_new), sum = a.first ? 0.0f : rescale;
             for (int j = 0; j < nk; j++) {
                 s[j] = j < keys ? expf(s[j] - m_new) : 0.0f;  // p, unnormalized
                 sum += s[j];
             }
-            for (int i = 0; i < hs; i++) o[(size_t)r * a.C + i] = a.first ? 0.0f : o[(size_t)r * a.C + i] * rescale;  // first: o unset
+            for (int i = 0; i < hs; i++)
+                o[(size_t)r * a.C + i] = a.first ? 0.0f : o[(size_t)r * a.C + i] * rescale;  // first: o unset
             l[r] = sum;
             *row_lse = m_new + logf(sum);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, S.data(), nk, V.data(), hs, 1.0f, o, a.C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, S.data(), nk, V.data(), hs, 1.0f, o,
+                    a.C);
         for (int r = 0; r < nq; r++)
             for (int i = 0; i < hs; i++) o[(size_t)r * a.C + i] /= l[r];
     }
@@ -303,8 +321,8 @@ inline void attention_block_forward_head(const AttentionBlock& a, const floatX* 
 // one (b, h) of a block's backward: per tile of queries, p recomputed from lse, then
 // dv += p^T dout, dp = dout v^T, ds = p (dp - D) / sqrt(hs), dq += ds k, dk += ds^T q (sgemm each);
 // dk and dv summed over the tiles in a (Tk, hs) pair of this head's own, then added to dkv
-inline void attention_block_backward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h, float* dq,
-                                          float* dkv, const floatX* dout, const float* lse, const float* D) {
+inline void attention_block_backward_head(const AttentionBlock& a, const floatX* q, const floatX* kv, int b, int h,
+                                          float* dq, float* dkv, const floatX* dout, const float* lse, const float* D) {
     int hs = a.C / a.NH, Tq = a.Tq, Tk = a.Tk;
     float scale = 1.0f / sqrtf((float)hs);
     size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
@@ -318,8 +336,10 @@ inline void attention_block_backward_head(const AttentionBlock& a, const floatX*
     for (int t0 = 0; t0 < Tq; t0 += ATTENTION_CPU_QUERIES) {
         int nq = std::min(ATTENTION_CPU_QUERIES, Tq - t0), nk = a.causal ? t0 + nq : Tk;
         const float *q_tile = Q.data() + (size_t)t0 * hs, *dy_tile = dY.data() + (size_t)t0 * hs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q_tile, hs, K.data(), hs, 0.0f, P.data(), nk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy_tile, hs, V.data(), hs, 0.0f, dS.data(), nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q_tile, hs, K.data(), hs, 0.0f,
+                    P.data(), nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy_tile, hs, V.data(), hs, 0.0f,
+                    dS.data(), nk);
         for (int r = 0; r < nq; r++) {  // p = exp(s - lse), masked; ds = p (dp - D) / sqrt(hs)
             size_t stat = (q_first + t0 + r) * a.NH + h;
             int keys = a.causal ? t0 + r + 1 : nk;
@@ -329,8 +349,10 @@ inline void attention_block_backward_head(const AttentionBlock& a, const floatX*
                 dS[(size_t)r * nk + j] = p * (dS[(size_t)r * nk + j] - D[stat]) * scale;
             }
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, P.data(), nk, dy_tile, hs, 1.0f, dV.data(), hs);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, dS.data(), nk, q_tile, hs, 1.0f, dK.data(), hs);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, P.data(), nk, dy_tile, hs, 1.0f,
+                    dV.data(), hs);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, dS.data(), nk, q_tile, hs, 1.0f,
+                    dK.data(), hs);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, dS.data(), nk, K.data(), hs, 1.0f,
                     dq + (q_first + t0) * a.C + h * hs, a.C);
     }
@@ -342,8 +364,9 @@ inline void attention_block_backward_head(const AttentionBlock& a, const floatX*
 }
 
 // the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
-inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
-    #pragma omp parallel for collapse(2)
+inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out,
+                                    float* lse) {
+#pragma omp parallel for collapse(2)
     for (int b = 0; b < a.B; b++)
         for (int h = 0; h < a.NH; h++) attention_block_forward_head(a, q, kv, b, h, out, lse);
 }
@@ -357,11 +380,15 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
 inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     attention_block_row_dot_host(D, dout, out, rows, C, NH);
 }
-inline void attention_block_output(floatX* out, const float* acc, size_t n) { attention_block_output_host(out, acc, n); }
+inline void attention_block_output(floatX* out, const float* acc, size_t n) {
+    attention_block_output_host(out, acc, n);
+}
 inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
     attention_block_gradients_host(dqkv, dq, dkv, rows, C);
 }
-inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) { attention_pack_kv_host(kv, qkv, rows, C); }
+inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) {
+    attention_pack_kv_host(kv, qkv, rows, C);
+}
 #endif
 
 // ---------------------------------------------------------------- one rank's attention
@@ -372,7 +399,8 @@ struct AttentionScratch { float *out, *dq, *dkv, *D; };
 // out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX.
 // The GPU build's WMMA kernels (flash_wmma_head) write it in floatX themselves; the others (the
 // CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T, int C, int NH) {
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T,
+                              int C, int NH) {
     AttentionBlock a = attention_whole_sequences(B, T, C, NH);
 #ifdef __CUDACC__
     if (flash_wmma_head(C / NH)) { attention_whole_forward_wmma(a, qkv, qkv + C, out, lse); return; }

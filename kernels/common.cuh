@@ -8,12 +8,13 @@ error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
-// defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name, device_memory_available, device_pci_id, launchCheck, cublasCheck,
-//          cublas_handle, cublaslt_handle, COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches,
-//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
-//          column_tiles, column_tiles_entry, column_partials_add_column,
-//          COLUMN_ROW_THREADS, column_partials_last_block, column_partials_add, column_partials_counters,
-//          column_partials_scratch, COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
+// defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name,
+//          device_memory_available, device_pci_id, launchCheck, cublasCheck, cublas_handle, cublaslt_handle,
+//          COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches, column_partials_block,
+//          column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles, column_tiles,
+//          column_tiles_entry, column_partials_add_column, COLUMN_ROW_THREADS, column_partials_last_block,
+//          column_partials_add, column_partials_counters, column_partials_scratch, COLUMN_TILES_MAX,
+//          column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
 //          packs_fit, load_values, store_values, store128_rounded
 #include <stdint.h>   // defines: SIZE_MAX
 #include <initializer_list>  // defines: std::initializer_list
@@ -41,7 +42,8 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 // build (make DEBUG=1) it also waits for the kernel, so a fault inside it is reported at this
 // launch rather than at some later call
 #ifdef DEBUG_SYNC
-#define launchCheck() (cuda_check(cudaGetLastError(), __FILE__, __LINE__), cuda_check(cudaDeviceSynchronize(), __FILE__, __LINE__))
+#define launchCheck() \
+    (cuda_check(cudaGetLastError(), __FILE__, __LINE__), cuda_check(cudaDeviceSynchronize(), __FILE__, __LINE__))
 #else
 #define launchCheck() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
 #endif
@@ -56,8 +58,14 @@ template <typename T> struct Packed128 {
     static constexpr int size = 16 / sizeof(T);
     alignas(16) T v[size];  // the struct's alignment too: a copy is one 128-bit access
 };
-template <typename T> __device__ inline Packed128<T> load128(const T* p) { return *reinterpret_cast<const Packed128<T>*>(p); }
-template <typename T> __device__ inline void store128(T* p, const Packed128<T>& x) { *reinterpret_cast<Packed128<T>*>(p) = x; }
+template <typename T>
+__device__ inline Packed128<T> load128(const T* p) {
+    return *reinterpret_cast<const Packed128<T>*>(p);
+}
+template <typename T>
+__device__ inline void store128(T* p, const Packed128<T>& x) {
+    *reinterpret_cast<Packed128<T>*>(p) = x;
+}
 HOST_DEVICE inline bool aligned16(const void* p) { return (size_t)p % 16 == 0; }
 // n values of arrays that all allow 16-byte packs: n a multiple of the floatX pack, each 16-byte aligned
 inline bool packs_fit(size_t n, std::initializer_list<const void*> arrays) {
@@ -118,7 +126,8 @@ inline dim3 column_tiles_grid(const ColumnTiles& t) { return dim3((unsigned)t.fi
 template <typename Launch> inline void column_sums_launches(const int* cols, int n, Launch launch) {
     for (int first = 0; first < n;) {
         int count = 0, tiles = 0;
-        while (first + count < n && count < COLUMN_SUMS_MAX && tiles + (int)ceil_div(cols[first + count], 32) <= COLUMN_TILES_MAX)
+        while (first + count < n && count < COLUMN_SUMS_MAX &&
+               tiles + (int)ceil_div(cols[first + count], 32) <= COLUMN_TILES_MAX)
             tiles += (int)ceil_div(cols[first + count++], 32);
         launch(first, column_tiles(cols + first, count));
         first += count;
@@ -178,7 +187,8 @@ __device__ inline void column_partials_add(floatX* out, const float* partials, i
 __device__ inline unsigned* column_partials_counters(float* scratch) { return (unsigned*)scratch; }
 __device__ inline float* column_partials_parts(float* scratch) { return scratch + COLUMN_TILES_MAX; }
 inline void column_partials_check(size_t cols) {
-    if (cols > 32 * (size_t)COLUMN_TILES_MAX) fail("column sums over %zu columns: at most %d (COLUMN_TILES_MAX)", cols, 32 * COLUMN_TILES_MAX);
+    if (cols > 32 * (size_t)COLUMN_TILES_MAX)
+        fail("column sums over %zu columns: at most %d (COLUMN_TILES_MAX)", cols, 32 * COLUMN_TILES_MAX);
 }
 // a partials scratch for `cols` columns, its counters zeroed (the trainer's comes from allocate_buffers)
 inline float* column_partials_scratch(size_t cols) {
@@ -222,7 +232,13 @@ inline void device_init(int local_rank, int ranks_on_node) {
     // fp32 builds compute in true fp32 (no TF32), so they can be checked against float64
     cublasCheck(cublasSetMathMode(cublas_handle(), CUBLAS_DEFAULT_MATH));
 }
-inline const char* device_name() { static cudaDeviceProp p; int d; cudaGetDevice(&d); cudaGetDeviceProperties(&p, d); return p.name; }
+inline const char* device_name() {
+    static cudaDeviceProp p;
+    int d;
+    cudaGetDevice(&d);
+    cudaGetDeviceProperties(&p, d);
+    return p.name;
+}
 
 // the physical GPU this rank uses, as a number unique on its node: its PCI domain, bus and device.
 // Device ordinals do not tell GPUs apart: a launcher that binds each rank to one GPU
@@ -282,12 +298,14 @@ inline void device_init(int local_rank, int ranks_on_node) {
     int threads = available / (ranks_on_node > 0 ? ranks_on_node : 1);
     if (threads < 1) threads = 1;
     if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(threads);
-    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : threads);
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        openblas_set_num_threads(getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : threads);
 }
 inline const char* device_name() {
     static char name[128];
     // OpenBLAS on pthreads competes with the OpenMP threads for the cores (Makefile: OPENBLAS_OPENMP)
-    const char* blas = openblas_get_parallel() == 1 ? " (OpenBLAS on pthreads: slower; install libopenblas-openmp-dev)" : "";
+    const char* blas =
+        openblas_get_parallel() == 1 ? " (OpenBLAS on pthreads: slower; install libopenblas-openmp-dev)" : "";
     snprintf(name, sizeof(name), "CPU, %d OpenMP threads per rank%s", omp_get_max_threads(), blas);
     return name;
 }

@@ -27,18 +27,18 @@ pieces against; the CPU build's fused op runs the pieces' vectorised loops row b
 #pragma once
 // defines: crossentropy_forward_backward_host, crossentropy_forward_backward, crossentropy_fused_kernel,
 //          merge_softmax_state, row_max_host, row_sumexp_host, crossentropy_row_max, crossentropy_row_sumexp,
-//          crossentropy_target_logit, crossentropy_finish,
-//          block_reduce, crossentropy_finish_host, crossentropy_finish_kernel,
-//          crossentropy_forward_backward_row, crossentropy_gradient, crossentropy_row_max_host,
-//          crossentropy_row_max_kernel, crossentropy_row_sumexp_host, crossentropy_row_sumexp_kernel,
-//          crossentropy_target_logit_host, crossentropy_target_logit_kernel, target_logit_of_row, crossentropy_fused_kernel128,
-//          block_merge_softmax_state,
+//          crossentropy_target_logit, crossentropy_finish, block_reduce, crossentropy_finish_host,
+//          crossentropy_finish_kernel, crossentropy_forward_backward_row, crossentropy_gradient,
+//          crossentropy_row_max_host, crossentropy_row_max_kernel, crossentropy_row_sumexp_host,
+//          crossentropy_row_sumexp_kernel, crossentropy_target_logit_host, crossentropy_target_logit_kernel,
+//          target_logit_of_row, crossentropy_fused_kernel128, block_merge_softmax_state,
 //          crossentropy_forward_backward_ledger
 #include <math.h>  // defines: expf, logf
 #include "common.cuh"
 
 // element j of row i: the loss gradient (p - [target]) * dloss, zero on padded columns
-HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, int valid, float maxval, float sum, float dloss) {
+HOST_DEVICE inline floatX crossentropy_gradient(float z, int j, int target_j, int valid, float maxval, float sum,
+                                                float dloss) {
     float p = expf(j < valid ? z - maxval : -INFINITY) / sum;  // exp(-inf) = 0: no branch around the call (SIMD)
     return from_float(j < valid ? (p - (j == target_j ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
@@ -85,11 +85,13 @@ inline void crossentropy_row_max_host(float* maxes, const floatX* logits, int N,
     #pragma omp parallel for
     for (int i = 0; i < N; i++) maxes[i] = row_max_host(logits + (size_t)i * cols, valid);
 }
-inline void crossentropy_row_sumexp_host(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
-    #pragma omp parallel for
+inline void crossentropy_row_sumexp_host(float* sums, const floatX* logits, const float* maxes, int N, int cols,
+                                         int valid) {
+#pragma omp parallel for
     for (int i = 0; i < N; i++) sums[i] = row_sumexp_host(logits + (size_t)i * cols, maxes[i], valid);
 }
-HOST_DEVICE inline float target_logit_of_row(const floatX* logits, const int* targets, int i, int cols, int vocab_begin) {
+HOST_DEVICE inline float target_logit_of_row(const floatX* logits, const int* targets, int i, int cols,
+                                             int vocab_begin) {
     int j = targets[i] - vocab_begin;
     return j >= 0 && j < cols ? to_float(logits[(size_t)i * cols + j]) : 0.0f;
 }
@@ -138,7 +140,8 @@ __global__ void crossentropy_row_max_kernel(float* maxes, const floatX* logits, 
     maxval = block_reduce(maxval, true);
     if (threadIdx.x == 0) maxes[blockIdx.x] = maxval;
 }
-__global__ void crossentropy_row_sumexp_kernel(float* sums, const floatX* logits, const float* maxes, int cols, int valid) {
+__global__ void crossentropy_row_sumexp_kernel(float* sums, const floatX* logits, const float* maxes, int cols,
+                                               int valid) {
     const floatX* z = logits + (size_t)blockIdx.x * cols;
     float sum = 0.0f;
     for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(to_float(z[j]) - maxes[blockIdx.x]);
@@ -178,14 +181,17 @@ __device__ inline void merge_softmax_state(float* m, float* s, float m2, float s
 __device__ inline void block_merge_softmax_state(float* m, float* s) {
     __shared__ float warp_max[32], warp_sum[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
+    for (int o = 16; o > 0; o /= 2)
+        merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
     if (lane == 0) { warp_max[warp] = *m; warp_sum[warp] = *s; }
     __syncthreads();  // every warp's pair in (and whatever the threads did before) before any thread goes on
     *m = lane < warps ? warp_max[lane] : -INFINITY;
     *s = lane < warps ? warp_sum[lane] : 0.0f;
-    for (int o = 16; o > 0; o /= 2) merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
+    for (int o = 16; o > 0; o /= 2)
+        merge_softmax_state(m, s, __shfl_xor_sync(0xffffffff, *m, o), __shfl_xor_sync(0xffffffff, *s, o));
 }
-__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+__global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp,
+                                          float dloss) {
     int i = blockIdx.x;
     floatX* z = logits + (size_t)i * Vp;
     float target_logit = to_float(z[targets[i]]);  // read before any thread writes a gradient over it
@@ -198,13 +204,15 @@ __global__ void crossentropy_fused_kernel(floatX* logits, float* losses, const i
     block_merge_softmax_state(&m, &s);  // also the barrier: every target_logit read before any gradient is written
     if (threadIdx.x == 0) losses[i] = logf(s) + m - target_logit;
     if (dloss == 0.0f) return;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x)
+        z[j] = crossentropy_gradient(to_float(z[j]), j, targets[i], V, m, s, dloss);
 }
 // The same, a 16-byte pack (Packed128: 8 bf16 values) a thread at a time, the online softmax
 // rescaled once a pack: on an H200 the kernel above took 1.92 ms for 8192 rows of 50304, about 5
 // times its bytes' time at the card's bandwidth (docs/gpu.md). Vp a multiple of the pack and the
 // logits 16-byte aligned; columns from V on are padding in both passes
-__global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, const int* targets, int V, int Vp, float dloss) {
+__global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, const int* targets, int V, int Vp,
+                                             float dloss) {
     constexpr int P = Packed128<floatX>::size;
     int i = blockIdx.x;
     floatX* z = logits + (size_t)i * Vp;
@@ -224,13 +232,14 @@ __global__ void crossentropy_fused_kernel128(floatX* logits, float* losses, cons
     if (dloss == 0.0f) return;
     for (int j0 = threadIdx.x * P; j0 < Vp; j0 += blockDim.x * P) {
         Packed128<floatX> x = load128(z + j0);
-        for (int k = 0; k < P; k++) x.v[k] = crossentropy_gradient(to_float(x.v[k]), j0 + k, targets[i], V, m, s, dloss);
+        for (int k = 0; k < P; k++)
+            x.v[k] = crossentropy_gradient(to_float(x.v[k]), j0 + k, targets[i], V, m, s, dloss);
         store128(z + j0, x);
     }
 }
 // the fused op on N rows (block: threads per row, a multiple of 32; dev/crossentropy.cu times them)
-inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
-                                          int block = 512) {
+inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+                                          float dloss, int block = 512) {
     if (N == 0) return;
     if (packs_fit(Vp, {logits}))
         crossentropy_fused_kernel128<<<N, block>>>(logits, losses, targets, V, Vp, dloss);
@@ -249,22 +258,26 @@ inline void crossentropy_row_sumexp(float* sums, const floatX* logits, const flo
     crossentropy_row_sumexp_kernel<<<N, 512>>>(sums, logits, maxes, cols, valid);
     launchCheck();
 }
-inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols, int vocab_begin) {
+inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols,
+                                      int vocab_begin) {
     if (N == 0) return;
     crossentropy_target_logit_kernel<<<ceil_div(N, 256), 256>>>(target_logits, logits, targets, N, cols, vocab_begin);
     launchCheck();
 }
-inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes, const float* sums,
-                                const float* target_logits, int N, int cols, int vocab_begin, int valid, float dloss) {
+inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes,
+                                const float* sums, const float* target_logits, int N, int cols, int vocab_begin,
+                                int valid, float dloss) {
     if (N == 0) return;
-    crossentropy_finish_kernel<<<N, 512>>>(logits, losses, targets, maxes, sums, target_logits, cols, vocab_begin, valid, dloss);
+    crossentropy_finish_kernel<<<N, 512>>>(logits, losses, targets, maxes, sums, target_logits, cols, vocab_begin,
+                                           valid, dloss);
     launchCheck();
 }
 #else
 // the CPU build's fused op: the pieces' row loops (row_max_host, row_sumexp_host, so that tp = 1 and
 // the pieces agree bit for bit), one row at a time while it is in cache
-inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-    #pragma omp parallel for
+inline void crossentropy_forward_backward(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+                                          float dloss) {
+#pragma omp parallel for
     for (int i = 0; i < N; i++) {
         floatX* z = logits + (size_t)i * Vp;
         float maxval = row_max_host(z, V), sum = row_sumexp_host(z, maxval, V);
@@ -279,11 +292,13 @@ inline void crossentropy_row_max(float* maxes, const floatX* logits, int N, int 
 inline void crossentropy_row_sumexp(float* sums, const floatX* logits, const float* maxes, int N, int cols, int valid) {
     crossentropy_row_sumexp_host(sums, logits, maxes, N, cols, valid);
 }
-inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols, int vocab_begin) {
+inline void crossentropy_target_logit(float* target_logits, const floatX* logits, const int* targets, int N, int cols,
+                                      int vocab_begin) {
     crossentropy_target_logit_host(target_logits, logits, targets, N, cols, vocab_begin);
 }
-inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes, const float* sums,
-                                const float* target_logits, int N, int cols, int vocab_begin, int valid, float dloss) {
+inline void crossentropy_finish(floatX* logits, float* losses, const int* targets, const float* maxes,
+                                const float* sums, const float* target_logits, int N, int cols, int vocab_begin,
+                                int valid, float dloss) {
     crossentropy_finish_host(logits, losses, targets, maxes, sums, target_logits, N, cols, vocab_begin, valid, dloss);
 }
 #endif

@@ -23,8 +23,7 @@ is exactly what one rank holding all of wte computes: one addition, and zeros.
 // defines: VocabRange, TokenBuckets, token_buckets, encoder_bucket_ints, encoder_forward, encoder_backward,
 //          encoder_backward_host, encoder_backward_wpe_element, encoder_backward_wpe_kernel,
 //          encoder_backward_wte_element, encoder_backward_wte_kernel, encoder_element, encoder_forward_host,
-//          encoder_forward_kernel,
-//          encoder_backward_ledger, encoder_forward_ledger
+//          encoder_forward_kernel, encoder_backward_ledger, encoder_forward_ledger
 #include <algorithm>  // defines: std::stable_sort
 #include <vector>     // defines: std::vector
 #include "common.cuh"
@@ -81,7 +80,8 @@ HOST_DEVICE inline void encoder_backward_wte_element(int k, int c, floatX* dwte,
     *w = from_float(to_float(*w) + sum);
 }
 // dwpe[t, c] += dout[b, t, c] summed over b in order
-HOST_DEVICE inline void encoder_backward_wpe_element(int t, int c, floatX* dwpe, const floatX* dout, int B, int T, int C) {
+HOST_DEVICE inline void encoder_backward_wpe_element(int t, int c, floatX* dwpe, const floatX* dout, int B, int T,
+                                                     int C) {
     float sum = 0.0f;
     for (int b = 0; b < B; b++) sum += to_float(dout[((size_t)b * T + t) * C + c]);
     floatX* p = dwpe + (size_t)t * C + c;
@@ -153,7 +153,8 @@ inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, con
     std::copy(tb.positions.begin(), tb.positions.end(), packed);
     std::copy(tb.starts.begin(), tb.starts.end(), packed + tb.positions.size());
     std::copy(tb.rows.begin(), tb.rows.end(), packed + tb.positions.size() + tb.starts.size());
-    host_to_device_async(bucket_scratch, packed, (tb.positions.size() + tb.starts.size() + tb.rows.size()) * sizeof(int));
+    host_to_device_async(bucket_scratch, packed,
+                         (tb.positions.size() + tb.starts.size() + tb.rows.size()) * sizeof(int));
     const int* positions = bucket_scratch;
     const int* starts = positions + tb.positions.size();
     const int* rows = starts + tb.starts.size();

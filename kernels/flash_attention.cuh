@@ -64,10 +64,9 @@ Applied in kernels/attention.cuh: attention_block_forward, attention_block_backw
 //          flash_attend_to_tile, flash_forward_kernel, flash_dkv_from_queries, flash_dkv_kernel, flash_dq_from_keys,
 //          flash_dq_kernel, flash_row_dot_kernel, flash_output_kernel, flash_gradients_kernel, attention_block_forward,
 //          attention_block_backward, attention_block_row_dot, attention_block_output, attention_block_gradients,
-//          WMMA_SIDE, WMMA_KEYS, WMMA_FORWARD_WARPS, wmma_forward_keys, wmma_kv_ld, wmma_s_ld, wmma_p_ld, flash_forward_wmma_kernel,
-//          wmma_load_rows, wmma_accumulator_rows, wmma_softmax_tile, wmma_rescale_add_pv, wmma_read_rows, wmma_divide_rows,
-//          WmmaSums, WmmaRows,
-//          WmmaColsT, WmmaCols,
+//          WMMA_SIDE, WMMA_KEYS, WMMA_FORWARD_WARPS, wmma_forward_keys, wmma_kv_ld, wmma_s_ld, wmma_p_ld,
+//          flash_forward_wmma_kernel, wmma_load_rows, wmma_accumulator_rows, wmma_softmax_tile, wmma_rescale_add_pv,
+//          wmma_read_rows, wmma_divide_rows, WmmaSums, WmmaRows, wmma_start_rows, WmmaColsT, WmmaCols,
 //          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv, WMMA_BACKWARD_WARPS,
 //          WMMA_BACKWARD_P_LD, wmma_warp_floats, wmma_load_row_fragments, wmma_probabilities, wmma_rows_times_cols,
 //          wmma_add_product, wmma_add_rows, flash_dkv_wmma_kernel, flash_dq_wmma_kernel, flash_row_dot_kernel128,
@@ -87,8 +86,8 @@ inline int flash_head_capacity(int hs) {
 // rows first .. first + rows - 1 of one head (hs values at src + row * stride), into a shared fp32
 // tile at tile[r * row_step + i * channel_step]; rows r >= valid are zeros. All the block's threads
 // take part, neighbours on neighbouring channels (coalesced reads)
-__device__ inline void flash_load_rows(float* tile, int row_step, int channel_step, const floatX* src, size_t stride, size_t first,
-                                       int rows, int valid, int hs) {
+__device__ inline void flash_load_rows(float* tile, int row_step, int channel_step, const floatX* src, size_t stride,
+                                       size_t first, int rows, int valid, int hs) {
     for (int e = threadIdx.x; e < rows * hs; e += blockDim.x) {
         int r = e / hs, i = e % hs;
         tile[r * row_step + i * channel_step] = r < valid ? to_float(src[(first + r) * stride + i]) : 0.0f;
@@ -104,15 +103,16 @@ __device__ inline void flash_load_stats(float* tile, const float* stat, int NH, 
 // softmax with one rescale for the tile (m' = max(m, max_c s_c); o, l times exp(m - m')), then
 // p_c = exp(s_c - m') added to l and p_c v_c to o, keys in order
 template <int HS_MAX>
-__device__ inline void flash_attend_to_tile(float (&o)[HS_MAX], float& m, float& l, const float (*q_tile)[FLASH_QUERIES],
-                                            const float (*k_tile)[HS_MAX], const float (*v_tile)[HS_MAX], int r, int keys, int hs,
-                                            float scale) {
+__device__ inline void flash_attend_to_tile(float (&o)[HS_MAX], float& m, float& l,
+                                            const float (*q_tile)[FLASH_QUERIES], const float (*k_tile)[HS_MAX],
+                                            const float (*v_tile)[HS_MAX], int r, int keys, int hs, float scale) {
     float s[FLASH_KEYS], tile_max = -INFINITY;
     #pragma unroll
     for (int c = 0; c < FLASH_KEYS; c++) {
         if (c >= keys) continue;
         float dot = 0.0f;
-        for (int i = 0; i < hs; i++) dot += q_tile[i][r] * k_tile[c][i];  // q transposed: no bank conflicts; k: a broadcast
+        for (int i = 0; i < hs; i++)
+            dot += q_tile[i][r] * k_tile[c][i];  // q transposed: no bank conflicts; k: a broadcast
         s[c] = dot * scale;
         tile_max = fmaxf(tile_max, s[c]);
     }
@@ -152,7 +152,8 @@ __global__ void flash_forward_kernel(AttentionBlock a, const floatX* q, const fl
     int key_end = a.causal ? min(q0 + FLASH_QUERIES, a.Tq) : a.Tk;  // tiles from key_end on: above the diagonal
     for (int k0 = 0; k0 < key_end; k0 += FLASH_KEYS) {
         flash_load_rows(&k_tile[0][0], HS_MAX, 1, kv + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0, hs);
-        flash_load_rows(&v_tile[0][0], HS_MAX, 1, kv + a.C + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0, hs);
+        flash_load_rows(&v_tile[0][0], HS_MAX, 1, kv + a.C + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0,
+                        hs);
         __syncthreads();  // every thread's loads (q's too, the first time) are in before any thread reads the tiles
         int keys = min(FLASH_KEYS, a.causal ? t - k0 + 1 : a.Tk - k0);
         if (t < a.Tq && keys > 0) flash_attend_to_tile<HS_MAX>(o, m, l, q_tile, k_tile, v_tile, r, keys, hs, scale);
@@ -172,9 +173,12 @@ __global__ void flash_forward_kernel(AttentionBlock a, const floatX* q, const fl
 #define WMMA_SIDE 16  // m = n = k = 16: a fragment's rows, columns and depth for bf16 and fp16
 #define WMMA_KEYS 32  // Bc of the backward: keys (or queries) a tile, two fragments wide
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, float> WmmaSums;
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::row_major> WmmaRows;
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::col_major> WmmaColsT;
-typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::row_major> WmmaCols;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::row_major>
+    WmmaRows;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::col_major>
+    WmmaColsT;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMMA_SIDE, floatX, nvcuda::wmma::row_major>
+    WmmaCols;
 
 // The forward's tiles: 64 queries a block (4 warps of 16), Bc keys a tile (64; 32 at head size 128,
 // so that everything fits the 48 KB of static shared memory). Shared memory holds k and v (and q
@@ -188,7 +192,8 @@ template <int HS_MAX> __host__ __device__ constexpr int wmma_p_ld() { return wmm
 
 // rows first .. of one head into a shared floatX tile (row-major, leading dimension ld), zeros past
 // valid: 16 bytes (8 values) a thread where every address allows it, else one value
-__device__ inline void wmma_load_rows(floatX* tile, int ld, const floatX* src, size_t stride, size_t first, int rows, int valid, int hs) {
+__device__ inline void wmma_load_rows(floatX* tile, int ld, const floatX* src, size_t stride, size_t first, int rows,
+                                      int valid, int hs) {
     constexpr int V = Packed128<floatX>::size;
     if (aligned16(src) && stride % V == 0 && hs % V == 0 && ld % V == 0) {  // the same in every thread
         int per_row = hs / V;
@@ -223,8 +228,8 @@ __device__ inline void wmma_accumulator_rows(int (&row_of)[WmmaSums::num_element
 // one warp: its 16 rows first .. of one head (zeros past valid) into matrix_a fragments, staged
 // through `stage` (16 x (HS_MAX + 8) floatX of its own)
 template <int HS_MAX>
-__device__ inline void wmma_load_row_fragments(WmmaRows (&part)[HS_MAX / WMMA_SIDE], floatX* stage, const floatX* src, size_t stride,
-                                               size_t first, int valid, int hs) {
+__device__ inline void wmma_load_row_fragments(WmmaRows (&part)[HS_MAX / WMMA_SIDE], floatX* stage, const floatX* src,
+                                               size_t stride, size_t first, int valid, int hs) {
     constexpr int LD = wmma_kv_ld<HS_MAX>();
     int lane = threadIdx.x % 32;
     for (int e = lane; e < WMMA_SIDE * hs; e += 32) {
@@ -241,7 +246,8 @@ __device__ inline void wmma_load_row_fragments(WmmaRows (&part)[HS_MAX / WMMA_SI
 // where cols is a (COLS, hs) row-major tile (ld HS_MAX + 8) read column-major: the scores q k^T or
 // k q^T, and the products dout v^T or v dout^T
 template <int HS_MAX, int COLS = WMMA_KEYS>
-__device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (&rows)[HS_MAX / WMMA_SIDE], const floatX* cols, int hs) {
+__device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (&rows)[HS_MAX / WMMA_SIDE],
+                                            const floatX* cols, int hs) {
     namespace wmma = nvcuda::wmma;
     #pragma unroll
     for (int n = 0; n < COLS; n += WMMA_SIDE) {
@@ -261,8 +267,8 @@ __device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (
 // left_ld) times right (COLS x hs, row-major, ld HS_MAX + 8), the COLS in order: the forward's
 // o += p v, the backward's dv += p^T dout, dk += ds^T q, dq += ds k
 template <int HS_MAX, int COLS = WMMA_KEYS>
-__device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, int left_ld, const floatX* right,
-                                        int hs) {
+__device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, int left_ld,
+                                        const floatX* right, int hs) {
     namespace wmma = nvcuda::wmma;
     WmmaRows a[COLS / WMMA_SIDE];
     #pragma unroll
@@ -273,7 +279,8 @@ __device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], con
         #pragma unroll
         for (int k = 0; k < COLS / WMMA_SIDE; k++) {
             WmmaCols b;
-            wmma::load_matrix_sync(b, right + k * WMMA_SIDE * wmma_kv_ld<HS_MAX>() + f * WMMA_SIDE, wmma_kv_ld<HS_MAX>());
+            wmma::load_matrix_sync(b, right + k * WMMA_SIDE * wmma_kv_ld<HS_MAX>() + f * WMMA_SIDE,
+                                   wmma_kv_ld<HS_MAX>());
             wmma::mma_sync(acc[f], a[k], b, acc[f]);
         }
     }
@@ -286,8 +293,8 @@ template <typename Out> __device__ inline Out wmma_out_value(float v) {
 // (r < valid only), fp32 sums or, when they are final, floatX; 16 channels at a time through
 // stage (16 x 16 fp32)
 template <int HS_MAX, typename Out>
-__device__ inline void wmma_add_rows(Out* dst, size_t stride, int valid, const WmmaSums (&acc)[HS_MAX / WMMA_SIDE], float* stage, int hs,
-                                     bool add) {
+__device__ inline void wmma_add_rows(Out* dst, size_t stride, int valid, const WmmaSums (&acc)[HS_MAX / WMMA_SIDE],
+                                     float* stage, int hs, bool add) {
     int lane = threadIdx.x % 32;
     #pragma unroll
     for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
@@ -307,7 +314,8 @@ __device__ inline void wmma_add_rows(Out* dst, size_t stride, int valid, const W
 // one warp: its 16 fp32 rows src + r * stride (zeros for r >= valid) into accumulator fragments,
 // 16 channels at a time through stage (16 x 16 fp32)
 template <int HS_MAX>
-__device__ inline void wmma_read_rows(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const float* src, size_t stride, int valid, float* stage, int hs) {
+__device__ inline void wmma_read_rows(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const float* src, size_t stride, int valid,
+                                      float* stage, int hs) {
     int lane = threadIdx.x % 32;
     #pragma unroll
     for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) {
@@ -327,8 +335,8 @@ __device__ inline void wmma_read_rows(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const
 // exponential. Keys the query does not see get -inf and exp2 0; p goes out as floatX for P V, l sums
 // the fp32 p. Returns the factor by which the row's output so far must be rescaled
 template <int KEYS>
-__device__ inline float wmma_softmax_tile(const AttentionBlock& a, float& m, float& l, const float* s, int s_ld, floatX* p, int p_ld,
-                                          int t, int k0, float scale_log2) {
+__device__ inline float wmma_softmax_tile(const AttentionBlock& a, float& m, float& l, const float* s, int s_ld,
+                                          floatX* p, int p_ld, int t, int k0, float scale_log2) {
     int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
     float x[KEYS / 2], tile_max = -INFINITY;
     #pragma unroll
@@ -354,8 +362,9 @@ __device__ inline float wmma_softmax_tile(const AttentionBlock& a, float& m, flo
 // one warp, one key tile: o = o * rescale + p v, keys in order; each accumulator element takes the
 // factor of its row (row_of), which the row's two lanes hold
 template <int HS_MAX, int KEYS>
-__device__ inline void wmma_rescale_add_pv(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float rescale, const int (&row_of)[WmmaSums::num_elements],
-                                           const floatX* p, int p_ld, const floatX* v_tile, int hs) {
+__device__ inline void wmma_rescale_add_pv(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float rescale,
+                                           const int (&row_of)[WmmaSums::num_elements], const floatX* p, int p_ld,
+                                           const floatX* v_tile, int hs) {
     float row_rescale[WmmaSums::num_elements];
     #pragma unroll
     for (int i = 0; i < WmmaSums::num_elements; i++) row_rescale[i] = __shfl_sync(0xffffffffu, rescale, 2 * row_of[i]);
@@ -368,7 +377,8 @@ __device__ inline void wmma_rescale_add_pv(WmmaSums (&o)[HS_MAX / WMMA_SIDE], fl
 
 // one warp: each accumulator element divided by its row's l, which the row's two lanes hold
 template <int HS_MAX>
-__device__ inline void wmma_divide_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float l, const int (&row_of)[WmmaSums::num_elements]) {
+__device__ inline void wmma_divide_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float l,
+                                        const int (&row_of)[WmmaSums::num_elements]) {
     float inv_l[WmmaSums::num_elements];
     #pragma unroll
     for (int i = 0; i < WmmaSums::num_elements; i++) inv_l[i] = 1.0f / __shfl_sync(0xffffffffu, l, 2 * row_of[i]);
@@ -378,13 +388,31 @@ __device__ inline void wmma_divide_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float
         for (int i = 0; i < WmmaSums::num_elements; i++) o[f].x[i] *= inv_l[i];
 }
 
+// o, m and l as a warp's walk starts (m and l: the lane's row t): zeros, or under ring attention after
+// its first block the blocks so far: out's rows and their lse (m = lse in log2 units, l = 1)
+template <int HS_MAX, typename Out>
+__device__ inline void wmma_start_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float* m, float* l, const AttentionBlock& a,
+                                       const Out* out, const float* lse, size_t row0, int h, int t, float* stage) {
+    const float LOG2E = 1.4426950408889634f;
+    int lane = threadIdx.x % 32, t0 = t - lane / 2;
+    *m = -INFINITY, *l = 0.0f;
+    #pragma unroll
+    for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) nvcuda::wmma::fill_fragment(o[f], 0.0f);
+    if constexpr (std::is_same<Out, float>::value) {  // floatX out: the one block (flash_launch_forward)
+        if (!a.first) {
+            if (t < a.Tq) *m = lse[(row0 + lane / 2) * a.NH + h] * LOG2E, *l = 1.0f;
+            wmma_read_rows<HS_MAX>(o, out + row0 * a.C + h * HS_MAX, a.C, a.Tq - t0, stage, HS_MAX);
+        }
+    }
+}
+
 // grid (Tq / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w ... Per key tile: s = q k^T
 // (q's fragments stay in registers), the online softmax (above), o = o * rescale + p v, with o in
 // accumulator fragments (registers) for the whole walk, rescaled row by row through the row map.
 // Causal query tiles run last-first: the last do the most tiles, and start first
 template <int HS_MAX, typename Out>
-__global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_kernel(AttentionBlock a, const floatX* q,
-                                                                                       const floatX* kv, Out* out, float* lse) {
+__global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS)
+    flash_forward_wmma_kernel(AttentionBlock a, const floatX* q, const floatX* kv, Out* out, float* lse) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_FORWARD_WARPS, KEYS = wmma_forward_keys<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
     constexpr int KV_LD = wmma_kv_ld<HS_MAX>(), S_LD = wmma_s_ld<HS_MAX>(), P_LD = wmma_p_ld<HS_MAX>();
     // floatX tiles as raw 16-bit words, cast at use: the emulated build's bf16 and fp16 are classes
@@ -393,34 +421,25 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_ke
     __shared__ __align__(32) uint16_t kv_bits[2 * KEYS * KV_LD], p_bits[WMMA_FORWARD_WARPS * WMMA_SIDE * P_LD];
     __shared__ __align__(32) float s_tile[WMMA_FORWARD_WARPS * WMMA_SIDE * S_LD];
     static_assert(QUERIES <= 2 * KEYS, "q is staged where k and v go");
-    static_assert(sizeof(kv_bits) + sizeof(p_bits) + sizeof(s_tile) <= 48 * 1024, "over the 48 KB of static shared memory");
+    static_assert(sizeof(kv_bits) + sizeof(p_bits) + sizeof(s_tile) <= 48 * 1024, "over 48 KB of static shared memory");
     floatX *k_tile = (floatX*)kv_bits, *v_tile = k_tile + KEYS * KV_LD, *q_tile = k_tile;
-    constexpr int hs = HS_MAX;  // taken only where the head size is HS_MAX (flash_launch_forward): every loop's trip count known
+    // taken only where the head size is HS_MAX (flash_launch_forward): every loop's trip count known
+    constexpr int hs = HS_MAX;
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH;
     int q0 = (a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * QUERIES;
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32, t0 = q0 + w * WMMA_SIDE, t = t0 + lane / 2;  // t: the lane's softmax row
+    // t: the lane's softmax row
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, t0 = q0 + w * WMMA_SIDE, t = t0 + lane / 2;
     size_t q_first = attention_block_q_row(a, b, q0), row0 = q_first + w * WMMA_SIDE;  // row0: the warp's first row
     float* s = s_tile + w * WMMA_SIDE * S_LD;
     floatX* p = (floatX*)p_bits + w * WMMA_SIDE * P_LD;
     const float LOG2E = 1.4426950408889634f, scale_log2 = LOG2E / sqrtf((float)hs);
     int row_of[WmmaSums::num_elements];
     wmma_accumulator_rows(row_of, s);
-    wmma_load_rows(q_tile, KV_LD, q + h * hs, 3 * a.C, q_first, QUERIES, a.Tq - q0, hs);  // q into registers, via k's tile
-    __syncthreads();
-    WmmaRows q_part[F];
-    #pragma unroll
-    for (int f = 0; f < F; f++)
-        if (f * WMMA_SIDE < hs) nvcuda::wmma::load_matrix_sync(q_part[f], q_tile + w * WMMA_SIDE * KV_LD + f * WMMA_SIDE, KV_LD);
-    WmmaSums o[F];  // o, m, l: zeros, or (ring attention) the blocks so far: out's rows and lse (m = lse, l = 1)
-    float m = -INFINITY, l = 0.0f;  // the lane's row t (both lanes of a row hold the same)
-    #pragma unroll
-    for (int f = 0; f < F; f++) nvcuda::wmma::fill_fragment(o[f], 0.0f);
-    if constexpr (std::is_same<Out, float>::value) {  // floatX out: the one block (flash_launch_forward)
-        if (!a.first) {
-            if (t < a.Tq) m = lse[(row0 + lane / 2) * a.NH + h] * LOG2E, l = 1.0f;
-            wmma_read_rows<HS_MAX>(o, out + row0 * a.C + h * hs, a.C, a.Tq - t0, s, hs);
-        }
-    }
+    WmmaRows q_part[F];  // the warp's queries, in registers for the whole walk (staged in its rows of k's tile)
+    wmma_load_row_fragments<HS_MAX>(q_part, q_tile + w * WMMA_SIDE * KV_LD, q + h * hs, 3 * a.C, row0, a.Tq - t0, hs);
+    WmmaSums o[F];
+    float m, l;  // the lane's row t (both lanes of a row hold the same)
+    wmma_start_rows<HS_MAX, Out>(o, &m, &l, a, out, lse, row0, h, t, s);
     __syncthreads();  // every warp has its q before k overwrites the tile
     size_t kv_first = attention_block_kv_row(a, b, 0);
     int key_end = a.causal ? min(q0 + QUERIES, a.Tq) : a.Tk;
@@ -446,15 +465,19 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS) flash_forward_wmma_ke
 // ---------------------------------------------------------------- backward on CUDA cores
 // a pass's rows of the other side: 1024 channels' worth (32 rows at head size 32, 16 at 64, 8 at
 // 128), so that a block's own two fp32 tiles and a pass's two stay in 48 KB of static shared memory
-template <int HS_MAX> __host__ __device__ constexpr int flash_pass_rows() { return 1024 / HS_MAX < 32 ? 1024 / HS_MAX : 32; }
+template <int HS_MAX>
+__host__ __device__ constexpr int flash_pass_rows() {
+    return 1024 / HS_MAX < 32 ? 1024 / HS_MAX : 32;
+}
 
 // key j (column c of the block's k, v tiles) against the pass's queries t = t0 + r in order;
 // the queries that do not see it (before j in a causal block, past Tq) are skipped
 template <int HS_MAX, int ROWS>
 __device__ inline void flash_dkv_from_queries(const AttentionBlock& a, float (&dk)[HS_MAX], float (&dv)[HS_MAX],
-                                              const float (*q_tile)[HS_MAX], const float (*dy_tile)[HS_MAX], const float* lse_tile,
-                                              const float* D_tile, const float (*k_tile)[FLASH_KEYS],
-                                              const float (*v_tile)[FLASH_KEYS], int c, int t0, int j, int hs, float scale) {
+                                              const float (*q_tile)[HS_MAX], const float (*dy_tile)[HS_MAX],
+                                              const float* lse_tile, const float* D_tile,
+                                              const float (*k_tile)[FLASH_KEYS], const float (*v_tile)[FLASH_KEYS],
+                                              int c, int t0, int j, int hs, float scale) {
     for (int r = 0; r < ROWS; r++) {
         int t = t0 + r;
         if ((a.causal && t < j) || t >= a.Tq) continue;
@@ -476,8 +499,8 @@ __device__ inline void flash_dkv_from_queries(const AttentionBlock& a, float (&d
 // grid (Tk / FLASH_KEYS rounded up, B * NH), FLASH_KEYS threads: thread c owns key k0 + c, whose
 // dk and dv it sums in registers over every query tile that sees it, then adds to dkv
 template <int HS_MAX>
-__global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dkv, const floatX* dout, const float* lse,
-                                 const float* D) {
+__global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dkv, const floatX* dout,
+                                 const float* lse, const float* D) {
     constexpr int ROWS = flash_pass_rows<HS_MAX>();
     __shared__ float k_tile[HS_MAX][FLASH_KEYS], v_tile[HS_MAX][FLASH_KEYS];  // (channel, key): a column per thread
     __shared__ float q_tile[ROWS][HS_MAX], dy_tile[ROWS][HS_MAX], lse_tile[ROWS], D_tile[ROWS];
@@ -488,7 +511,8 @@ __global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX
     #pragma unroll
     for (int i = 0; i < HS_MAX; i++) dk[i] = dv[i] = 0.0f;
     flash_load_rows(&k_tile[0][0], 1, FLASH_KEYS, kv + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0, hs);
-    flash_load_rows(&v_tile[0][0], 1, FLASH_KEYS, kv + a.C + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0, hs);
+    flash_load_rows(&v_tile[0][0], 1, FLASH_KEYS, kv + a.C + h * hs, a.kv_stride, kv_first + k0, FLASH_KEYS, a.Tk - k0,
+                    hs);
     for (int t0 = a.causal ? k0 : 0; t0 < a.Tq; t0 += ROWS) {  // causal: queries before k0 see none of these keys
         flash_load_rows(&q_tile[0][0], HS_MAX, 1, q + h * hs, 3 * a.C, q_first + t0, ROWS, a.Tq - t0, hs);
         flash_load_rows(&dy_tile[0][0], HS_MAX, 1, dout + h * hs, a.C, q_first + t0, ROWS, a.Tq - t0, hs);
@@ -496,7 +520,8 @@ __global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX
         flash_load_stats(D_tile, D + h, a.NH, q_first + t0, ROWS, a.Tq - t0);
         __syncthreads();  // loads in before use
         if (j < a.Tk)
-            flash_dkv_from_queries<HS_MAX, ROWS>(a, dk, dv, q_tile, dy_tile, lse_tile, D_tile, k_tile, v_tile, c, t0, j, hs, scale);
+            flash_dkv_from_queries<HS_MAX, ROWS>(a, dk, dv, q_tile, dy_tile, lse_tile, D_tile, k_tile, v_tile, c, t0, j,
+                                                 hs, scale);
         __syncthreads();  // uses done before the next pass overwrites the tiles
     }
     if (j >= a.Tk) return;
@@ -512,10 +537,10 @@ __global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX
 // query t (column r of the block's q, dout tiles) against the pass's keys j = k0 + c in order;
 // the keys it does not see (after t in a causal block, past Tk) end the pass
 template <int HS_MAX, int ROWS>
-__device__ inline void flash_dq_from_keys(const AttentionBlock& a, float (&dq)[HS_MAX], const float (*q_tile)[FLASH_QUERIES],
-                                          const float (*dy_tile)[FLASH_QUERIES], const float (*k_tile)[HS_MAX],
-                                          const float (*v_tile)[HS_MAX], float lse_t, float D_t, int r, int k0, int t, int hs,
-                                          float scale) {
+__device__ inline void flash_dq_from_keys(const AttentionBlock& a, float (&dq)[HS_MAX],
+                                          const float (*q_tile)[FLASH_QUERIES], const float (*dy_tile)[FLASH_QUERIES],
+                                          const float (*k_tile)[HS_MAX], const float (*v_tile)[HS_MAX], float lse_t,
+                                          float D_t, int r, int k0, int t, int hs, float scale) {
     for (int c = 0; c < ROWS; c++) {
         int j = k0 + c;
         if ((a.causal && j > t) || j >= a.Tk) break;  // keys come in order: the first unseen one ends the pass
@@ -534,8 +559,8 @@ __device__ inline void flash_dq_from_keys(const AttentionBlock& a, float (&dq)[H
 // grid (Tq / FLASH_QUERIES rounded up, B * NH), FLASH_QUERIES threads: thread r owns query q0 + r,
 // whose dq it sums in registers over every key tile it sees, then adds to dq
 template <int HS_MAX>
-__global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dq, const floatX* dout, const float* lse,
-                                const float* D) {
+__global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dq, const floatX* dout,
+                                const float* lse, const float* D) {
     constexpr int ROWS = flash_pass_rows<HS_MAX>();
     __shared__ float q_tile[HS_MAX][FLASH_QUERIES], dy_tile[HS_MAX][FLASH_QUERIES];  // (channel, query)
     __shared__ float k_tile[ROWS][HS_MAX], v_tile[ROWS][HS_MAX];                     // (key, channel): a broadcast
@@ -554,7 +579,9 @@ __global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX*
         flash_load_rows(&k_tile[0][0], HS_MAX, 1, kv + h * hs, a.kv_stride, kv_first + k0, ROWS, a.Tk - k0, hs);
         flash_load_rows(&v_tile[0][0], HS_MAX, 1, kv + a.C + h * hs, a.kv_stride, kv_first + k0, ROWS, a.Tk - k0, hs);
         __syncthreads();  // loads in before use
-        if (t < a.Tq) flash_dq_from_keys<HS_MAX, ROWS>(a, dq_sum, q_tile, dy_tile, k_tile, v_tile, lse_t, D_t, r, k0, t, hs, scale);
+        if (t < a.Tq)
+            flash_dq_from_keys<HS_MAX, ROWS>(a, dq_sum, q_tile, dy_tile, k_tile, v_tile, lse_t, D_t, r, k0, t, hs,
+                                             scale);
         __syncthreads();  // uses done before the next pass overwrites the tiles
     }
     if (t >= a.Tq) return;
@@ -581,15 +608,16 @@ __global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX*
 // a warp's fp32 scratch: its scores and dout . v products (16 x WMMA_KEYS each, padded); first its
 // own rows of the two inputs it keeps in registers, on their way in (16 x (HS_MAX + 8) floatX each)
 template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
-    return 2 * WMMA_SIDE * (WMMA_KEYS + 4) > WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2 ? 2 * WMMA_SIDE * (WMMA_KEYS + 4)
-                                                                                   : WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2;
+    return 2 * WMMA_SIDE * (WMMA_KEYS + 4) > WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2
+               ? 2 * WMMA_SIDE * (WMMA_KEYS + 4)
+               : WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2;
 }
 
 // one warp, one tile: p and ds (16 x WMMA_KEYS floatX) from s and dp (fp32, ld WMMA_KEYS + 4) and the
 // statistics of each element's query; `keys_by_queries`: the warp's rows are keys (dk, dv) or queries (dq)
-__device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, floatX* ds, const float* s, const float* dp,
-                                          const float* lse_tile, const float* D_tile, int row0, int col0, int stat0,
-                                          bool keys_by_queries, float scale, float scale_log2) {
+__device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, floatX* ds, const float* s,
+                                          const float* dp, const float* lse_tile, const float* D_tile, int row0,
+                                          int col0, int stat0, bool keys_by_queries, float scale, float scale_log2) {
     const float LOG2E = 1.4426950408889634f;
     for (int e = threadIdx.x % 32; e < WMMA_SIDE * WMMA_KEYS; e += 32) {
         int r = e / WMMA_KEYS, c = e % WMMA_KEYS;
@@ -608,14 +636,14 @@ __device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, fl
 template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kernel(AttentionBlock a, const floatX* q,
         const floatX* kv, Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
-    constexpr int KEYS = WMMA_SIDE * WMMA_BACKWARD_WARPS, QT = WMMA_KEYS, LD = wmma_kv_ld<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
-    constexpr int S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
-    __shared__ __align__(32) uint16_t q_bits[QT * LD], dy_bits[QT * LD], p_bits[WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD],
-                                      ds_bits[WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD];
+    constexpr int KEYS = WMMA_SIDE * WMMA_BACKWARD_WARPS, QT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
+    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
+    constexpr int PW = WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // a p (or ds) tile for every warp
+    __shared__ __align__(32) uint16_t q_bits[QT * LD], dy_bits[QT * LD], p_bits[PW], ds_bits[PW];
     __shared__ __align__(32) float warp_floats[WMMA_BACKWARD_WARPS * WF];
     __shared__ float lse_tile[QT], D_tile[QT];
-    static_assert(sizeof(q_bits) + sizeof(dy_bits) + sizeof(p_bits) + sizeof(ds_bits) + sizeof(warp_floats) + 2 * QT * 4 <= 48 * 1024,
-                  "over the 48 KB of static shared memory");
+    static_assert(sizeof(q_bits) + sizeof(dy_bits) + sizeof(p_bits) + sizeof(ds_bits) + sizeof(warp_floats) + 8 * QT <=
+                  48 * 1024, "over 48 KB of static shared memory");
     floatX *q_tile = (floatX*)q_bits, *dy_tile = (floatX*)dy_bits;
     constexpr int hs = HS_MAX;  // taken only where the head size is HS_MAX (flash_launch_backward)
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = blockIdx.x * KEYS;
@@ -623,7 +651,8 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
     size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
     float scale = 1.0f / sqrtf((float)hs), scale_log2 = 1.4426950408889634f * scale;
     float *s = warp_floats + w * WF, *dp = s + WMMA_SIDE * S_LD;
-    floatX *p = (floatX*)p_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD, *ds = (floatX*)ds_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD;
+    floatX* p = (floatX*)p_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // the warp's tiles
+    floatX* ds = (floatX*)ds_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD;
     WmmaRows k_part[F], v_part[F];
     wmma_load_row_fragments<HS_MAX>(k_part, (floatX*)s, kv + h * hs, a.kv_stride, kv_first + j0, a.Tk - j0, hs);
     wmma_load_row_fragments<HS_MAX>(v_part, (floatX*)s, kv + a.C + h * hs, a.kv_stride, kv_first + j0, a.Tk - j0, hs);
@@ -661,13 +690,14 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
 template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel(AttentionBlock a, const floatX* q,
         const floatX* kv, Out* dq, int dq_stride, const floatX* dout, const float* lse, const float* D) {
-    constexpr int QUERIES = WMMA_SIDE * WMMA_BACKWARD_WARPS, KT = WMMA_KEYS, LD = wmma_kv_ld<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
-    constexpr int S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
-    __shared__ __align__(32) uint16_t k_bits[KT * LD], v_bits[KT * LD], ds_bits[WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD];
+    constexpr int QUERIES = WMMA_SIDE * WMMA_BACKWARD_WARPS, KT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
+    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
+    constexpr int PW = WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // a ds tile for every warp
+    __shared__ __align__(32) uint16_t k_bits[KT * LD], v_bits[KT * LD], ds_bits[PW];
     __shared__ __align__(32) float warp_floats[WMMA_BACKWARD_WARPS * WF];
     __shared__ float lse_tile[QUERIES], D_tile[QUERIES];
-    static_assert(sizeof(k_bits) + sizeof(v_bits) + sizeof(ds_bits) + sizeof(warp_floats) + 2 * QUERIES * 4 <= 48 * 1024,
-                  "over the 48 KB of static shared memory");
+    static_assert(sizeof(k_bits) + sizeof(v_bits) + sizeof(ds_bits) + sizeof(warp_floats) + 8 * QUERIES <= 48 * 1024,
+                  "over 48 KB of static shared memory");
     floatX *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits;
     constexpr int hs = HS_MAX;  // taken only where the head size is HS_MAX (flash_launch_backward)
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH;
@@ -694,15 +724,16 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel
             wmma_rows_times_cols<HS_MAX>(s, S_LD, q_part, k_tile, hs);    // s = q k^T
             wmma_rows_times_cols<HS_MAX>(dp, S_LD, dy_part, v_tile, hs);  // dp = dout v^T
             __syncwarp();
-            wmma_probabilities(a, nullptr, ds, s, dp, lse_tile, D_tile, t0, k0, w * WMMA_SIDE, false, scale, scale_log2);
+            wmma_probabilities(a, nullptr, ds, s, dp, lse_tile, D_tile, t0, k0, w * WMMA_SIDE, false, scale,
+                               scale_log2);
             __syncwarp();
             wmma_add_product<HS_MAX>(dq_sum, ds, WMMA_BACKWARD_P_LD, k_tile, hs);  // dq += ds k
         }
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }
     if (t0 >= a.Tq) return;
-    wmma_add_rows<HS_MAX, Out>(dq + (q_first + w * WMMA_SIDE) * dq_stride + h * hs, dq_stride, min(WMMA_SIDE, a.Tq - t0), dq_sum,
-                               s, hs, std::is_same<Out, float>::value);
+    wmma_add_rows<HS_MAX, Out>(dq + (q_first + w * WMMA_SIDE) * dq_stride + h * hs, dq_stride,
+                               min(WMMA_SIDE, a.Tq - t0), dq_sum, s, hs, std::is_same<Out, float>::value);
 }
 #endif
 
@@ -738,7 +769,8 @@ __global__ void flash_row_dot_kernel128(float* D, const floatX* dout, const floa
         int pack = p0 + lane;
         float sum = 0.0f;
         if (pack < C / P) {
-            Packed128<floatX> dy = load128(dout + (size_t)row * C + pack * P), y = load128(out + (size_t)row * C + pack * P);
+            Packed128<floatX> dy = load128(dout + (size_t)row * C + pack * P),
+                              y = load128(out + (size_t)row * C + pack * P);
             for (int k = 0; k < P; k++) sum += to_float(dy.v[k]) * to_float(y.v[k]);
         }
         for (int o = 1; o < lanes_a_head; o *= 2) sum += __shfl_xor_sync(0xffffffff, sum, o);
@@ -751,7 +783,8 @@ __global__ void flash_output_kernel128(floatX* out, const float* acc, size_t n) 
     store128_rounded(out + i, acc + i);
 }
 __global__ void flash_gradients_kernel128(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size, row = i / (3 * C), c = i % (3 * C);
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size, row = i / (3 * C),
+           c = i % (3 * C);
     if (row >= rows) return;
     const float* src = c < (size_t)C ? dq + row * C + c : dkv + row * 2 * C + c - C;  // a pack lies wholly in one
     store128_rounded(dqkv + i, src);
@@ -769,27 +802,30 @@ inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const
         return;
     }
 #endif
+    dim3 grid(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH);
     if constexpr (std::is_same<Out, float>::value)
-        flash_forward_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, out, lse);
+        flash_forward_kernel<HS_MAX><<<grid, FLASH_QUERIES>>>(a, q, kv, out, lse);
     else
         fail("flash attention: a floatX output needs the WMMA kernels (flash_wmma_head)");
 }
 // dq rows dq_stride apart, dk dv rows dkv_stride apart (dv at dk + C)
 template <int HS_MAX, typename Out>
-inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride, Out* dkv,
-                                  int dkv_stride, const floatX* dout, const float* lse, const float* D) {
+inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
+                                  Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
 #if !FLOATX_IS_FP32
     if (a.C / a.NH == HS_MAX) {  // 16, 32, 64 or 128: the WMMA kernels compile their loops for HS_MAX
         constexpr int rows = WMMA_SIDE * WMMA_BACKWARD_WARPS;
         dim3 dq_grid(ceil_div(a.Tq, rows), a.B * a.NH), dkv_grid(ceil_div(a.Tk, rows), a.B * a.NH);
         flash_dq_wmma_kernel<HS_MAX, Out><<<dq_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dq, dq_stride, dout, lse, D);
-        flash_dkv_wmma_kernel<HS_MAX, Out><<<dkv_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dkv, dkv_stride, dout, lse, D);
+        flash_dkv_wmma_kernel<HS_MAX, Out><<<dkv_grid, 32 * WMMA_BACKWARD_WARPS>>>(a, q, kv, dkv, dkv_stride, dout, lse,
+                                                                                  D);
         return;
     }
 #endif
     if constexpr (std::is_same<Out, float>::value) {
-        flash_dq_kernel<HS_MAX><<<dim3(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), FLASH_QUERIES>>>(a, q, kv, dq, dout, lse, D);
-        flash_dkv_kernel<HS_MAX><<<dim3(ceil_div(a.Tk, FLASH_KEYS), a.B * a.NH), FLASH_KEYS>>>(a, q, kv, dkv, dout, lse, D);
+        dim3 dq_grid(ceil_div(a.Tq, FLASH_QUERIES), a.B * a.NH), dkv_grid(ceil_div(a.Tk, FLASH_KEYS), a.B * a.NH);
+        flash_dq_kernel<HS_MAX><<<dq_grid, FLASH_QUERIES>>>(a, q, kv, dq, dout, lse, D);
+        flash_dkv_kernel<HS_MAX><<<dkv_grid, FLASH_KEYS>>>(a, q, kv, dkv, dout, lse, D);
     } else {
         fail("flash attention: floatX gradients need the WMMA kernels (flash_wmma_head)");
     }
@@ -807,8 +843,8 @@ inline void flash_forward_any_head(const AttentionBlock& a, const floatX* q, con
     launchCheck();
 }
 template <typename Out>
-inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride, Out* dkv,
-                                    int dkv_stride, const floatX* dout, const float* lse, const float* D) {
+inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
+                                    Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_backward<16>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
         case 32: flash_launch_backward<32>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
@@ -818,14 +854,16 @@ inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, co
     launchCheck();
 }
 // the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
-inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out, float* lse) {
+inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out,
+                                    float* lse) {
     // a grid of 0 blocks is a launch error (so in every launcher below); no keys: nothing to merge
     if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
     flash_forward_any_head(a, q, kv, out, lse);
 }
 // one rank's whole sequences, one causal block (a.first), with the WMMA kernels (flash_wmma_head):
 // out written in floatX, with no fp32 scratch and no pass to round it (attention_forward)
-inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* out, float* lse) {
+inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* out,
+                                         float* lse) {
     if (a.B * a.NH * a.Tq == 0) return;
     flash_forward_any_head(a, q, kv, out, lse);
 }
@@ -837,8 +875,8 @@ inline void attention_block_backward(const AttentionBlock& a, const floatX* q, c
 }
 // the backward of attention_whole_forward_wmma: dq, dk, dv written in floatX straight into dqkv's
 // rows (3C), with no fp32 sums to zero first and no pass to round them (attention_backward)
-inline void attention_whole_backward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* dqkv, const floatX* dout,
-                                          const float* lse, const float* D) {
+inline void attention_whole_backward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* dqkv,
+                                          const floatX* dout, const float* lse, const float* D) {
     if (a.B * a.NH * a.Tq == 0) return;
     flash_backward_any_head(a, q, kv, dqkv, 3 * a.C, dqkv + a.C, 3 * a.C, dout, lse, D);
 }
@@ -866,7 +904,8 @@ inline void attention_block_output(floatX* out, const float* acc, size_t n) {
 inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
     if (rows == 0) return;
     if (packs_fit(C, {dqkv, dq, dkv}))
-        flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows, C);
+        flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows,
+                                                                                                  C);
     else
         flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);
     launchCheck();

@@ -7,10 +7,9 @@ The scalar math is one __host__ __device__ function per direction, shared by the
 host twin and the kernel, so the two builds cannot drift apart.
 */
 #pragma once
-// defines: gelu_forward, gelu_backward, residual_forward,
-//          GELU_SCALE, gelu_backward_host, gelu_backward_kernel, gelu_derivative, gelu_forward_host,
-//          gelu_forward_kernel, gelu_value, residual_forward_host, residual_forward_kernel, gelu_forward_kernel128,
-//          gelu_backward_kernel128, residual_forward_kernel128,
+// defines: gelu_forward, gelu_backward, residual_forward, GELU_SCALE, gelu_backward_host, gelu_backward_kernel,
+//          gelu_derivative, gelu_forward_host, gelu_forward_kernel, gelu_value, residual_forward_host,
+//          residual_forward_kernel, gelu_forward_kernel128, gelu_backward_kernel128, residual_forward_kernel128,
 //          gelu_backward_ledger, gelu_forward_ledger, residual_forward_ledger
 #include <math.h>  // defines: tanhf, coshf
 #include "common.cuh"
@@ -83,7 +82,8 @@ __global__ void gelu_backward_kernel128(floatX* dinp, const floatX* inp, const f
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
     if (i >= n) return;
     Packed128<floatX> x = load128(inp + i), dy = load128(dout + i), dx;
-    for (int k = 0; k < Packed128<floatX>::size; k++) dx.v[k] = from_float(gelu_derivative(to_float(x.v[k])) * to_float(dy.v[k]));
+    for (int k = 0; k < Packed128<floatX>::size; k++)
+        dx.v[k] = from_float(gelu_derivative(to_float(x.v[k])) * to_float(dy.v[k]));
     store128(dinp + i, dx);
 }
 __global__ void residual_forward_kernel128(floatX* out, const floatX* a, const floatX* b, size_t n) {
@@ -95,24 +95,31 @@ __global__ void residual_forward_kernel128(floatX* out, const floatX* a, const f
 }
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n) {
     if (n == 0) return;  // a grid of 0 blocks is a launch error (so in every launcher below)
-    if (packs_fit(n, {out, inp})) gelu_forward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, inp, n);
+    if (packs_fit(n, {out, inp}))
+        gelu_forward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, inp, n);
     else gelu_forward_kernel<<<ceil_div(n, 256), 256>>>(out, inp, n);
     launchCheck();
 }
 inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
     if (n == 0) return;
-    if (packs_fit(n, {dinp, inp, dout})) gelu_backward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(dinp, inp, dout, n);
+    if (packs_fit(n, {dinp, inp, dout}))
+        gelu_backward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(dinp, inp, dout, n);
     else gelu_backward_kernel<<<ceil_div(n, 256), 256>>>(dinp, inp, dout, n);
     launchCheck();
 }
 inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
     if (n == 0) return;
-    if (packs_fit(n, {out, a, b})) residual_forward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, a, b, n);
+    if (packs_fit(n, {out, a, b}))
+        residual_forward_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, a, b, n);
     else residual_forward_kernel<<<ceil_div(n, 256), 256>>>(out, a, b, n);
     launchCheck();
 }
 #else
 inline void gelu_forward(floatX* out, const floatX* inp, size_t n) { gelu_forward_host(out, inp, n); }
-inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) { gelu_backward_host(dinp, inp, dout, n); }
-inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) { residual_forward_host(out, a, b, n); }
+inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    gelu_backward_host(dinp, inp, dout, n);
+}
+inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+    residual_forward_host(out, a, b, n);
+}
 #endif

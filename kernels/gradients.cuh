@@ -13,10 +13,9 @@ does not round in bf16 at every micro-step; ZeRO-2/3 fold each reduce-scattered 
 shard into the step's gradient shard this way.
 */
 #pragma once
-// defines: global_norm_squared, global_norm_squared_ranges, gradient_accumulate, NORM_PARTS,
-//          accumulate_element, gradient_accumulate_host, gradient_accumulate_kernel, norm_partials,
-//          norm_partials_host, norm_partials_kernel,
-//          norm_partials_ledger
+// defines: global_norm_squared, global_norm_squared_ranges, gradient_accumulate, NORM_PARTS, accumulate_element,
+//          gradient_accumulate_host, gradient_accumulate_kernel, norm_partials, norm_partials_host,
+//          norm_partials_kernel, norm_partials_ledger
 #include <algorithm>    // defines: std::min
 #include <type_traits>  // defines: std::is_same
 #include <vector>       // defines: std::vector

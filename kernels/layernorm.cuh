@@ -14,14 +14,14 @@ column sums over the rows, in two stages in a fixed order (common.cuh), so a run
 repeats bit for bit. The host twin sums each channel's rows in order.
 */
 #pragma once
-// defines: layernorm_forward, layernorm_backward, layernorm_backward_both, layernorm_backward_input, layernorm_backward_params,
-//          layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS, layernorm_write_part,
-//          layernorm_backward_row128, layernorm_backward_params_many, LayerNormGrad, LayerNormGrads,
-//          LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_packed_width, layernorm_backward_input_kernel128, layernorm_backward_host,
-//          layernorm_backward_input_host, layernorm_backward_params_host, layernorm_backward_input_kernel,
-//          layernorm_backward_partials_kernel, layernorm_forward_host, layernorm_forward_kernel,
-//          layernorm_forward_row, layernorm_param_grads_channel, warp_sum,
-//          layernorm_backward_input_ledger, layernorm_backward_params_ledger, layernorm_forward_ledger,
+// defines: layernorm_forward, layernorm_backward, layernorm_backward_both, layernorm_backward_input,
+//          layernorm_backward_params, layernorm_backward_kernel128, layernorm_backward_both_ledger, LAYERNORM_WARPS,
+//          layernorm_write_part, layernorm_backward_row128, layernorm_backward_params_many, LayerNormGrad,
+//          LayerNormGrads, LAYERNORM_EPS, LAYERNORM_PACKS_MAX, layernorm_packed_width,
+//          layernorm_backward_input_kernel128, layernorm_backward_host, layernorm_backward_input_host,
+//          layernorm_backward_params_host, layernorm_backward_input_kernel, layernorm_backward_partials_kernel,
+//          layernorm_forward_host, layernorm_forward_kernel, layernorm_forward_row, layernorm_param_grads_channel,
+//          warp_sum, layernorm_backward_input_ledger, layernorm_backward_params_ledger, layernorm_forward_ledger,
 //          layernorm_forward_warp, residual_layernorm_forward_kernel, residual_layernorm_forward,
 //          residual_layernorm_forward_ledger
 #include <math.h>  // defines: sqrtf
@@ -34,7 +34,8 @@ repeats bit for bit. The host twin sums each channel's rows in order.
 // dweight[c] += sum_i dout[i,c] * n[i,c];  dbias[c] += sum_i dout[i,c]: one channel, rows in
 // order: the host twin, and dev/layernorm_backward.cu's plainest GPU version
 HOST_DEVICE inline void layernorm_param_grads_channel(int c, floatX* dweight, floatX* dbias, const floatX* dout,
-                                                      const floatX* inp, const float* mean, const float* rstd, int N, int C) {
+                                                      const floatX* inp, const float* mean, const float* rstd, int N,
+                                                      int C) {
     float dw = 0.0f, db = 0.0f;
     for (int i = 0; i < N; i++) {
         float n = (to_float(inp[(size_t)i * C + c]) - mean[i]) * rstd[i];
@@ -123,9 +124,11 @@ inline void layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {
     double X = sizeof(floatX);
     ledger_add(l, {"layernorm_forward_kernel", 8.0 * N * C, N * C * X + 2 * C * X, N * C * X + 8.0 * N, 0});
 }
-inline void residual_layernorm_forward_ledger(Ledger* l, size_t N, size_t C) {  // the residual read back from L1: not counted
+inline void residual_layernorm_forward_ledger(Ledger* l, size_t N,
+                                              size_t C) {  // the residual read back from L1: not counted
     double X = sizeof(floatX);
-    ledger_add(l, {"residual_layernorm_forward_kernel", 9.0 * N * C, 2 * N * C * X + 2 * C * X, 2 * N * C * X + 8.0 * N, 0});
+    ledger_add(
+        l, {"residual_layernorm_forward_kernel", 9.0 * N * C, 2 * N * C * X + 2 * C * X, 2 * N * C * X + 8.0 * N, 0});
 }
 // the rows the 16-byte backward kernels take: C a whole number of packs for each of a warp's 32 lanes,
 // at most LAYERNORM_PACKS_MAX of them (C up to 1024); the launchers check the pointers' alignment too
@@ -136,8 +139,9 @@ inline bool layernorm_packed_width(size_t C) { return C % (32 * PACK_VALUES) == 
 inline void layernorm_backward_input_ledger(Ledger* l, size_t N, size_t C, bool in_place = true) {
     double X = sizeof(floatX);
     bool packed = layernorm_packed_width(C);
-    ledger_add(l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
-                   (in_place ? 2.0 : 3.0) * N * C * X + C * X + 8.0 * N, in_place ? 0 : N * C * X, in_place ? N * C * X : 0});
+    ledger_add(
+        l, {packed ? "layernorm_backward_input_kernel128" : "layernorm_backward_input_kernel", 12.0 * N * C,
+            (in_place ? 2.0 : 3.0) * N * C * X + C * X + 8.0 * N, in_place ? 0 : N * C * X, in_place ? N * C * X : 0});
 }
 // one launch for `count` LayerNorms' parameter gradients
 inline void layernorm_backward_params_ledger(Ledger* l, size_t N, size_t C, size_t count = 1) {
@@ -166,14 +170,15 @@ __device__ inline float warp_sum(float v) {
 
 // a warp's row: the mean (from the sum of the lane's values, `sum`), rstd and the output; a lane
 // reads only its own columns c = lane + 32 k
-__device__ inline void layernorm_forward_warp(int row, int lane, float sum, floatX* out, float* mean, float* rstd, const floatX* x,
-                                              const floatX* weight, const floatX* bias, int C) {
+__device__ inline void layernorm_forward_warp(int row, int lane, float sum, floatX* out, float* mean, float* rstd,
+                                              const floatX* x, const floatX* weight, const floatX* bias, int C) {
     float m = warp_sum(sum) / C;
     float var = 0.0f;
     for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
     float s = rsqrtf(warp_sum(var) / C + LAYERNORM_EPS);
     floatX* y = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) y[c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    for (int c = lane; c < C; c += 32)
+        y[c] = from_float((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -190,8 +195,9 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 // row's sum a + b written, rounded as residual_forward rounds it, and normalized from those values,
 // which a lane reads back (its own, from its L1): the same bits as the two kernels, one read of a
 // and b and no second read of the residual from memory
-__global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                                  const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
+__global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                  const floatX* a, const floatX* b, const floatX* weight,
+                                                  const floatX* bias, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -206,7 +212,8 @@ __global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out,
 }
 
 __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp,
-                                                const floatX* weight, const float* mean, const float* rstd, int N, int C) {
+                                                const floatX* weight, const float* mean, const float* rstd, int N,
+                                                int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -270,18 +277,20 @@ __device__ inline void layernorm_backward_row128(size_t row, int lane, int packs
         if (k >= packs) continue;
         Packed128<floatX> dx = r[k];
         #pragma unroll
-        for (int i = 0; i < P; i++) dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
+        for (int i = 0; i < P; i++)
+            dx.v[i] = from_float(to_float(dx.v[i]) + s * (g[k][i] - g_mean - n[k][i] * gn_mean));
         store128(dinp + first + (k * 32 + lane) * P, dx);
     }
 }
 __global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* dres, const floatX* __restrict__ dout,
                                                    const floatX* __restrict__ inp, const floatX* __restrict__ weight,
-                                                   const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
+                                                   const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                   int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     float unused[LAYERNORM_PACKS_MAX][PACK_VALUES];
     if (row < N)
-        layernorm_backward_row128<false>(row, lane, C / (32 * PACK_VALUES), dinp, dres, dout, inp, weight, mean[row], rstd[row], C,
-                                         unused, unused);
+        layernorm_backward_row128<false>(row, lane, C / (32 * PACK_VALUES), dinp, dres, dout, inp, weight, mean[row],
+                                         rstd[row], C, unused, unused);
 }
 
 // The whole backward in one pass over the rows (llm.c's layernorm_backward_kernel10 does so with
@@ -298,7 +307,8 @@ __global__ void layernorm_backward_input_kernel128(floatX* dinp, const floatX* d
 // added in warp order, as the partials kernel adds its rows of threads, and written as part blockIdx.y
 // of `parts`: dweight's parts, then dbias's
 __device__ inline void layernorm_write_part(const float (&dw)[LAYERNORM_PACKS_MAX][PACK_VALUES],
-                                            const float (&db)[LAYERNORM_PACKS_MAX][PACK_VALUES], float* parts, int packs, int C) {
+                                            const float (&db)[LAYERNORM_PACKS_MAX][PACK_VALUES], float* parts,
+                                            int packs, int C) {
     constexpr int P = PACK_VALUES;
     __shared__ float block_dw[32 * P * LAYERNORM_PACKS_MAX], block_db[32 * P * LAYERNORM_PACKS_MAX];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -322,16 +332,18 @@ __device__ inline void layernorm_write_part(const float (&dw)[LAYERNORM_PACKS_MA
         parts[(size_t)(COLUMN_PARTS + blockIdx.y) * C + c] = block_db[c];
     }
 }
-__global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias, float* scratch,
-                                             const floatX* __restrict__ dout, const floatX* __restrict__ inp,
-                                             const floatX* __restrict__ weight, const float* __restrict__ mean,
-                                             const float* __restrict__ rstd, int N, int C) {
+__global__ void layernorm_backward_kernel128(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias,
+                                             float* scratch, const floatX* __restrict__ dout,
+                                             const floatX* __restrict__ inp, const floatX* __restrict__ weight,
+                                             const float* __restrict__ mean, const float* __restrict__ rstd, int N,
+                                             int C) {
     constexpr int P = Packed128<floatX>::size;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, packs = C / (32 * P), begin, end;
     column_part_rows(N, blockIdx.y, &begin, &end);
     float dw[LAYERNORM_PACKS_MAX][P] = {}, db[LAYERNORM_PACKS_MAX][P] = {};
     for (int row = begin + warp; row < end; row += LAYERNORM_WARPS)
-        layernorm_backward_row128<true>(row, lane, packs, dinp, dres, dout, inp, weight, mean[row], rstd[row], C, dw, db);
+        layernorm_backward_row128<true>(row, lane, packs, dinp, dres, dout, inp, weight, mean[row], rstd[row], C, dw,
+                                        db);
     float* parts = column_partials_parts(scratch);  // dweight's parts, then dbias's (as the partials kernel's)
     layernorm_write_part(dw, db, parts, packs, C);
     if (column_partials_last_block(column_partials_counters(scratch)))
@@ -381,23 +393,27 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
     launchCheck();
 }
 // residual = a + b, then out = LayerNorm(residual) with its mean and rstd: (N,C) each
-inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a, const floatX* b,
-                                       const floatX* weight, const floatX* bias, int N, int C) {
+inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                       const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
     const int block = 256, rows_per_block = block / 32;
     if (N == 0) return;
-    residual_layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    residual_layernorm_forward_kernel<<<ceil_div(N, rows_per_block), block>>>(residual, out, mean, rstd, a, b, weight,
+                                                                              bias, N, C);
     launchCheck();
 }
 // dinp = dres + the input gradient: the residual stream's gradient after the LayerNorm's backward;
 // dres may be dinp (added in place)
-inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp, const floatX* weight,
-                                     const float* mean, const float* rstd, int N, int C) {
+inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp,
+                                     const floatX* weight, const float* mean, const float* rstd, int N, int C) {
     const int block = 256, rows_per_block = block / 32;
     if (N == 0 || C == 0) return;
     bool packed = layernorm_packed_width(C) && packs_fit(C, {dinp, dres, dout, inp, weight});
     if (packed)
-        layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
-    else layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean, rstd, N, C);
+        layernorm_backward_input_kernel128<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean,
+                                                                                   rstd, N, C);
+    else
+        layernorm_backward_input_kernel<<<ceil_div(N, rows_per_block), block>>>(dinp, dres, dout, inp, weight, mean,
+                                                                                rstd, N, C);
     launchCheck();
 }
 // the parameter gradients of several LayerNorms of width C over N rows each, in as few launches as
@@ -411,7 +427,8 @@ inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> 
         LayerNormGrads batch = {};
         batch.tiles = tiles;
         for (int e = 0; e < tiles.entries; e++) batch.entry[e] = grads.begin()[first + e];
-        layernorm_backward_partials_kernel<<<column_tiles_grid(tiles), column_partials_block()>>>(batch, partials, N, C);
+        layernorm_backward_partials_kernel<<<column_tiles_grid(tiles), column_partials_block()>>>(batch, partials, N,
+                                                                                                  C);
         launchCheck();
     });
 }
@@ -420,18 +437,19 @@ inline void layernorm_forward(floatX* out, float* mean, float* rstd, const float
                               const floatX* bias, int N, int C) {
     layernorm_forward_host(out, mean, rstd, inp, weight, bias, N, C);
 }
-inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a, const floatX* b,
-                                       const floatX* weight, const floatX* bias, int N, int C) {
+inline void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                       const floatX* b, const floatX* weight, const floatX* bias, int N, int C) {
     residual_forward_host(residual, a, b, (size_t)N * C);
     layernorm_forward_host(out, mean, rstd, residual, weight, bias, N, C);
 }
-inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp, const floatX* weight,
-                                     const float* mean, const float* rstd, int N, int C) {
+inline void layernorm_backward_input(floatX* dinp, const floatX* dres, const floatX* dout, const floatX* inp,
+                                     const floatX* weight, const float* mean, const float* rstd, int N, int C) {
     layernorm_backward_input_host(dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
 inline void layernorm_backward_params_many(std::initializer_list<LayerNormGrad> grads, int N, int C, float* partials) {
     (void)partials;
-    for (const LayerNormGrad& g : grads) layernorm_backward_params_host(g.dweight, g.dbias, g.dout, g.inp, g.mean, g.rstd, N, C);
+    for (const LayerNormGrad& g : grads)
+        layernorm_backward_params_host(g.dweight, g.dbias, g.dout, g.inp, g.mean, g.rstd, N, C);
 }
 #endif
 // dweight +=, dbias += of one LayerNorm; partials: column_partials_elements(2 * C) floats of device scratch
@@ -442,14 +460,14 @@ inline void layernorm_backward_params(floatX* dweight, floatX* dbias, const floa
 // dinp = dres + the input gradient, and dweight +=, dbias += their sums over the N rows (none where
 // dweight is NULL): on the GPU in one pass where C and the pointers allow the 16-byte kernel, else
 // the two halves in turn. partials: column_partials_elements(2 * C) floats of device scratch
-inline void layernorm_backward_both(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias, const floatX* dout,
-                                    const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                                    float* partials) {
+inline void layernorm_backward_both(floatX* dinp, const floatX* dres, floatX* dweight, floatX* dbias,
+                                    const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                                    const float* rstd, int N, int C, float* partials) {
     if (!dweight) { layernorm_backward_input(dinp, dres, dout, inp, weight, mean, rstd, N, C); return; }
 #ifdef __CUDACC__
     if (N > 0 && layernorm_packed_width(C) && packs_fit(C, {dinp, dres, dout, inp, weight})) {
-        layernorm_backward_kernel128<<<dim3(1, COLUMN_PARTS), 32 * LAYERNORM_WARPS>>>(dinp, dres, dweight, dbias, partials, dout,
-                                                                                      inp, weight, mean, rstd, N, C);
+        layernorm_backward_kernel128<<<dim3(1, COLUMN_PARTS), 32 * LAYERNORM_WARPS>>>(
+            dinp, dres, dweight, dbias, partials, dout, inp, weight, mean, rstd, N, C);
         launchCheck();
         return;
     }
@@ -459,6 +477,7 @@ inline void layernorm_backward_both(floatX* dinp, const floatX* dres, floatX* dw
 }
 // dinp +=, dweight +=, dbias +=: the whole backward, in place
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout, const floatX* inp,
-                               const floatX* weight, const float* mean, const float* rstd, int N, int C, float* partials) {
+                               const floatX* weight, const float* mean, const float* rstd, int N, int C,
+                               float* partials) {
     layernorm_backward_both(dinp, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, partials);
 }

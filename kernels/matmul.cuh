@@ -43,9 +43,9 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
                          float beta, floatX* C, int ldc, size_t stride_c, int batch) {
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), op_b, op_a, N, M, K, &alpha,
-                                           B, CUBLAS_FLOATX, ldb, stride_b, A, CUBLAS_FLOATX, lda, stride_a, &beta,
-                                           C, CUBLAS_FLOATX, ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), op_b, op_a, N, M, K, &alpha, B, CUBLAS_FLOATX, ldb,
+                                           stride_b, A, CUBLAS_FLOATX, lda, stride_a, &beta, C, CUBLAS_FLOATX, ldc,
+                                           stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 #else
 // rows x cols of a row-major matrix with leading dimension ld, widened to a dense fp32 copy
@@ -63,8 +63,8 @@ inline std::vector<float> widen(const floatX* m, int rows, int cols, int ld) {
 // region) whose result does not depend on which thread takes it, so runs repeat bit for bit (the
 // bits may differ from one whole call's in the last place: OpenBLAS blocks each size its own way).
 // Small products, and calls already inside a parallel region (attention's heads), stay one call
-inline void sgemm_in_pieces(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A, int lda,
-                            const float* B, int ldb, float beta, float* C, int ldc) {
+inline void sgemm_in_pieces(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* A,
+                            int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     bool along_n = N >= M;  // pieces of C's columns (op(B)'s columns) or of its rows (op(A)'s rows)
     int length = along_n ? N : M, pieces = std::min(4 * threads, length / 64);
@@ -76,11 +76,11 @@ inline void sgemm_in_pieces(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N
     for (int p = 0; p < pieces; p++) {
         int from = (int)((long long)length * p / pieces), n = (int)((long long)length * (p + 1) / pieces) - from;
         if (along_n)  // op(B)'s columns from..: B's rows (transposed) or columns
-            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda, B + (tb == CblasTrans ? (size_t)from * ldb : from), ldb, beta,
-                        C + from, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda,
+                        B + (tb == CblasTrans ? (size_t)from * ldb : from), ldb, beta, C + from, ldc);
         else          // op(A)'s rows from..: A's columns (transposed) or rows
-            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, A + (ta == CblasTrans ? from : (size_t)from * lda), lda, B, ldb, beta,
-                        C + (size_t)from * ldc, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, A + (ta == CblasTrans ? from : (size_t)from * lda), lda,
+                        B, ldb, beta, C + (size_t)from * ldc, ldc);
     }
 }
 
@@ -90,14 +90,17 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
     CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     for (int i = 0; i < batch; i++) {
 #if FLOATX_IS_FP32
-        sgemm_in_pieces(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c, ldc);
+        sgemm_in_pieces(ta, tb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta, C + i * stride_c,
+                        ldc);
 #else
         std::vector<float> a = trans_a ? widen(A + i * stride_a, K, M, lda) : widen(A + i * stride_a, M, K, lda);
         std::vector<float> b = trans_b ? widen(B + i * stride_b, N, K, ldb) : widen(B + i * stride_b, K, N, ldb);
         std::vector<float> c = beta != 0.0f ? widen(C + i * stride_c, M, N, ldc) : std::vector<float>((size_t)M * N);
-        sgemm_in_pieces(ta, tb, M, N, K, alpha, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N, beta, c.data(), N);
+        sgemm_in_pieces(ta, tb, M, N, K, alpha, a.data(), trans_a ? M : K, b.data(), trans_b ? K : N, beta, c.data(),
+                        N);
         for (int r = 0; r < M; r++)
-            for (int col = 0; col < N; col++) C[i * stride_c + (size_t)r * ldc + col] = from_float(c[(size_t)r * N + col]);
+            for (int col = 0; col < N; col++)
+                C[i * stride_c + (size_t)r * ldc + col] = from_float(c[(size_t)r * N + col]);
 #endif
     }
 }
@@ -120,8 +123,9 @@ HOST_DEVICE inline void matmul_forward_element(int i, int o, floatX* out, const 
     for (int c = 0; c < C; c++) sum += to_float(inp[(size_t)i * C + c]) * to_float(weight[(size_t)o * C + c]);
     out[(size_t)i * OC + o] = from_float(sum + (bias ? to_float(bias[o]) : 0.0f));
 }
-inline void matmul_forward_host(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
-    #pragma omp parallel for collapse(2)
+inline void matmul_forward_host(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C,
+                                int OC) {
+#pragma omp parallel for collapse(2)
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OC; o++) matmul_forward_element(i, o, out, inp, weight, bias, C, OC);
 }
@@ -129,7 +133,8 @@ inline void matmul_forward_host(floatX* out, const floatX* inp, const floatX* we
 inline void bias_forward_host(floatX* out, const floatX* bias, int N, int OC) {  // out(N,OC) += bias(OC)
     #pragma omp parallel for
     for (int i = 0; i < N; i++)
-        for (int o = 0; o < OC; o++) out[(size_t)i * OC + o] = from_float(to_float(out[(size_t)i * OC + o]) + to_float(bias[o]));
+        for (int o = 0; o < OC; o++)
+            out[(size_t)i * OC + o] = from_float(to_float(out[(size_t)i * OC + o]) + to_float(bias[o]));
 }
 // dbias(OC) += column sums, each column's rows in order as bias_backward_column adds them (the
 // same bits); 64 columns at a time, so that the inner loop runs along a row, in SIMD lanes
@@ -170,7 +175,8 @@ inline void bias_backward_ledger(Ledger* l, size_t N, std::initializer_list<size
 inline void matmul_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool bias) {
     double X = sizeof(floatX);
     if (bias && packs_divide(C)) {
-        ledger_add(l, {"cublasLtMatmul", 2.0 * N * OC * C, (double)(N * C + OC * C + OC) * X, (double)N * OC * X, 0, !FLOATX_IS_FP32});
+        ledger_add(l, {"cublasLtMatmul", 2.0 * N * OC * C, (double)(N * C + OC * C + OC) * X, (double)N * OC * X, 0,
+                       !FLOATX_IS_FP32});
         return;
     }
     gemm_ledger(l, N, OC, C, false);
@@ -207,7 +213,8 @@ __global__ void bias_backward_partials_kernel(BiasGrads grads, float* scratch, i
     sum = sum_rows_of_threads(sum, rows_of_threads);
     float* parts = column_partials_parts(scratch) + (size_t)COLUMN_PARTS * grads.tiles.first_col[e];
     if (threadIdx.y == 0 && o < OC) parts[(size_t)blockIdx.y * OC + o] = sum;
-    if (column_partials_last_block(column_partials_counters(scratch))) column_partials_add(grads.entry[e].dbias, parts, OC, tile);
+    if (column_partials_last_block(column_partials_counters(scratch)))
+        column_partials_add(grads.entry[e].dbias, parts, OC, tile);
 }
 // a thread a 16-byte pack of columns (Packed128), walking rows: its bias pack loaded once, and no
 // division a value (the kernel above takes idx % OC, a 64-bit division: on an H200 it took 44 us
@@ -276,7 +283,8 @@ inline uint32_t pointer_alignment(const void* p) {
 // (tens of microseconds of host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is
 // left); no workspace (the forward's GEMMs have N = B*T rows: no split-K). False, having done
 // nothing, where cuBLASLt has no algorithm for these sizes and alignments
-inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C, int OC) {
+inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C,
+                              int OC) {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
     cublasLtMatmulPreference_t preference;
@@ -287,27 +295,32 @@ inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weig
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    cublasCheck(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     cublasCheck(cublasLtMatrixLayoutCreate(&w_layout, CUBLAS_FLOATX, C, OC, C));  // column-major (rows, cols, ld)
     cublasCheck(cublasLtMatrixLayoutCreate(&inp_layout, CUBLAS_FLOATX, C, N, C));
     cublasCheck(cublasLtMatrixLayoutCreate(&out_layout, CUBLAS_FLOATX, OC, N, OC));
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out), pointer_alignment(out)};
+    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out),
+                         pointer_alignment(out)};
     for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, (cublasLtMatmulPreferenceAttributes_t)(
-                                                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i), &align[i], sizeof(align[i])));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+            preference, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+            &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout, out_layout,
-                                                           preference, 1, &found, &count);
-    bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;  // none (NOT_SUPPORTED): the caller takes the two passes
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout,
+                                                           out_layout, preference, 1, &found, &count);
+    // none (NOT_SUPPORTED): the caller takes the two passes
+    bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;
     const float one = 1.0f, zero = 0.0f;
     if (found_one)
-        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out, out_layout, out,
-                                   out_layout, &found.algo, nullptr, 0, 0));
+        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out,
+                                   out_layout, out, out_layout, &found.algo, nullptr, 0, 0));
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout), cublasLtMatrixLayoutDestroy(out_layout);
+    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout),
+        cublasLtMatrixLayoutDestroy(out_layout);
     cublasLtMatmulDescDestroy(desc);
     return found_one;
 }
@@ -320,7 +333,8 @@ inline void matmul_forward(floatX* out,                               // (N,OC)
 #ifdef __CUDACC__
     // cuBLASLt's bias epilogue wants the bias 16-byte aligned (the trainer's tensors are when C is
     // a whole number of 16-byte packs); else, and in the CPU build, the GEMM, then bias_forward
-    if (bias && aligned16(bias) && (size_t)N * C * OC > 0 && matmul_forward_lt(out, inp, weight, bias, N, C, OC)) return;
+    if (bias && aligned16(bias) && (size_t)N * C * OC > 0 && matmul_forward_lt(out, inp, weight, bias, N, C, OC))
+        return;
 #endif
     gemm_batched(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1);
     if (bias) bias_forward(out, bias, N, OC);

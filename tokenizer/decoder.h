@@ -8,8 +8,8 @@ not text: GPT-2's byte-level tokens can end in the middle of a UTF-8 character, 
 text is whole only once the bytes of neighbouring tokens are joined.
 */
 #pragma once
-// defines: Decoder, decoder_load, decode_append, utf8_sequence_length, json_escape_utf8,
-//          TOKENIZER_MAGIC, TOKENIZER_VERSION
+// defines: Decoder, decoder_load, decode_append, utf8_sequence_length, json_escape_utf8, TOKENIZER_MAGIC,
+//          TOKENIZER_VERSION
 #include <stdio.h>    // defines: fopen, fread
 #include <stdint.h>   // defines: uint32_t, uint8_t
 #include <string>     // defines: std::string
@@ -30,8 +30,10 @@ inline bool decoder_load(Decoder* d, const char* path) {
     if (!f) return false;
     uint32_t header[256];
     if (fread(header, sizeof(uint32_t), 256, f) != 256) fail("tokenizer file %s is shorter than its header", path);
-    if (header[0] != TOKENIZER_MAGIC) fail("tokenizer file %s has magic %u, expected %d", path, header[0], TOKENIZER_MAGIC);
-    if (header[1] != TOKENIZER_VERSION) fail("tokenizer file %s has version %u, expected %d", path, header[1], TOKENIZER_VERSION);
+    if (header[0] != TOKENIZER_MAGIC)
+        fail("tokenizer file %s has magic %u, expected %d", path, header[0], TOKENIZER_MAGIC);
+    if (header[1] != TOKENIZER_VERSION)
+        fail("tokenizer file %s has version %u, expected %d", path, header[1], TOKENIZER_VERSION);
     d->tokens.resize(header[2]);
     d->eot = (int)header[3];
     for (auto& t : d->tokens) {

@@ -21,11 +21,11 @@ GPT-2's bytes_to_unicode table (printable bytes as themselves, the others moved 
 U+0100 and up), decoded back to bytes here. Read tokenizer_encode first.
 */
 #pragma once
-// defines: Tokenizer, MergeTable, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode,
-//          tokenizer_write_decoder, tokenizer_free,
-//          PCRE2_CODE_UNIT_WIDTH, bpe_chunk, encode_cache_free, encode_cache_new, gpt2_byte_to_unicode,
-//          gpt2_unicode_to_bytes, merge_home, merge_pair, merge_slot, merge_table_init, read_encoder_json,
-//          word_cache_add, word_cache_entry, word_cache_find
+// defines: Tokenizer, MergeTable, WordCache, word_cache_new, word_cache_free, EncodeCache, tokenizer_load,
+//          tokenizer_encode, tokenizer_safe_cut, tokenizer_decode, tokenizer_write_decoder, tokenizer_free,
+//          tokenizer_load_tokens, tokenizer_load_merges, PCRE2_CODE_UNIT_WIDTH, bpe_chunk, encode_cache_free,
+//          encode_cache_new, gpt2_byte_to_unicode, gpt2_unicode_to_bytes, merge_home, merge_pair, merge_slot,
+//          merge_table_init, read_encoder_json, word_cache_add, word_cache_entry, word_cache_find
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>          // defines: pcre2_compile, pcre2_jit_compile, pcre2_match
 #include <stdint.h>         // defines: uint64_t
@@ -51,7 +51,9 @@ struct MergeTable {
     int shift = 64;                                    // slot = (pair * golden) >> shift
 };
 inline uint64_t merge_pair(int left, int right) { return (uint64_t)left << 32 | (uint32_t)right; }
-inline size_t merge_home(const MergeTable& m, uint64_t pair) { return (size_t)((pair * 0x9E3779B97F4A7C15ull) >> m.shift); }
+inline size_t merge_home(const MergeTable& m, uint64_t pair) {
+    return (size_t)((pair * 0x9E3779B97F4A7C15ull) >> m.shift);
+}
 // the index of `pair`'s slot, or of the free slot where it would go
 inline size_t merge_slot(const MergeTable& m, uint64_t pair) {
     size_t mask = m.slots.size() - 1;
@@ -145,7 +147,8 @@ inline void word_cache_add(WordCache* w, const char* key, size_t n, uint64_t has
     uint64_t mine = (hash >> 32) << 32 | (uint64_t)(index + 1);
     for (size_t slot = hash % WordCache::SLOTS;; slot = (slot + 1) % WordCache::SLOTS) {
         uint64_t expected = 0;
-        if (w->slots[slot].compare_exchange_strong(expected, mine, std::memory_order_release, std::memory_order_acquire))
+        if (w->slots[slot].compare_exchange_strong(expected, mine, std::memory_order_release,
+                                                   std::memory_order_acquire))
             return;
         if (word_cache_entry(w, expected, key, n, hash)) return;  // another thread added this very word meanwhile
     }
@@ -176,7 +179,8 @@ inline std::string gpt2_unicode_to_bytes(const std::string& s, const int* code_t
         if (c < 0x80) { cp = c; len = 1; }
         else if ((c >> 5) == 6 && i + 1 < s.size()) { cp = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F); len = 2; }
         else fail("%s: token string is not GPT-2's byte alphabet", source);
-        if (cp >= 512 || code_to_byte[cp] < 0) fail("%s: token string has code point U+%04X outside GPT-2's byte alphabet", source, cp);
+        if (cp >= 512 || code_to_byte[cp] < 0)
+            fail("%s: token string has code point U+%04X outside GPT-2's byte alphabet", source, cp);
         out += (char)code_to_byte[cp];
         i += len;
     }
@@ -199,15 +203,14 @@ inline void read_encoder_json(const char* path, std::vector<std::pair<std::strin
     }
 }
 
-inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* vocab_bpe) {
-    int code_to_byte[512];
-    for (int& x : code_to_byte) x = -1;
-    for (int b = 0; b < 256; b++) code_to_byte[gpt2_byte_to_unicode(b)] = b;
+// encoder.json: each token's bytes and id, the 256 single bytes' tokens, <|endoftext|>'s
+inline void tokenizer_load_tokens(Tokenizer* t, const char* encoder_json, const int* code_to_byte) {
     std::vector<std::pair<std::string, int>> entries;
     read_encoder_json(encoder_json, &entries);
     t->tokens.assign(entries.size(), std::string());
     for (auto& e : entries) {
-        if (e.second < 0 || e.second >= (int)entries.size()) fail("%s: token id %d out of range", encoder_json, e.second);
+        if (e.second < 0 || e.second >= (int)entries.size())
+            fail("%s: token id %d out of range", encoder_json, e.second);
         std::string bytes = gpt2_unicode_to_bytes(e.first, code_to_byte, encoder_json);
         t->tokens[e.second] = bytes;
         t->ids[bytes] = e.second;
@@ -219,7 +222,11 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
     }
     auto eot = t->ids.find("<|endoftext|>");
     t->eot = eot == t->ids.end() ? -1 : eot->second;
+}
 
+// vocab.bpe: the merges in rank order, into the hash table (a pair listed twice keeps its first rank)
+inline void tokenizer_load_merges(Tokenizer* t, const char* vocab_bpe, const char* encoder_json,
+                                  const int* code_to_byte) {
     FILE* f = fopen(vocab_bpe, "rb");
     if (!f) fail("cannot open %s (GPT-2's vocab.bpe; `make data` fetches it)", vocab_bpe);
     char line[1024];
@@ -244,15 +251,23 @@ inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* v
     merge_table_init(&t->merges, merges.size());
     for (const MergeTable::Slot& m : merges) {
         MergeTable::Slot& slot = t->merges.slots[merge_slot(t->merges, m.pair)];
-        if (slot.pair == MergeTable::EMPTY) slot = m;  // a pair listed twice keeps its first rank
+        if (slot.pair == MergeTable::EMPTY) slot = m;
     }
+}
 
+inline void tokenizer_load(Tokenizer* t, const char* encoder_json, const char* vocab_bpe) {
+    int code_to_byte[512];
+    for (int& x : code_to_byte) x = -1;
+    for (int b = 0; b < 256; b++) code_to_byte[gpt2_byte_to_unicode(b)] = b;
+    tokenizer_load_tokens(t, encoder_json, code_to_byte);
+    tokenizer_load_merges(t, vocab_bpe, encoder_json, code_to_byte);
     const char* pattern =
         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\p{White_Space}\\p{L}\\p{N}]+"
         "|\\p{White_Space}+(?![^\\p{White_Space}])|\\p{White_Space}+";
     int error;
     PCRE2_SIZE offset;
-    t->pattern = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &error, &offset, NULL);
+    t->pattern =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &error, &offset, NULL);
     if (!t->pattern) fail("PCRE2 could not compile GPT-2's pattern (error %d at %zu)", error, (size_t)offset);
     pcre2_jit_compile(t->pattern, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where JIT is unavailable
 }
@@ -300,7 +315,8 @@ inline void bpe_chunk(const Tokenizer* t, const char* bytes, size_t n, EncodeCac
 }
 
 // appends the ids of text[0..n) to out
-inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, EncodeCache* cache, std::vector<int>* out) {
+inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, EncodeCache* cache,
+                             std::vector<int>* out) {
     const unsigned char* s = (const unsigned char*)text;
     size_t i = 0;
     while (i < n) {
@@ -309,7 +325,8 @@ inline void tokenizer_encode(const Tokenizer* t, const char* text, size_t n, Enc
         while (run < n && (len = utf8_sequence_length(s, run, n)) > 0) run += len;
         size_t at = i;
         while (at < run) {  // the pattern's chunks of the run
-            int rc = pcre2_match(t->pattern, (PCRE2_SPTR)text + i, run - i, at - i, PCRE2_NO_UTF_CHECK, cache->match, NULL);
+            int rc =
+                pcre2_match(t->pattern, (PCRE2_SPTR)text + i, run - i, at - i, PCRE2_NO_UTF_CHECK, cache->match, NULL);
             if (rc < 0) fail("tokenizer: the pattern matched nothing at byte %zu (PCRE2 %d)", at, rc);
             PCRE2_SIZE* ov = pcre2_get_ovector_pointer(cache->match);
             size_t start = i + ov[0], end = i + ov[1];
@@ -347,7 +364,8 @@ inline size_t tokenizer_safe_cut(const char* text, size_t n, size_t from) {
 inline std::string tokenizer_decode(const Tokenizer* t, const std::vector<int>& ids) {
     std::string out;
     for (int id : ids) {
-        if (id < 0 || id >= (int)t->tokens.size()) fail("token id %d is outside the vocabulary (%zu)", id, t->tokens.size());
+        if (id < 0 || id >= (int)t->tokens.size())
+            fail("token id %d is outside the vocabulary (%zu)", id, t->tokens.size());
         out += t->tokens[id];
     }
     return out;
