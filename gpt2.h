@@ -256,8 +256,8 @@ struct ActivationTensors {
     float* losses;      // (B,T)
 };
 
-// the gradients of the outputs of a block's six weighted ops: what its B computes on the way to
-// the block's input gradient, and its W reads to make the weights' (4C + 7C/tp per token)
+// the gradients of the outputs of a block's six weighted ops: what its backward's input half computes
+// on the way to the block's input gradient, and its weight half reads (4C + 7C/tp per token)
 struct LayerOutputGradients {
     floatX* fcproj;     // (B,T,C)     = the block's output gradient
     floatX* fc;         // (B,T,4C/tp) after the GELU's backward
@@ -279,7 +279,7 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* gathered;   // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: tp_whole)
     floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_held)
     floatX* datty;      // (B,T,C/tp)
-    LayerOutputGradients layer_grads;  // one layer's, when its W follows its B at once
+    LayerOutputGradients layer_grads;  // one layer's, when its weight half follows its input half at once
     AttentionScratch attention;  // attention's fp32 output, dq, dk dv, D (kernels/attention.cuh)
     RingBuffers ring;   // -cp: ring attention's [k | v] blocks in flight and a second dk dv sum (cp.h)
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
@@ -315,7 +315,7 @@ struct GPT2 {
     int B, T;                       // activation buffers hold up to (B,T)
     std::vector<ActivationTensors> sets;  // one per micro-batch (or chunk-forward) in flight: activation_set
     StageBuffers holds;             // the sets, of them those with the head's tensors, the micro-batches
-                                    // whose W waits (-ps zb), which set a chunk's micro-batch uses: pipeline.h
+                                    // whose weight half waits (-ps zb), which set a chunk's micro-batch uses
     floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
@@ -397,7 +397,7 @@ inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int
 
 // micro-batch k's activations in chunk v: set k % sets (pipeline_activation_sets), or under
 // interleaved 1F1B the set the schedule gives it (interleaved_set_slots), with the head's tensors
-// (lnf, logits, losses) of set k % head_sets: they live from forward to B, which fewer micro-batches
+// (lnf, logits, losses) of set k % head_sets: they live from forward to backward, which fewer micro-batches
 // are between under ZB-H1 (pipeline_backward_sets). The set is for chunk v's layers
 inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
     const std::vector<int>& slots = model->holds.set_slots;  // (chunk, micro-batch) -> set, interleaved
@@ -415,7 +415,8 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
     return a;
 }
 
-// ZB-H1 (pipeline.h): micro-batch k's slot of layer l's output gradients, kept from its B to its W
+// ZB-H1 (pipeline.h): micro-batch k's slot of layer l's output gradients, kept from the input half of its
+// backward to the weight half
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
     size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
     size_t BT_held = tokens_held(model, model->B * model->T);
@@ -507,7 +508,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         if (!recompute_keeps(model->recompute, t))
             specs.push_back(
                 {&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, WORK});
-    // kept from B to W: the layers' output gradients
+    // kept from the backward's input half to its weight half (ZB-H1): the layers' output gradients
     specs.push_back({(void**)&model->waiting_grads,
                      holds.weight_slots * L * layer_output_gradient_elements(BT, BT_held, C, tp), X, KEPT});
     std::vector<BufferSpec> scratch = scratch_buffer_list(model, B, T);

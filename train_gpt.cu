@@ -192,14 +192,15 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
     if (r >= 1) block_gelu(model, a, l, B, T);
 }
 
-// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart). B: from dout, the gradient
-// of the block's output, to dinp, that of its input (the same buffer, or another); on the way, the
-// gradients of the six weighted ops' outputs land in `d`, which W reads. The mirror of block_forward:
+// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart, its "B" and "W"). The input
+// half: from dout, the gradient of the block's output, to dinp, that of its input (the same buffer, or
+// another); on the way, the gradients of the six weighted ops' outputs land in `d`, which the weight
+// half reads. The mirror of block_forward:
 // g's backward, then f's, around each pair. The residual stream's gradient is fcproj's output's
 // (g's backward: a copy into d.fcproj unless d.fcproj is dout itself, under -sp all N tokens
 // gathered), then, with ln2's input gradient added, attproj's: written into d.attproj (-sp: added
-// into dout, then gathered), to which ln1's is added into dinp. Given dw (W follows at once), the
-// LayerNorms' parameter gradients are summed in the same passes, and W leaves them
+// into dout, then gathered), to which ln1's is added into dinp. Given dw (the weight half follows at
+// once), the LayerNorms' parameter gradients are summed in the same passes, and the weight half leaves them
 inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T,
                                  const LayerOutputGradients& d, floatX* dout, floatX* dinp, const LayerParameters* dw) {
     const GPT2Config& c = model->config;
@@ -229,7 +230,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     layernorm_backward_both(dinp, dresidual2, dw ? dw->ln1w : NULL, dw ? dw->ln1b : NULL, d.ln1,
                             block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C, s.partials);
 }
-// W: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
+// the weight half: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
 // recompute_block rebuilt). No weight is read: weight gradient = output gradient^T x input,
 // LayerNorm's = sums over the tokens. Nothing crosses a rank except under -sp, where f gathers the
 // LayerNorms' outputs again (the forward kept only this rank's tokens of them) and a LayerNorm's
@@ -243,12 +244,12 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     LayerActivations la = layer_activations(model, a, l, B, T);
     floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
-    tp_f_forward(tp, la.ln2, ln2, (size_t)N_held * C);
+    tp_gather_tokens(tp, la.ln2, ln2, (size_t)N_held * C);  // -sp: ln2's N tokens again, as f's forward gathered them
     matmul_backward_weight(dw.fcw, NULL, d.fc, ln2, N, C, 4 * C_rank, s.partials);
     matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
-    tp_f_forward(tp, la.ln1, ln1, (size_t)N_held * C);
+    tp_gather_tokens(tp, la.ln1, ln1, (size_t)N_held * C);  // and ln1's
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
-    // the four biases' column sums in one launch, the two LayerNorms' in another (unless B summed them)
+    // the four biases' column sums in one launch, the two LayerNorms' in another (unless the input half did)
     bias_backward_many({{dw.fcprojb, d.fcproj, C},
                         {dw.fcb, d.fc, 4 * C_rank},
                         {dw.attprojb, d.attproj, C},
@@ -262,8 +263,9 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
 // schedule but ZB-H1's later stages. Where dinp is not dout, fcproj's output gradient is dout as it
-// lies (no copy): W reads it before the next block writes its input's gradient there. B sums the
-// LayerNorms' parameter gradients in its LayerNorm passes (one read of their inputs), W does not
+// lies (no copy): the weight half reads it before the next block writes its input's gradient there.
+// The input half sums the LayerNorms' parameter gradients in its LayerNorm passes (one read of their
+// inputs), the weight half does not
 inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T, floatX* dout, floatX* dinp) {
     LayerOutputGradients d = model->scratch.layer_grads;
     if (dinp != dout) d.fcproj = dout;
@@ -332,7 +334,8 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
         device_to_device(s.dresidual, dout,
                          (size_t)tokens_held(model, B * T) * model->config.channels * sizeof(floatX));
 }
-// ZB-H1 (pipeline.h): every block's B now, its output gradients kept in micro-batch k's slot (waiting_grads)...
+// ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in micro-batch k's slot
+// (waiting_grads)...
 inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
@@ -341,9 +344,9 @@ inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k
                              model->scratch.dresidual, NULL);
     }
 }
-// ...and, later, their W's. What recompute level r did not keep is rebuilt again (at r >= 2 from
-// the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
-// (ZeRO-2/3) after its W, now that it is complete
+// ...and, later, their weight halves. What recompute level r did not keep is rebuilt again (at r >= 2
+// from the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
+// (ZeRO-2/3) after its weight half, now that it is complete
 inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
@@ -391,7 +394,7 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T)
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
     floatX *lnf = tp_whole(tp, a.lnf, s.gathered), *dln = tp_held(tp, s.dln, s.summed);
-    tp_f_forward(tp, a.lnf, lnf, held);
+    tp_gather_tokens(tp, a.lnf, lnf, held);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     tp_f_backward(tp, s.dln, dln, held);
     device_zero(s.dresidual, held * sizeof(floatX));
@@ -417,8 +420,8 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
 // output in scratch.dresidual, which ends as the gradient of the input. With weights_later
-// (ZB-H1) the blocks run only their B, and blocks_backward_weights their W; the head and the
-// embedding stay whole (the head's W would keep the logits' gradient, Vp/tp per token)
+// (ZB-H1) the blocks run only their input halves, and blocks_backward_weights their weight halves; the
+// head and the embedding stay whole (deferring the head's would keep the logits' gradient, Vp/tp a token)
 inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T,
                            bool weights_later) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
@@ -450,7 +453,7 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
     };
     stage.backward_input = [=, &batches](int v, int k) {  // -ga fp32: each micro-batch's gradients are folded
         stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, true);  // into the fp32 sum
-        zero_end_micro_step(&model->zero);         // alone, the head's after B, the layers' after W
+        zero_end_micro_step(&model->zero);  // alone, the head's after its input half, the layers' after the weights
     };
     stage.backward_weight = [=](int v, int k) {
         blocks_backward_weights(model, activation_set(model, v, k), k, B, T);
