@@ -28,7 +28,8 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          TensorShape, shape_elements, parameter_count, parameter_shapes, whole_parameter_count, unit_of, slice_of,
 //          tensor_of, gpt2_units, EmbeddingParameters, LayerParameters, FinalNormParameters, embedding_parameters,
 //          layer_parameters, final_norm_parameters, ActivationTensors, LayerOutputGradients,
-//          layer_output_gradient_elements, ScratchTensors, LayerActivations, GPT2, gpt2_layers, tensor_parallel,
+//          layer_output_gradient, layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors,
+//          LayerActivations, GPT2, gpt2_layers, tensor_parallel,
 //          tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding, chunk_has_head, final_norm_unit,
 //          vocab_range, layer_activations, for_each_layernorm_gradient, for_each_position_run, tokens_of_rank,
 //          activation_set, waiting_grads, scratch_buffer_list, activation_buffer_list, gpt2_allocate_activations,
@@ -266,9 +267,21 @@ struct LayerOutputGradients {
     floatX* qkv;        // (B,T,3C/tp)
     floatX* ln1;        // (B,T,C)     summed over TP; -sp: this rank's tokens
 };
-// their elements for one layer and BT tokens, on a rank of a TP group of tp (holding BT_held tokens of ln1 and ln2)
+// their one layout: tensor i's field and its elements for one layer and BT tokens, on a rank of a TP
+// group of tp (holding BT_held tokens of ln1 and ln2). The scratch gives each its own buffer, ZB-H1's
+// slots (waiting_grads) pack them in this order
+inline floatX** layer_output_gradient(LayerOutputGradients* d, int i) {
+    floatX** fields[] = {&d->fcproj, &d->fc, &d->ln2, &d->attproj, &d->qkv, &d->ln1};
+    return fields[i];
+}
+inline size_t layer_output_gradient_size(int i, size_t BT, size_t BT_held, size_t C, int tp) {
+    const size_t sizes[] = {BT * C, BT * 4 * (C / tp), BT_held * C, BT * C, BT * 3 * (C / tp), BT_held * C};
+    return sizes[i];
+}
 inline size_t layer_output_gradient_elements(size_t BT, size_t BT_held, size_t C, int tp) {
-    return BT * (2 * C + 7 * C / tp) + BT_held * 2 * C;
+    size_t n = 0;
+    for (int i = 0; i < 6; i++) n += layer_output_gradient_size(i, BT, BT_held, C, tp);
+    return n;
 }
 
 struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank's B*T/tp tokens, else all B*T
@@ -418,17 +431,17 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
 // ZB-H1 (pipeline.h): micro-batch k's slot of layer l's output gradients, kept from the input half of its
 // backward to the weight half
 inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
-    size_t C = model->config.channels, C_rank = C / model->layout.tp, BT = (size_t)model->B * model->T;
+    size_t C = model->config.channels, BT = (size_t)model->B * model->T;
     size_t BT_held = tokens_held(model, model->B * model->T);
-    floatX* at = model->waiting_grads + ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) *
-                                        layer_output_gradient_elements(BT, BT_held, C, model->layout.tp);
+    int tp = model->layout.tp;
+    floatX* at = model->waiting_grads +
+                 ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) *
+                     layer_output_gradient_elements(BT, BT_held, C, tp);
     LayerOutputGradients d;
-    d.fcproj = at;                at += BT * C;
-    d.fc = at;                    at += BT * 4 * C_rank;
-    d.ln2 = at;                   at += BT_held * C;
-    d.attproj = at;               at += BT * C;
-    d.qkv = at;                   at += BT * 3 * C_rank;
-    d.ln1 = at;
+    for (int i = 0; i < 6; i++) {
+        *layer_output_gradient(&d, i) = at;
+        at += layer_output_gradient_size(i, BT, BT_held, C, tp);
+    }
     return d;
 }
 
@@ -439,8 +452,9 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
 inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T) {
     const GPT2Config& c = model->config;
     bool sp = model->layout.sequence_parallel;
-    size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / model->layout.tp;
-    size_t NH_rank = c.num_heads / model->layout.tp;
+    int tp = model->layout.tp;
+    size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / tp;
+    size_t NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
     LayerOutputGradients& g = s.layer_grads;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
@@ -450,12 +464,16 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T) {
         {(void**)&s.received_gradient, gpt2_chunks(model) > 1 ? BT_held * C : 0, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
         {(void**)&s.gathered, sp ? BT * C : 0, X, WORK}, {(void**)&s.summed, sp ? BT_held * C : 0, X, WORK},
-        {(void**)&g.fcproj, BT * C, X, WORK}, {(void**)&g.fc, BT * 4 * C_rank, X, WORK},
-        {(void**)&g.ln2, BT_held * C, X, WORK}, {(void**)&g.attproj, BT * C, X, WORK},
-        {(void**)&g.qkv, BT * 3 * C_rank, X, WORK}, {(void**)&g.ln1, BT_held * C, X, WORK},
+    };
+    for (int i = 0; i < 6; i++) {  // one layer's output gradients, each its own buffer
+        size_t n = layer_output_gradient_size(i, BT, BT_held, C, tp);
+        scratch.push_back({(void**)layer_output_gradient(&g, i), n, X, WORK});
+    }
+    std::vector<BufferSpec> attention = {
         {(void**)&s.attention.out, BT * C_rank, FP32, WORK}, {(void**)&s.attention.dq, BT * C_rank, FP32, WORK},
         {(void**)&s.attention.dkv, BT * 2 * C_rank, FP32, WORK}, {(void**)&s.attention.D, BT * NH_rank, FP32, WORK},
     };
+    scratch.insert(scratch.end(), attention.begin(), attention.end());
     std::vector<BufferSpec> ring = ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank);
     scratch.insert(scratch.end(), ring.begin(), ring.end());
     std::vector<BufferSpec> rest = {
