@@ -359,13 +359,13 @@ inline VocabRange vocab_range(const GPT2* m) {
     return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank);
 }
 
-inline LayerActivations layer_activations(const GPT2* model, const ActivationTensors& a, int l, int B, int T) {
+inline LayerActivations layer_activations(const GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     const GPT2Config& c = model->config;
     void* at[NUM_LAYER_ACTIVATIONS];
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++) {
         size_t layer = recompute_keeps(model->recompute, t) ? l - a.first_layer : 0;
-        at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T, c.channels, c.num_heads, model->layout.tp,
-                                                                    model->layout.sequence_parallel);
+        at[t] = (char*)a.layer[t] + layer * layer_activation_bytes(t, B, T_local, c.channels, c.num_heads,
+                                                                    model->layout.tp, model->layout.sequence_parallel);
     }
     return LayerActivations{(floatX*)at[LN1], (floatX*)at[QKV], (floatX*)at[ATTY], (float*)at[LSE],
                             (floatX*)at[RESIDUAL2], (floatX*)at[LN2], (floatX*)at[FCH], (floatX*)at[FCH_GELU],
@@ -391,20 +391,20 @@ template <typename Visit> inline void for_each_layernorm_gradient(const GPT2* mo
 // the micro-batch's tokens as runs of consecutive positions: one (B,T) batch, or under -cp the
 // rank's two halves, each a (B, T/2) batch from its chunk's first position on (cp.h);
 // visit(first token, first position, T of the run)
-template <typename Visit> inline void for_each_position_run(const GPT2* model, int B, int T, Visit visit) {
+template <typename Visit> inline void for_each_position_run(const GPT2* model, int B, int T_local, Visit visit) {
     int c = model->layout.cp;
-    if (c == 1) { visit((size_t)0, 0, T); return; }
+    if (c == 1) { visit((size_t)0, 0, T_local); return; }
     for (int half = 0; half < 2; half++)
-        visit((size_t)half * B * (T / 2), cp_chunk(c, model->layout.cp_rank, half) * (T / 2), T / 2);
+        visit((size_t)half * B * (T_local / 2), cp_chunk(c, model->layout.cp_rank, half) * (T_local / 2), T_local / 2);
 }
 
 // this rank's tokens of a (B,T) micro-batch: all of them, or under -cp its zig-zag chunks of each
 // sequence, in cp_batch_index's order (cp.h)
-inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int B, int T) {
+inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int B, int T_local) {
     int c = model->layout.cp;
-    std::vector<int> mine((size_t)B * T / c);
+    std::vector<int> mine((size_t)B * T_local / c);
     for (size_t i = 0; i < mine.size(); i++)
-        mine[i] = tokens[c == 1 ? i : cp_batch_index(c, model->layout.cp_rank, B, T, i)];
+        mine[i] = tokens[c == 1 ? i : cp_batch_index(c, model->layout.cp_rank, B, T_local, i)];
     return mine;
 }
 
@@ -449,11 +449,11 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
 // the buffers, declared once
 
 // the scratch every layer and set reuses, and cp.h's ring
-inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T) {
+inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_local) {
     const GPT2Config& c = model->config;
     bool sp = model->layout.sequence_parallel;
     int tp = model->layout.tp;
-    size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels, C_rank = C / tp;
+    size_t BT = (size_t)B * T_local, BT_held = tokens_held(model, B * T_local), C = c.channels, C_rank = C / tp;
     size_t NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
     LayerOutputGradients& g = s.layer_grads;
@@ -483,7 +483,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T) {
         {(void**)&s.logit_row, (size_t)c.padded_vocab_size, X, WORK},
         {(void**)&s.inputs, BT, sizeof(int), WORK},
         {(void**)&s.targets, BT, sizeof(int), WORK},
-        {(void**)&s.token_buckets, encoder_bucket_ints(B, T), sizeof(int), WORK},
+        {(void**)&s.token_buckets, encoder_bucket_ints(B, T_local), sizeof(int), WORK},
         // the column sums' partials: a block's four biases, or its two LayerNorms' weights and biases
         {(void**)&s.partials, column_partials_elements(std::max(2 * C + 7 * C_rank, 4 * C)), FP32, WORK},
     };
@@ -494,12 +494,12 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T) {
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the
 // same list is allocated for training and summed for -plan. model->holds says how many sets of
 // what the forward keeps (one per micro-batch in flight, pipeline.h), one of everything else.
-inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T) {
+inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T_local) {
     const StageBuffers& holds = model->holds;
     const GPT2Config& c = model->config;
     int tp = model->layout.tp, L = gpt2_layers(model);
     bool sp = model->layout.sequence_parallel;
-    size_t BT = (size_t)B * T, BT_held = tokens_held(model, B * T), C = c.channels;
+    size_t BT = (size_t)B * T_local, BT_held = tokens_held(model, B * T_local), C = c.channels;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
     const MemoryKind KEPT = MEM_ACTIVATIONS, WORK = MEM_ACTIVATIONS_TRANSIENT;
     int set_layers = 0;  // a set holds a chunk's layers, whichever chunk it serves (one chunk: the stage's)
@@ -519,28 +519,28 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T)
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
                 kept.push_back(
-                    {&a.layer[t], set_layers * layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, KEPT});
+                    {&a.layer[t], set_layers * layer_activation_bytes(t, B, T_local, C, c.num_heads, tp, sp), 1, KEPT});
         specs.insert(specs.end(), kept.begin(), kept.end());
     }
     for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // not kept: one layer, which every layer and set reuses
         if (!recompute_keeps(model->recompute, t))
             specs.push_back(
-                {&model->sets[0].layer[t], layer_activation_bytes(t, B, T, C, c.num_heads, tp, sp), 1, WORK});
+                {&model->sets[0].layer[t], layer_activation_bytes(t, B, T_local, C, c.num_heads, tp, sp), 1, WORK});
     // kept from the backward's input half to its weight half (ZB-H1): the layers' output gradients
     specs.push_back({(void**)&model->waiting_grads,
                      holds.weight_slots * L * layer_output_gradient_elements(BT, BT_held, C, tp), X, KEPT});
-    std::vector<BufferSpec> scratch = scratch_buffer_list(model, B, T);
+    std::vector<BufferSpec> scratch = scratch_buffer_list(model, B, T_local);
     specs.insert(specs.end(), scratch.begin(), scratch.end());
     return specs;
 }
 
 // activations for micro-batches of up to (B,T), as many in flight as `holds` says (pipeline.h's
 // stage_buffers); allocate = false only books them (-plan)
-inline void gpt2_allocate_activations(GPT2* model, int B, int T, int recompute, const StageBuffers& holds,
+inline void gpt2_allocate_activations(GPT2* model, int B, int T_local, int recompute, const StageBuffers& holds,
                                       bool allocate) {
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
-    model->B = B; model->T = T; model->recompute = recompute; model->holds = holds;
-    model->activation_buffers = activation_buffer_list(model, B, T);
+    model->B = B; model->T = T_local; model->recompute = recompute; model->holds = holds;
+    model->activation_buffers = activation_buffer_list(model, B, T_local);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
     for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)

@@ -33,9 +33,10 @@ Where each technique enters, at a call a reader can see:
                        attprojw, and so on; with tp = 1 this is the single-GPU model.
                        -sp: f and g gather and scatter the tokens, and the LayerNorms and
                        the residual stream hold B*T/tp of them (tokens_held).
-  context parallelism  a rank holds T/cp of each sequence (tokens_of_rank); attention goes
-  (cp.h)               round the ring (sequence_attention_forward/backward), the embedding
-                       adds each chunk's positions (for_each_position_run).
+  context parallelism  a rank holds T_local = T/cp tokens of each sequence (tokens_of_rank);
+  (cp.h)               attention goes round the ring (sequence_attention_forward/backward),
+                       the embedding adds each chunk's positions (for_each_position_run).
+                       Without -cp, T_local is T.
   pipeline (pipeline.h)  the model is written as a stage; pipeline_stage hands it to
                        run_schedule, which runs this stage's list of actions. One stage:
                        forward k, backward k for each micro-batch, and that is all.
@@ -100,12 +101,12 @@ pipeline_stage, train_step, train_loop, main.
 // a block: forward and backward
 
 // the input of block l (local index): the chunk's input, or the previous block's output
-inline floatX* block_input(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
-    return l == a.first_layer ? a.input : layer_activations(model, a, l - 1, B, T).residual3;
+inline floatX* block_input(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
+    return l == a.first_layer ? a.input : layer_activations(model, a, l - 1, B, T_local).residual3;
 }
 // what this stage (its chunk of set a) hands to the next: its last block's output
-inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T) {
-    return block_input(model, a, a.first_layer + a.layers, B, T);
+inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T_local) {
+    return block_input(model, a, a.first_layer + a.layers, B, T_local);
 }
 inline LayerParameters block_params(GPT2* model, int l) {
     return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
@@ -114,70 +115,72 @@ inline LayerParameters block_params(GPT2* model, int l) {
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call, made
 // again, before the block's backward, by recompute_block; block_forward makes ln2 together with
 // the residual add before it (residual_layernorm_forward: one pass over the rows)
-inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
+inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, a, l, B, T);
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T), w.ln1w, w.ln1b,
-                      tokens_held(model, B * T), model->config.channels);
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, block_input(model, a, l, B, T_local), w.ln1w, w.ln1b,
+                      tokens_held(model, B * T_local), model->config.channels);
 }
-inline void block_ln2(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
+inline void block_ln2(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, a, l, B, T);
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, tokens_held(model, B * T),
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, w.ln2w, w.ln2b, tokens_held(model, B * T_local),
                       model->config.channels);
 }
-inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
-    LayerActivations la = layer_activations(model, a, l, B, T);
-    gelu_forward(la.fch_gelu, la.fch, (size_t)B * T * 4 * model->config.channels / model->layout.tp);
+inline void block_gelu(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
+    gelu_forward(la.fch_gelu, la.fch, (size_t)B * T_local * 4 * model->config.channels / model->layout.tp);
 }
 
 // attention of the rank's heads over whole sequences: one rank's (kernels/attention.cuh), or under
-// -cp, where a rank holds B sequences' T/cp zig-zag tokens (T here), round the ring (cp.h)
-inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, int B, int T) {
+// -cp, where a rank holds B sequences' T/cp zig-zag tokens (T_local), round the ring (cp.h)
+inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, int B, int T_local) {
     int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
     const ScratchTensors& s = model->scratch;
     if (model->layout.cp > 1)
-        ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T, C_rank, NH_rank);
-    else attention_forward(la.atty, la.lse, la.qkv, s.attention, B, T, C_rank, NH_rank);
+        ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T_local, C_rank,
+                               NH_rank);
+    else attention_forward(la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank);
 }
 inline void sequence_attention_backward(GPT2* model, const LayerActivations& la, floatX* dqkv, const floatX* datty,
-                                        int B, int T) {
+                                        int B, int T_local) {
     int C_rank = model->config.channels / model->layout.tp, NH_rank = model->config.num_heads / model->layout.tp;
     ScratchTensors& s = model->scratch;
     if (model->layout.cp > 1)
-        ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T,
+        ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T_local,
                                 C_rank, NH_rank);
-    else attention_backward(dqkv, datty, la.atty, la.lse, la.qkv, s.attention, B, T, C_rank, NH_rank);
+    else attention_backward(dqkv, datty, la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank);
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
 // Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h). The
 // LayerNorms and the residual adds run on the tokens this rank holds (N_held: all N, or N/tp
 // under -sp, when f gathers the LayerNorm's output and g scatters the sum); the pair on all N.
-inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
+inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     const GPT2Config& c = model->config;
-    int C = c.channels, C_rank = C / model->layout.tp, N = B * T;
+    int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
     size_t held = (size_t)tokens_held(model, N) * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, a, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
     floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);  // each's N tokens
     floatX* proj = tp_held(tp, s.proj, s.summed);  // the tokens this rank holds of g's sum
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
-    block_ln1(model, a, l, B, T);
+    block_ln1(model, a, l, B, T_local);
     tp_f_forward(tp, la.ln1, ln1, held);
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
-    sequence_attention_forward(model, la, B, T);
+    sequence_attention_forward(model, la, B, T_local);
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
     tp_bias_after_g(tp, proj, w.attprojb, held / C, C);  // added once: to the sum over TP ranks
     // MLP: fc column-parallel, fcproj row-parallel; first residual2 = input + proj and ln2 of it
-    residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, block_input(model, a, l, B, T), proj,
-                               w.ln2w, w.ln2b, tokens_held(model, N), C);
+    floatX* input = block_input(model, a, l, B, T_local);
+    residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
+                               tokens_held(model, N), C);
     tp_f_forward(tp, la.ln2, ln2, held);
     matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
-    block_gelu(model, a, l, B, T);
+    block_gelu(model, a, l, B, T_local);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
     tp_g_forward(tp, s.proj, proj, held);
     tp_bias_after_g(tp, proj, w.fcprojb, held / C, C);
@@ -185,11 +188,11 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
 }
 
 // rebuilds what recompute level r did not keep of block l, just before its backward
-inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int B, int T) {
+inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     int r = model->recompute;
-    if (r >= 3) { block_forward(model, a, l, B, T); return; }
-    if (r >= 2) { block_ln1(model, a, l, B, T); block_ln2(model, a, l, B, T); }
-    if (r >= 1) block_gelu(model, a, l, B, T);
+    if (r >= 3) { block_forward(model, a, l, B, T_local); return; }
+    if (r >= 2) { block_ln1(model, a, l, B, T_local); block_ln2(model, a, l, B, T_local); }
+    if (r >= 1) block_gelu(model, a, l, B, T_local);
 }
 
 // block l's backward in two halves (pipeline.h's ZB-H1 runs them apart, its "B" and "W"). The input
@@ -201,16 +204,16 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
 // gathered), then, with ln2's input gradient added, attproj's: written into d.attproj (-sp: added
 // into dout, then gathered), to which ln1's is added into dinp. Given dw (the weight half follows at
 // once), the LayerNorms' parameter gradients are summed in the same passes, and the weight half leaves them
-inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T,
+inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T_local,
                                  const LayerOutputGradients& d, floatX* dout, floatX* dinp, const LayerParameters* dw) {
     const GPT2Config& c = model->config;
-    int C = c.channels, C_rank = C / model->layout.tp, N = B * T;
+    int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
     int N_held = tokens_held(model, N);
     size_t held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
-    LayerActivations la = layer_activations(model, a, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
     tp_g_backward(tp, dout, d.fcproj, held);
@@ -224,24 +227,25 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     // attention
     tp_g_backward(tp, dresidual2, d.attproj, held);
     matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
-    sequence_attention_backward(model, la, d.qkv, s.datty, B, T);
+    sequence_attention_backward(model, la, d.qkv, s.datty, B, T_local);
     matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
     tp_f_backward(tp, dln1, d.ln1, held);
     layernorm_backward_both(dinp, dresidual2, dw ? dw->ln1w : NULL, dw ? dw->ln1b : NULL, d.ln1,
-                            block_input(model, a, l, B, T), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C, s.partials);
+                            block_input(model, a, l, B, T_local), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C,
+                            s.partials);
 }
 // the weight half: block l's parameter gradients accumulate, from `d` and the inputs its forward kept (or that
 // recompute_block rebuilt). No weight is read: weight gradient = output gradient^T x input,
 // LayerNorm's = sums over the tokens. Nothing crosses a rank except under -sp, where f gathers the
 // LayerNorms' outputs again (the forward kept only this rank's tokens of them) and a LayerNorm's
 // gradient sums over this rank's tokens only (train_step sums it over TP: sum_layernorm_gradients)
-inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T,
+inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T_local,
                                    const LayerOutputGradients& d, bool layernorms_done) {
-    int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T, N_held = tokens_held(model, N);
+    int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T_local, N_held = tokens_held(model, N);
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
-    LayerActivations la = layer_activations(model, a, l, B, T);
+    LayerActivations la = layer_activations(model, a, l, B, T_local);
     floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
     tp_gather_tokens(tp, la.ln2, ln2, (size_t)N_held * C);  // -sp: ln2's N tokens again, as f's forward gathered them
@@ -258,7 +262,7 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     if (!layernorms_done)
         layernorm_backward_params_many(
             {{dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd},
-             {dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T), la.ln1_mean, la.ln1_rstd}},
+             {dw.ln1w, dw.ln1b, d.ln1, block_input(model, a, l, B, T_local), la.ln1_mean, la.ln1_rstd}},
             N_held, C, s.partials);
 }
 // both in turn, through the scratch's one layer of output gradients: the backward of every
@@ -266,12 +270,13 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
 // lies (no copy): the weight half reads it before the next block writes its input's gradient there.
 // The input half sums the LayerNorms' parameter gradients in its LayerNorm passes (one read of their
 // inputs), the weight half does not
-inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T, floatX* dout, floatX* dinp) {
+inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B, int T_local, floatX* dout,
+                           floatX* dinp) {
     LayerOutputGradients d = model->scratch.layer_grads;
     if (dinp != dout) d.fcproj = dout;
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
-    block_backward_input(model, a, l, B, T, d, dout, dinp, &dw);
-    block_backward_weights(model, a, l, B, T, d, true);
+    block_backward_input(model, a, l, B, T_local, d, dout, dinp, &dw);
+    block_backward_weights(model, a, l, B, T_local, d, true);
 }
 
 // ----------------------------------------------------------------------------
@@ -282,98 +287,98 @@ struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B
 
 // vocab-parallel embedding: this rank's wte rows (positions added on TP rank 0 only) for all B*T
 // tokens, then g: summed (-sp: this rank's tokens of the sum)
-inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T) {
+inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T_local) {
     Zero* z = &model->zero;
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
-    staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T * sizeof(int));
+    staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T_local * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
     floatX* whole = tp_whole(tp, a.input, model->scratch.proj);
-    for_each_position_run(model, B, T, [&](size_t first, int position, int run) {
+    for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         encoder_forward(whole + first * C, model->scratch.inputs + first, e.wte,
                         positions ? positions + (size_t)position * C : NULL, B, run, C, vocab_range(model));
     });
-    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T) * C);
+    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T_local) * C);
 }
 // the embedding's backward (g's: the identity, or -sp's gather): this rank's wte rows, and wpe
-inline void embed_backward(GPT2* model, const int* tokens, int B, int T) {
+inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     Zero* z = &model->zero;
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     floatX* dwhole = tp_whole(tp, model->scratch.dresidual, model->scratch.gathered);
-    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T) * C);
-    for_each_position_run(model, B, T, [&](size_t first, int position, int run) {
+    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T_local) * C);
+    for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         int* staged = (int*)staging_take(&model->staging, encoder_bucket_ints(B, run) * sizeof(int));
         encoder_backward(de.wte, de.wpe + (size_t)position * C, dwhole + first * C, tokens + first,
                          model->scratch.token_buckets, staged, B, run, C, vocab_range(model));
     });
 }
 
-inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
+inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     for (int l = a.first_layer; l < a.first_layer + a.layers; l++) {
         zero_gather_unit(&model->zero, 1 + l);
-        block_forward(model, a, l, B, T);
+        block_forward(model, a, l, B, T_local);
     }
 }
 // under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done. The
 // residual stream's gradient takes turns between scratch.dresidual and the buffer of fcproj's output
 // gradient, which it stands in for (g the identity); under -sp (g gathers) it stays in one
-inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
+inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     ScratchTensors& s = model->scratch;
     floatX *dout = s.dresidual, *dinp = model->layout.sequence_parallel ? s.dresidual : s.layer_grads.fcproj;
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
-        recompute_block(model, a, l, B, T);
-        block_backward(model, a, l, B, T, dout, dinp);
+        recompute_block(model, a, l, B, T_local);
+        block_backward(model, a, l, B, T_local, dout, dinp);
         zero_reduce_unit(&model->zero, 1 + l);
         std::swap(dout, dinp);
     }
     if (dout != s.dresidual)  // an odd number of blocks: the stage's input gradient where the pipeline expects it
         device_to_device(s.dresidual, dout,
-                         (size_t)tokens_held(model, B * T) * model->config.channels * sizeof(floatX));
+                         (size_t)tokens_held(model, B * T_local) * model->config.channels * sizeof(floatX));
 }
 // ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in micro-batch k's slot
 // (waiting_grads)...
-inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
+inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
-        recompute_block(model, a, l, B, T);
-        block_backward_input(model, a, l, B, T, waiting_grads(model, k, l), model->scratch.dresidual,
+        recompute_block(model, a, l, B, T_local);
+        block_backward_input(model, a, l, B, T_local, waiting_grads(model, k, l), model->scratch.dresidual,
                              model->scratch.dresidual, NULL);
     }
 }
 // ...and, later, their weight halves. What recompute level r did not keep is rebuilt again (at r >= 2
 // from the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
 // (ZeRO-2/3) after its weight half, now that it is complete
-inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T) {
+inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
-        recompute_block(model, a, l, B, T);
-        block_backward_weights(model, a, l, B, T, waiting_grads(model, k, l), false);
+        recompute_block(model, a, l, B, T_local);
+        block_backward_weights(model, a, l, B, T_local, waiting_grads(model, k, l), false);
         zero_reduce_unit(&model->zero, 1 + l);
     }
 }
 
 // final LayerNorm (this rank's tokens) and the tied LM head, column-parallel (f: identity, or -sp's
 // gather): this rank's Vp/tp logit columns of all B*T tokens
-inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T) {
+inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     Zero* z = &model->zero;
-    int norm_unit = final_norm_unit(model), C = model->config.channels, N_held = tokens_held(model, B * T);
+    int norm_unit = final_norm_unit(model), C = model->config.channels, N_held = tokens_held(model, B * T_local);
     TensorParallel tp = tensor_parallel(model);
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T), h.lnfw, h.lnfb, N_held, C);
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T_local), h.lnfw, h.lnfb, N_held, C);
     floatX* lnf = tp_whole(tp, a.lnf, model->scratch.gathered);
     tp_f_forward(tp, a.lnf, lnf, (size_t)N_held * C);
-    matmul_forward(a.logits, lnf, e.wte, NULL, B * T, C, vocab_range(model).rows);
+    matmul_forward(a.logits, lnf, e.wte, NULL, B * T_local, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
 // dloss != 0 the logits become their gradient. The B*T token losses come down without a wait:
 // staging_pending_sum sums them after the step's wait (staging.h)
-inline void head_loss(GPT2* model, const ActivationTensors& a, const int* targets, int B, int T, float dloss) {
-    int N = B * T;
+inline void head_loss(GPT2* model, const ActivationTensors& a, const int* targets, int B, int T_local, float dloss) {
+    int N = B * T_local;
     ScratchTensors& s = model->scratch;
     staging_upload(&model->staging, s.targets, targets, N * sizeof(int));
     tp_crossentropy(&model->comm->tp, a.logits, a.losses, s.targets,
@@ -383,9 +388,9 @@ inline void head_loss(GPT2* model, const ActivationTensors& a, const int* target
 }
 // the head's backward from dlogits (in a.logits): f sums d(lnf) over TP; dresidual becomes the
 // gradient of the stage's output. Under -sp, lnf is gathered again for wte's gradient
-inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T) {
+inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     Zero* z = &model->zero;
-    int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T, N_held = tokens_held(model, N);
+    int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T_local, N_held = tokens_held(model, N);
     size_t held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
@@ -398,38 +403,39 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T)
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     tp_f_backward(tp, s.dln, dln, held);
     device_zero(s.dresidual, held * sizeof(floatX));
-    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T), h.lnfw, a.lnf_mean, a.lnf_rstd,
-                       N_held, C, s.partials);
+    layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T_local), h.lnfw, a.lnf_mean,
+                       a.lnf_rstd, N_held, C, s.partials);
 }
 
 // one micro-batch through this stage, or through the chunk of it that set `a` is for (interleaved
 // 1F1B): a.input holds its input unless the chunk is the model's first. On the model's last chunk,
 // with targets, its token losses are queued for staging_pending_sum. A collective under ZeRO-3
 // (over DP) and TP.
-inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T, float dloss) {
-    if (B > model->B || T > model->T)
-        fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T, model->B, model->T);
+inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T_local,
+                          float dloss) {
+    if (B > model->B || T_local > model->T)
+        fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T_local, model->B, model->T);
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the embeddings and the final LayerNorm
     if (head) zero_gather_unit(&model->zero, final_norm_unit(model));  // stay gathered through the micro-batch
-    if (embedding) embed_forward(model, a, mb.inputs, B, T);
-    blocks_forward(model, a, B, T);
+    if (embedding) embed_forward(model, a, mb.inputs, B, T_local);
+    blocks_forward(model, a, B, T_local);
     if (!head) return;
-    head_forward(model, a, B, T);
-    if (mb.targets) head_loss(model, a, mb.targets, B, T, dloss);
+    head_forward(model, a, B, T_local);
+    if (mb.targets) head_loss(model, a, mb.targets, B, T_local, dloss);
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
 // output in scratch.dresidual, which ends as the gradient of the input. With weights_later
 // (ZB-H1) the blocks run only their input halves, and blocks_backward_weights their weight halves; the
 // head and the embedding stay whole (deferring the head's would keep the logits' gradient, Vp/tp a token)
-inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T,
+inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T_local,
                            bool weights_later) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
-    if (head) head_backward(model, a, B, T);
+    if (head) head_backward(model, a, B, T_local);
     if (head) zero_reduce_unit(&model->zero, final_norm_unit(model));
-    if (weights_later) blocks_backward_input(model, a, k, B, T);
-    else blocks_backward(model, a, B, T);
-    if (embedding) embed_backward(model, mb.inputs, B, T);
+    if (weights_later) blocks_backward_input(model, a, k, B, T_local);
+    else blocks_backward(model, a, B, T_local);
+    if (embedding) embed_backward(model, mb.inputs, B, T_local);
     if (embedding || head) zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
 }
 
@@ -441,38 +447,39 @@ inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroB
 // buffer (block_backward and head_backward already use it for the gradient of the residual
 // stream; interleaved schedules land the next one in scratch.received_gradient). Activations
 // and gradients travel as (B,T,C) floatX, under -sp (B*T/tp, C): each TP rank's own tokens.
-inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B, int T) {
+inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& batches, float dloss, int B,
+                                    int T_local) {
     PipelineStage stage;
     stage.forward = [=, &batches](int v, int k) {  // the loss: summed after the step's wait (staging.h), not here
-        stage_forward(model, activation_set(model, v, k), batches[k], B, T, dloss);
+        stage_forward(model, activation_set(model, v, k), batches[k], B, T_local, dloss);
         return 0.0;
     };
     stage.backward = [=, &batches](int v, int k) {
-        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, false);
+        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T_local, false);
         zero_end_micro_step(&model->zero);
     };
     stage.backward_input = [=, &batches](int v, int k) {  // -ga fp32: each micro-batch's gradients are folded
-        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T, true);  // into the fp32 sum
+        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T_local, true);  // into the fp32 sum
         zero_end_micro_step(&model->zero);  // alone, the head's after its input half, the layers' after the weights
     };
     stage.backward_weight = [=](int v, int k) {
-        blocks_backward_weights(model, activation_set(model, v, k), k, B, T);
+        blocks_backward_weights(model, activation_set(model, v, k), k, B, T_local);
         zero_end_micro_step(&model->zero);
     };
     stage.input = [=](int v, int k) { return activation_set(model, v, k).input; };
-    stage.output = [=](int v, int k) { return stage_output(model, activation_set(model, v, k), B, T); };
+    stage.output = [=](int v, int k) { return stage_output(model, activation_set(model, v, k), B, T_local); };
     stage.gradient = model->scratch.dresidual;
     stage.received_gradient = model->scratch.received_gradient;
     // -sp: each TP rank its tokens
-    stage.message_elements = (size_t)tokens_held(model, B * T) * model->config.channels;
+    stage.message_elements = (size_t)tokens_held(model, B * T_local) * model->config.channels;
     return stage;
 }
 
 // one micro-batch through every stage, forward only (validation, sampling), in set 0; returns
 // the token losses' sum on the last stage (0 elsewhere, and without targets)
-inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T) {
+inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T_local) {
     std::vector<MicroBatch> one = {mb};
-    pipeline_forward(pipeline_stage(model, one, 0.0f, B, T), &model->comm->pp, gpt2_chunks(model));
+    pipeline_forward(pipeline_stage(model, one, 0.0f, B, T_local), &model->comm->pp, gpt2_chunks(model));
     return staging_pending_sum(&model->staging);
 }
 
@@ -483,22 +490,22 @@ struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTi
 
 // the staging arena (staging.h), sized for a step's micro-batches and rewound: each one's tokens,
 // targets and losses, and the buckets of up to two position runs (-cp), each piece padded to 64 bytes
-inline void staging_for_step(GPT2* model, int grad_accum, int B, int T_rank) {
-    size_t BT = (size_t)B * T_rank;
-    staging_reserve(&model->staging, grad_accum * (3 * BT * 4 + 2 * encoder_bucket_ints(B, T_rank) * 4 + 5 * 64));
+inline void staging_for_step(GPT2* model, int grad_accum, int B, int T_local) {
+    size_t BT = (size_t)B * T_local;
+    staging_reserve(&model->staging, grad_accum * (3 * BT * 4 + 2 * encoder_bucket_ints(B, T_local) * 4 + 5 * 64));
     staging_rewind(&model->staging);
 }
 
 // the step's micro-batches: every stage reads the same ones, its DP rank's slice of each, in order
 // (-cp: the rank's T/cp tokens of each sequence), into `tokens` (inputs, targets), which they point into
-inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loader, int grad_accum, int B, int T,
+inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loader, int grad_accum, int B, int T_local,
                                                   std::vector<std::vector<int>>* tokens) {
     tokens->assign(2 * grad_accum, {});
     std::vector<MicroBatch> batches(grad_accum);
     for (int k = 0; k < grad_accum; k++) {
         dataloader_next_batch(loader);
-        (*tokens)[2 * k] = tokens_of_rank(model, loader->inputs, B, T);
-        (*tokens)[2 * k + 1] = tokens_of_rank(model, loader->targets, B, T);
+        (*tokens)[2 * k] = tokens_of_rank(model, loader->inputs, B, T_local);
+        (*tokens)[2 * k + 1] = tokens_of_rank(model, loader->targets, B, T_local);
         batches[k] = MicroBatch{(*tokens)[2 * k].data(), (*tokens)[2 * k + 1].data()};
     }
     return batches;
@@ -510,8 +517,8 @@ inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loade
 // finite check, unscaling, clipping and AdamW. `step` counts from 0.
 inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
                              int grad_accum, int step, int max_steps) {
-    int B = tc.B, T = tc.T, T_rank = T / model->layout.cp, dp = model->comm->grid.dp;
-    staging_for_step(model, grad_accum, B, T_rank);
+    int B = tc.B, T = tc.T, T_local = T / model->layout.cp, dp = model->comm->grid.dp;
+    staging_for_step(model, grad_accum, B, T_local);
     double tokens_per_step = (double)B * T * grad_accum * dp;
     StepResult r = {0.0, 0.0, 0.0f, scaler->scale, false, {}};
     r.timing.clock = model->layout.pp > 1 ? &model->schedule_clock : NULL;  // the bubble, measured with a pipeline
@@ -523,7 +530,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule =
         pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, gpt2_chunks(model));
-    run_schedule(pipeline_stage(model, batches, dloss, B, T_rank), schedule, &model->comm->pp, &r.timing);
+    run_schedule(pipeline_stage(model, batches, dloss, B, T_local), schedule, &model->comm->pp, &r.timing);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
