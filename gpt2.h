@@ -27,13 +27,13 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          MODEL_VERSION_BF16, GPT2_EOT, ParameterIndex, parameter_names, parameter_is_matrix, parameter_partition,
 //          TensorShape, shape_elements, parameter_count, parameter_shapes, whole_parameter_count, unit_of, slice_of,
 //          tensor_of, gpt2_units, EmbeddingParameters, LayerParameters, FinalNormParameters, embedding_parameters,
-//          layer_parameters, final_norm_parameters, ActivationTensors, LayerOutputGradients,
-//          layer_output_gradient, layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors,
-//          LayerActivations, GPT2, gpt2_layers, tensor_parallel,
-//          tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding, chunk_has_head, final_norm_unit,
-//          vocab_range, layer_activations, for_each_layernorm_gradient, for_each_position_run, tokens_of_rank,
-//          activation_set, waiting_grads, scratch_buffer_list, activation_buffer_list, gpt2_allocate_activations,
-//          gpt2_grad_norm_squared, sum_layernorm_gradients, gpt2_free
+//          layer_parameters, final_norm_parameters, ActivationTensors, LayerOutputGradients, layer_output_gradient,
+//          layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors, LayerActivations, GPT2,
+//          gpt2_layers, tensor_parallel, tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding,
+//          chunk_has_head, final_norm_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
+//          for_each_position_run, tokens_of_rank, activation_set, waiting_slot, waiting_grads, scratch_buffer_list,
+//          activation_buffer_list, gpt2_allocate_activations, gpt2_grad_norm_squared, sum_layernorm_gradients,
+//          gpt2_free
 #include <stddef.h>   // defines: size_t
 #include <algorithm>  // defines: std::max
 #include <string>     // defines: std::string
@@ -428,14 +428,15 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
     return a;
 }
 
-// ZB-H1 (pipeline.h): micro-batch k's slot of layer l's output gradients, kept from the input half of its
-// backward to the weight half
-inline LayerOutputGradients waiting_grads(GPT2* model, int k, int l) {
+// ZB-H1 (pipeline.h): micro-batch k's slot of output gradients, kept from the input half of its backward
+// to the weight half; a slot holds every layer's (waiting_grads)
+inline int waiting_slot(const GPT2* model, int k) { return k % model->holds.weight_slots; }
+inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
     size_t C = model->config.channels, BT = (size_t)model->B * model->T;
     size_t BT_held = tokens_held(model, model->B * model->T);
     int tp = model->layout.tp;
     floatX* at = model->waiting_grads +
-                 ((size_t)(k % model->holds.weight_slots) * gpt2_layers(model) + l) *
+                 ((size_t)slot * gpt2_layers(model) + l) *
                      layer_output_gradient_elements(BT, BT_held, C, tp);
     LayerOutputGradients d;
     for (int i = 0; i < 6; i++) {

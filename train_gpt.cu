@@ -339,24 +339,23 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
         device_to_device(s.dresidual, dout,
                          (size_t)tokens_held(model, B * T_local) * model->config.channels * sizeof(floatX));
 }
-// ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in micro-batch k's slot
-// (waiting_grads)...
-inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int k, int B, int T_local) {
+// ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in a slot (waiting_grads)...
+inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int slot, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T_local);
-        block_backward_input(model, a, l, B, T_local, waiting_grads(model, k, l), model->scratch.dresidual,
+        block_backward_input(model, a, l, B, T_local, waiting_grads(model, slot, l), model->scratch.dresidual,
                              model->scratch.dresidual, NULL);
     }
 }
 // ...and, later, their weight halves. What recompute level r did not keep is rebuilt again (at r >= 2
 // from the layer's weights, gathered again under ZeRO-3); each layer's gradient is reduce-scattered
 // (ZeRO-2/3) after its weight half, now that it is complete
-inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int k, int B, int T_local) {
+inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int slot, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
         if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
         recompute_block(model, a, l, B, T_local);
-        block_backward_weights(model, a, l, B, T_local, waiting_grads(model, k, l), false);
+        block_backward_weights(model, a, l, B, T_local, waiting_grads(model, slot, l), false);
         zero_reduce_unit(&model->zero, 1 + l);
     }
 }
@@ -425,15 +424,15 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
     if (mb.targets) head_loss(model, a, mb.targets, B, T_local, dloss);
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
-// output in scratch.dresidual, which ends as the gradient of the input. With weights_later
-// (ZB-H1) the blocks run only their input halves, and blocks_backward_weights their weight halves; the
-// head and the embedding stay whole (deferring the head's would keep the logits' gradient, Vp/tp a token)
-inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int k, int B, int T_local,
-                           bool weights_later) {
+// output in scratch.dresidual, which ends as the gradient of the input. Given a waiting slot (ZB-H1;
+// -1: none) the blocks run only their input halves, and blocks_backward_weights their weight halves
+// later; the head and the embedding stay whole (deferring the head's would keep the logits' gradient)
+inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T_local,
+                           int waiting_slot) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (head) head_backward(model, a, B, T_local);
     if (head) zero_reduce_unit(&model->zero, final_norm_unit(model));
-    if (weights_later) blocks_backward_input(model, a, k, B, T_local);
+    if (waiting_slot >= 0) blocks_backward_input(model, a, waiting_slot, B, T_local);
     else blocks_backward(model, a, B, T_local);
     if (embedding) embed_backward(model, mb.inputs, B, T_local);
     if (embedding || head) zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)
@@ -455,15 +454,17 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
         return 0.0;
     };
     stage.backward = [=, &batches](int v, int k) {
-        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T_local, false);
+        stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, -1);
         zero_end_micro_step(&model->zero);
     };
-    stage.backward_input = [=, &batches](int v, int k) {  // -ga fp32: each micro-batch's gradients are folded
-        stage_backward(model, activation_set(model, v, k), batches[k], k, B, T_local, true);  // into the fp32 sum
-        zero_end_micro_step(&model->zero);  // alone, the head's after its input half, the layers' after the weights
+    // ZB-H1: -ga fp32 folds each micro-batch's gradients into the fp32 sum alone, the head's after its
+    // input half, the layers' after their weight halves
+    stage.backward_input = [=, &batches](int v, int k) {
+        stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, waiting_slot(model, k));
+        zero_end_micro_step(&model->zero);
     };
     stage.backward_weight = [=](int v, int k) {
-        blocks_backward_weights(model, activation_set(model, v, k), k, B, T_local);
+        blocks_backward_weights(model, activation_set(model, v, k), waiting_slot(model, k), B, T_local);
         zero_end_micro_step(&model->zero);
     };
     stage.input = [=](int v, int k) { return activation_set(model, v, k).input; };

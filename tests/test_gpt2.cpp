@@ -106,7 +106,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     INFO("loss " << loss << " reference " << s.loss);
     CHECK(fabs(loss - s.loss) < 1e-5);
 
-    stage_backward(&model, a, batch, 0, s.B, s.T, false);
+    stage_backward(&model, a, batch, s.B, s.T, -1);
     auto unit_grads = device_floats(model.zero.grads, model.num_parameters);  // one rank: units are unpadded
     std::vector<float> grads(model.num_parameters);
     reorder_part(c, model.layout, model.zero.units, unit_grads.data(), grads.data(), false);  // into the reference's file order
