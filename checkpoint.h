@@ -89,28 +89,10 @@ inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const T
     char path[4096];
     state_path(path, sizeof(path), dir, s->step, g.rank);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    StateHeader h = {STATE_MAGIC,
-                     STATE_VERSION,
-                     s->step,
-                     g.world,
-                     g.rank,
-                     g.dp,
-                     g.tp,
-                     g.pp,
-                     opt.stage,
-                     (int)sizeof(floatX),
-                     opt.num_buffers,
-                     s->adam_steps,
-                     s->scaler.clean_steps,
-                     s->epoch,
-                     s->shard_index,
-                     s->micro_batch_tokens,
-                     s->step_tokens,
-                     s->scaler.scale,
-                     opt.elements,
-                     s->sample_index,
-                     s->sample_rng,
-                     layers_held};
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage,
+                     (int)sizeof(floatX), opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch,
+                     s->shard_index, s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements,
+                     s->sample_index, s->sample_rng, layers_held};
     WholeFile w = whole_file_open(path, "checkpoint state");
     whole_file_write(&w, &h, sizeof(h));
     std::vector<float> host(opt.elements);

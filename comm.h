@@ -60,17 +60,10 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
 #endif
 
-enum CommKind {
-    COMM_ALL_REDUCE,
-    COMM_REDUCE_SCATTER,
-    COMM_ALL_GATHER,
-    COMM_BROADCAST,
-    COMM_SEND,
-    COMM_SCALARS,
-    NUM_COMM_KINDS
-};
+enum CommKind { COMM_ALL_REDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_BROADCAST, COMM_SEND, COMM_SCALARS,
+                NUM_COMM_KINDS };
 [[maybe_unused]] static const char* comm_kind_names[NUM_COMM_KINDS] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                                       "broadcast",  "send",           "scalars"};
+                                                                       "broadcast", "send", "scalars"};
 
 struct ProcessGrid {
     int world, rank, local_rank;
