@@ -68,7 +68,7 @@ ifeq ($(DEBUG),1)
 endif
 NVCC_LIBS = -lcublas -lcublasLt $(NCCL_LDFLAGS) $(MPI_LDFLAGS)
 
-HEADERS = $(wildcard *.h kernels/*.cuh)
+HEADERS = $(wildcard *.h kernels/*.cuh tokenizer/*.h)
 CATCH_MAIN = tests/build/catch_main.o
 # Catch2 from the system, or from .device/include on a GPU machine without Debian's packages
 CATCH_CFLAGS = $(if $(wildcard .device/include/catch2/catch.hpp),-I.device/include)

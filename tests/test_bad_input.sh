@@ -56,6 +56,15 @@ h[2] = 10; open(f"{d}/tiny.bin", "wb").write(h.tobytes() + toks[:10].tobytes())
 h[1] = 3; h[2] = 100; open(f"{d}/version3.bin", "wb").write(h.tobytes() + toks.tobytes())
 PY
 expect_error "outside the vocabulary" $TRAINER $GOOD -i $D/oov.bin
+# the tokenizer file (samples): a token count beyond the file is refused, not allocated (fuzz_inputs.py
+# once drew V = 2^31 - 1: 64 GB asked for, std::bad_alloc)
+$PYTHON - $D <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+h = np.zeros(256, dtype=np.uint32); h[:4] = [20240328, 2, 2**31 - 1, 50256]
+open(f"{d}/huge_vocab_tok.bin", "wb").write(h.tobytes() + b"\x01a" * 100)
+PY
+expect_error "says 2147483647 tokens but holds 200 bytes" $TRAINER $GOOD -s 1 -g 4 -tok $D/huge_vocab_tok.bin
 for k in 1 2 3; do  # random bytes as a shard: a clear error, never a crash
     head -c $((k * 3000)) /dev/urandom > $D/random_shard.bin
     expect_error "token shard" $TRAINER $GOOD -i $D/random_shard.bin
@@ -116,7 +125,7 @@ sum_before=$(md5sum < $D/out/model_00000001.bin)
 expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
 [ "$(md5sum < $D/out/model_00000001.bin)" = "$sum_before" ] || { echo "FAIL: model file changed"; fails=$((fails + 1)); }
 
-# -h, docs/flags.md and the README list every flag of the option table (options.h: make_options),
+# -h, docs/flags.md and the README list every flag of the option table (options.h: option_table),
 # read from the table itself so that a new flag cannot be left out of the list checked
 $TRAINER -h > $D/help.txt || { echo "FAIL: -h exit code"; fails=$((fails + 1)); }
 table=$(grep -o '^ *{"-[a-z]*"' options.h | tr -d ' {"')

@@ -34,6 +34,14 @@ inline bool decoder_load(Decoder* d, const char* path) {
         fail("tokenizer file %s has magic %u, expected %d", path, header[0], TOKENIZER_MAGIC);
     if (header[1] != TOKENIZER_VERSION)
         fail("tokenizer file %s has version %u, expected %d", path, header[1], TOKENIZER_VERSION);
+    // each token takes at least its length byte: a count beyond the file is damage, not a reason to
+    // allocate (a mangled V of 2^31 asked for 64 GB)
+    long at = ftell(f);
+    fseek(f, 0, SEEK_END);
+    long rest = ftell(f) - at;
+    fseek(f, at, SEEK_SET);
+    if ((long)header[2] > rest)
+        fail("tokenizer file %s says %u tokens but holds %ld bytes after its header", path, header[2], rest);
     d->tokens.resize(header[2]);
     d->eot = (int)header[3];
     for (auto& t : d->tokens) {
