@@ -458,23 +458,36 @@ static void check_side(const void* p, bool device_side, cudaMemcpyKind kind, con
         die("cudaMemcpy%s: the %s pointer %p is %s memory but the kind says %s", copy_kind_names[kind], which, p,
             on_device ? "device" : "host", device_side ? "device" : "host");
 }
+// a copy's two sides for `kind` (cudaMemcpyDefault: where the pointers are), each pointer checked
+// against the side the kind says; false: no such kind
+static bool copy_sides(const void* dst, const void* src, cudaMemcpyKind kind, bool* dst_device, bool* src_device) {
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return false;
+    *dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    *src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) { *dst_device = is_device_pointer(dst); *src_device = is_device_pointer(src); }
+    check_side(dst, *dst_device, kind, "destination");
+    check_side(src, *src_device, kind, "source");
+    return true;
+}
+// what a copy reports once its bytes are read: the launch report's count (device to device), device
+// memory read back that nobody wrote, the canaries
+static void copy_reported(const char* call, const void* from, const void* src, size_t bytes, bool src_device,
+                          bool dst_device) {
+    if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
+    if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
+    check_canaries(call);
+}
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return cudaSuccess;
     if (stalled && kind != cudaMemcpyDeviceToDevice) wait_forever();  // it waits for the work before it
     if (kind != cudaMemcpyDeviceToDevice) host_waited();
     finish_queued_work();
-    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
-    bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind == cudaMemcpyDefault) { dst_device = is_device_pointer(dst); src_device = is_device_pointer(src); }
-    check_side(dst, dst_device, kind, "destination");
-    check_side(src, src_device, kind, "source");
+    bool dst_device, src_device;
+    if (!copy_sides(dst, src, kind, &dst_device, &src_device)) return record(cudaErrorInvalidMemcpyDirection);
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpy destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpy source") : src;
     memmove(to, from, bytes);
-    if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
-    if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
-    check_canaries("cudaMemcpy");
+    copy_reported("cudaMemcpy", from, src, bytes, src_device, dst_device);
     if (!(src_device && dst_device)) issued_since_wait = 0;  // done when it returns: nothing of it to wait for
     return cudaSuccess;
 }
@@ -487,11 +500,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         pageable = (!find_allocation(dst) && !is_pinned(dst)) || (!find_allocation(src) && !is_pinned(src));
     }
     if (pageable || bytes == 0 || kind == cudaMemcpyDefault) return cudaMemcpy(dst, src, bytes, kind);
-    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record(cudaErrorInvalidMemcpyDirection);
-    bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    check_side(dst, dst_device, kind, "destination");
-    check_side(src, src_device, kind, "source");
+    bool dst_device, src_device;
+    if (!copy_sides(dst, src, kind, &dst_device, &src_device)) return record(cudaErrorInvalidMemcpyDirection);
     if (stalled) return cudaSuccess;  // queued behind a failed link: it never runs, the host goes on
     finish_queued_work();
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
@@ -503,9 +513,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     } else {
         memmove(to, from, bytes);
     }
-    if (src_device && dst_device) count_copy("cudaMemcpyDeviceToDevice", 2.0 * bytes);
-    if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
-    check_canaries("cudaMemcpyAsync");
+    copy_reported("cudaMemcpyAsync", from, src, bytes, src_device, dst_device);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
