@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
 S=tests/build/mutants
 ROOT=$PWD
+source tests/checkpoint_files.sh  # defines: drop_checkpoints
 rm -rf $S; mkdir -p $S
 
 # the mutants asked for, else all
@@ -48,8 +49,7 @@ run_check() {  # run_check DIR NAME TAG: builds the mutant's targets in DIR and 
     (cd $dir && make -s $(field $name build) > $ROOT/$S/$name.$3.build.log 2>&1) || return 2
     local code=0
     (cd $dir && timeout 600 bash -c "$(field $name check)") > $S/$name.$3.log 2>&1 || code=$?
-    find $dir/tests/build -type f -regextype posix-extended \
-        -regex '.*/(model|optimizer|state)_[0-9]+(_[0-9]+)?\.bin(\.tmp)?' -delete  # GBs of checkpoints, read by no later check
+    drop_checkpoints $dir/tests/build  # GBs of checkpoints, read by no later check
     return $code
 }
 

@@ -16,16 +16,13 @@ passed=0; failed=0; skipped=0
 
 # A passed check's checkpoint files prove nothing more: they go, logs stay, so that the suite ends
 # near 1 GB of disk instead of 9 (CI's machine has less free than this one); a failed check keeps them
-drop_checkpoints() {  # drop_checkpoints DIR: the step-numbered model, optimizer and state files under DIR
-    find $1 -type f -not -path "$BUILD/mutants/*" -regextype posix-extended \
-        -regex '.*/(model|optimizer|state)_[0-9]+(_[0-9]+)?\.bin(\.tmp)?' -delete
-}
+source tests/checkpoint_files.sh  # defines: drop_checkpoints
 check() {  # check NAME COMMAND...
     local name=$1; shift
     local start=$SECONDS code=0
     "$@" > $BUILD/$name.log 2>&1 || code=$?
     if [ $code -eq 0 ]; then
-        drop_checkpoints $BUILD
+        drop_checkpoints $BUILD "$BUILD/mutants/*"
         echo "PASS $name ($((SECONDS - start)) s)"; passed=$((passed + 1))
     elif [ $code -eq 77 ]; then
         echo "SKIP $name: $(tail -n 1 $BUILD/$name.log)"; skipped=$((skipped + 1))
