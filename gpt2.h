@@ -32,8 +32,8 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          gpt2_layers, tensor_parallel, tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding,
 //          chunk_has_head, final_norm_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
 //          for_each_position_run, tokens_of_rank, activation_set, waiting_slot, waiting_grads, scratch_buffer_list,
-//          activation_buffer_list, gpt2_allocate_activations, gpt2_grad_norm_squared, sum_layernorm_gradients,
-//          gpt2_free
+//          activation_buffer_list, staging_for_step, gpt2_allocate_activations, gpt2_grad_norm_squared,
+//          sum_layernorm_gradients, gpt2_free
 #include <stddef.h>   // defines: size_t
 #include <algorithm>  // defines: std::max
 #include <string>     // defines: std::string
@@ -490,6 +490,14 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     };
     scratch.insert(scratch.end(), rest.begin(), rest.end());
     return scratch;
+}
+
+// the staging arena (staging.h), sized for a step's micro-batches and rewound: each one's tokens,
+// targets and losses, and the buckets of up to two position runs (-cp), each piece padded to 64 bytes
+inline void staging_for_step(GPT2* model, int grad_accum, int B, int T_local) {
+    size_t BT = (size_t)B * T_local;
+    staging_reserve(&model->staging, grad_accum * (3 * BT * 4 + 2 * encoder_bucket_ints(B, T_local) * 4 + 5 * 64));
+    staging_rewind(&model->staging);
 }
 
 // every activation and scratch buffer for micro-batches of up to (B,T), declared once: the

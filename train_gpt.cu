@@ -489,14 +489,6 @@ inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T_local
 
 struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTiming timing; };
 
-// the staging arena (staging.h), sized for a step's micro-batches and rewound: each one's tokens,
-// targets and losses, and the buckets of up to two position runs (-cp), each piece padded to 64 bytes
-inline void staging_for_step(GPT2* model, int grad_accum, int B, int T_local) {
-    size_t BT = (size_t)B * T_local;
-    staging_reserve(&model->staging, grad_accum * (3 * BT * 4 + 2 * encoder_bucket_ints(B, T_local) * 4 + 5 * 64));
-    staging_rewind(&model->staging);
-}
-
 // the step's micro-batches: every stage reads the same ones, its DP rank's slice of each, in order
 // (-cp: the rank's T/cp tokens of each sequence), into `tokens` (inputs, targets), which they point into
 inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loader, int grad_accum, int B, int T_local,
