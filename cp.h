@@ -80,10 +80,10 @@ struct RingBuffers { floatX* block[2]; float* dkv; };
 // tokens (the one in use, the one arriving) and the fp32 gradient travelling with them; none
 // without a ring (cp = 1)
 inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_t BT, size_t C_rank) {
-    size_t on = cp > 1 ? 1 : 0;
-    return {{(void**)&ring->block[0], on * BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
-            {(void**)&ring->block[1], on * BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
-            {(void**)&ring->dkv, on * BT * 2 * C_rank, sizeof(float), MEM_ACTIVATIONS_TRANSIENT}};
+    if (cp == 1) return {};  // no ring: the pointers stay null
+    return {{(void**)&ring->block[0], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)&ring->block[1], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)&ring->dkv, BT * 2 * C_rank, sizeof(float), MEM_ACTIVATIONS_TRANSIENT}};
 }
 
 // visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting

@@ -31,7 +31,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors, LayerActivations, GPT2,
 //          gpt2_layers, tensor_parallel, tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding,
 //          chunk_has_head, final_norm_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
-//          for_each_position_run, tokens_of_rank, activation_set, waiting_slot, waiting_grads, scratch_buffer_list,
+//          for_each_position_run, tokens_of_rank, activation_set, waiting_grads, scratch_buffer_list,
 //          activation_buffer_list, staging_for_step, gpt2_allocate_activations, gpt2_grad_norm_squared,
 //          sum_layernorm_gradients, gpt2_free
 #include <stddef.h>   // defines: size_t
@@ -329,7 +329,7 @@ struct GPT2 {
     std::vector<ActivationTensors> sets;  // one per micro-batch (or chunk-forward) in flight: activation_set
     StageBuffers holds;             // the sets, of them those with the head's tensors, the micro-batches
                                     // whose weight half waits (-ps zb), which set a chunk's micro-batch uses
-    floatX* waiting_grads;          // their layers' output gradients: slot k % weight_slots, then layer
+    floatX* waiting_grads;          // their layers' output gradients: by slot (the action's), then layer
     ScratchTensors scratch;
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     HostStaging staging;            // the step's uploads and downloads, queued without waits (staging.h)
@@ -428,9 +428,8 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
     return a;
 }
 
-// ZB-H1 (pipeline.h): micro-batch k's slot of output gradients, kept from the input half of its backward
-// to the weight half; a slot holds every layer's (waiting_grads)
-inline int waiting_slot(const GPT2* model, int k) { return k % model->holds.weight_slots; }
+// ZB-H1 (pipeline.h): layer l's output gradients in a slot (the one a B action and its W carry),
+// kept from the input half of a micro-batch's backward to its weight half; a slot holds every layer's
 inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
     size_t C = model->config.channels, BT = (size_t)model->B * model->T;
     size_t BT_held = tokens_held(model, model->B * model->T);
@@ -462,22 +461,22 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     const MemoryKind WORK = MEM_ACTIVATIONS_TRANSIENT;
     std::vector<BufferSpec> scratch = {
         {(void**)&s.proj, BT * C, X, WORK}, {(void**)&s.dresidual, BT_held * C, X, WORK},
-        {(void**)&s.received_gradient, gpt2_chunks(model) > 1 ? BT_held * C : 0, X, WORK},
         {(void**)&s.dln, BT * C, X, WORK}, {(void**)&s.datty, BT * C_rank, X, WORK},
-        {(void**)&s.gathered, sp ? BT * C : 0, X, WORK}, {(void**)&s.summed, sp ? BT_held * C : 0, X, WORK},
     };
+    auto append = [&](const std::vector<BufferSpec>& more) { scratch.insert(scratch.end(), more.begin(), more.end()); };
+    // what a technique adds, each declared by its own header (none where it is off)
+    append(received_gradient_buffer_list(&s.received_gradient, gpt2_chunks(model), BT_held * C));  // pipeline.h
+    append(sequence_parallel_buffer_list(sp, &s.gathered, &s.summed, BT, BT_held, C));              // tp.h
+    append(ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank));                                 // cp.h
     for (int i = 0; i < 6; i++) {  // one layer's output gradients, each its own buffer
         size_t n = layer_output_gradient_size(i, BT, BT_held, C, tp);
         scratch.push_back({(void**)layer_output_gradient(&g, i), n, X, WORK});
     }
-    std::vector<BufferSpec> attention = {
+    append({
         {(void**)&s.attention.out, BT * C_rank, FP32, WORK}, {(void**)&s.attention.dq, BT * C_rank, FP32, WORK},
         {(void**)&s.attention.dkv, BT * 2 * C_rank, FP32, WORK}, {(void**)&s.attention.D, BT * NH_rank, FP32, WORK},
-    };
-    scratch.insert(scratch.end(), attention.begin(), attention.end());
-    std::vector<BufferSpec> ring = ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank);
-    scratch.insert(scratch.end(), ring.begin(), ring.end());
-    std::vector<BufferSpec> rest = {
+    });
+    append({
         {(void**)&s.loss_max, BT, FP32, WORK},
         {(void**)&s.loss_sum, BT, FP32, WORK},
         {(void**)&s.loss_target, BT, FP32, WORK},
@@ -487,8 +486,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
         {(void**)&s.token_buckets, encoder_bucket_ints(B, T_local), sizeof(int), WORK},
         // the column sums' partials: a block's four biases, or its two LayerNorms' weights and biases
         {(void**)&s.partials, column_partials_elements(std::max(2 * C + 7 * C_rank, 4 * C)), FP32, WORK},
-    };
-    scratch.insert(scratch.end(), rest.begin(), rest.end());
+    });
     return scratch;
 }
 
@@ -517,14 +515,15 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T_
     std::vector<BufferSpec> specs;
     for (int i = 0; i < holds.activation_sets; i++) {
         ActivationTensors& a = model->sets[i];
-        // lnf, logits and losses: on the last stage, in the first head_sets sets (activation_set)
-        size_t head = is_last_stage(model->layout) && i < holds.head_sets ? 1 : 0;
-        std::vector<BufferSpec> kept = {
-            {(void**)&a.input, BT_held * C, X, KEPT},
-            {(void**)&a.lnf, head * BT_held * C, X, KEPT}, {(void**)&a.lnf_mean, head * BT_held, FP32, KEPT},
-            {(void**)&a.lnf_rstd, head * BT_held, FP32, KEPT}, {(void**)&a.losses, head * BT, FP32, KEPT},
-            {(void**)&a.logits, head * BT * c.padded_vocab_size / tp, X, MEM_LOGITS},
-        };
+        std::vector<BufferSpec> kept = {{(void**)&a.input, BT_held * C, X, KEPT}};
+        if (is_last_stage(model->layout) && i < holds.head_sets) {  // the head's: lnf, logits, losses (activation_set)
+            std::vector<BufferSpec> head = {
+                {(void**)&a.lnf, BT_held * C, X, KEPT}, {(void**)&a.lnf_mean, BT_held, FP32, KEPT},
+                {(void**)&a.lnf_rstd, BT_held, FP32, KEPT}, {(void**)&a.losses, BT, FP32, KEPT},
+                {(void**)&a.logits, BT * c.padded_vocab_size / tp, X, MEM_LOGITS},
+            };
+            kept.insert(kept.end(), head.begin(), head.end());
+        }
         for (int t = 0; t < NUM_LAYER_ACTIVATIONS; t++)  // kept: one per layer
             if (recompute_keeps(model->recompute, t))
                 kept.push_back(

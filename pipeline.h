@@ -148,7 +148,8 @@ the stage's gradient buffer are. It relies on two invariants of every list
   - micro-batch k's activations live in set k % sets (pipeline_activation_sets): its
     input arrives there before forward k, and nothing reuses the set before the end of
     backward k (its W under ZB-H1), because no more than `sets` micro-batches are ever
-    in flight. Likewise a waiting W's output gradients in slot k % pipeline_weight_slots.
+    in flight. A waiting W's output gradients are in the slot its B and W actions carry
+    (PipelineAction::slot, the lowest free at B): at most pipeline_weight_slots are busy.
 Interleaved lists keep both in their own form: a gradient's receive is paired with the send
 of the one before (the gradient shift), so it lands beside the stage's buffer
 (PipelineStage::received_gradient) and is moved in once the other has left, and only
@@ -169,13 +170,14 @@ V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp,
-//          PipelineAction, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule, zb_h1_schedule,
-//          interleaved_order, interleaved_schedule, interleaved_bubble_fraction, interleaved_activation_sets,
-//          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
-//          pipeline_weight_slots, StageBuffers, stage_buffers, pipeline_bubble_fraction, zb_h1_bubble_fraction,
-//          schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages, PipelineSimulation, pass_messages,
-//          pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers, PipelineStage, ScheduleTiming, ms_since,
-//          schedule_timing_read, action_name, run_schedule, pipeline_forward
+//          PipelineAction, take_lowest_free, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
+//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_bubble_fraction,
+//          interleaved_activation_sets, interleaved_set_slots, pipeline_schedule, pipeline_activation_sets,
+//          pipeline_backward_sets, pipeline_weight_slots, StageBuffers, stage_buffers, pipeline_bubble_fraction,
+//          zb_h1_bubble_fraction, schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
+//          PipelineSimulation, pass_messages, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
+//          received_gradient_buffer_list, PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name,
+//          run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
@@ -254,8 +256,17 @@ enum PipelineOp {
 };
 // micro: the micro-batch k the action is about (for a paired one, whose message is sent);
 // received_micro: a paired action's j, whose message comes in (-1 for the others); chunk and
-// received_chunk: which of the stage's model chunks they belong to (interleaved 1F1B; else 0)
-struct PipelineAction { PipelineOp op; int micro, received_micro; int chunk = 0, received_chunk = 0; };
+// received_chunk: which of the stage's model chunks they belong to (interleaved 1F1B; else 0);
+// slot: for a B and its W (ZB-H1), where k's output gradients wait between them (else -1)
+struct PipelineAction { PipelineOp op; int micro, received_micro; int chunk = 0, received_chunk = 0, slot = -1; };
+
+// the lowest of `busy`'s places that is free, taken (a new one when all are busy)
+inline int take_lowest_free(std::vector<bool>* busy) {
+    size_t free = std::find(busy->begin(), busy->end(), false) - busy->begin();
+    if (free == busy->size()) busy->push_back(false);
+    (*busy)[free] = true;
+    return (int)free;
+}
 
 // appends an action, leaving out the halves that have no neighbour: the model's first virtual
 // stage (stage 0's chunk 0) receives no activation and sends no gradient, its last (stage p-1's
@@ -336,20 +347,30 @@ inline std::vector<PipelineAction> one_f_one_b_schedule(int s, int p, int m) {
 // late (W k after B (k + s)), the last s at the end. A W goes before the paired send of B's
 // gradient: that exchange waits for stage s-1 to finish its next forward, and W fills the wait;
 // after a lone send (the cooldown), which nothing holds up. Stage 0's W would follow its B at once,
-// so it keeps the whole backward, and 1F1B's memory
+// so it keeps the whole backward, and 1F1B's memory. Each B takes the lowest free slot for its
+// output gradients, which its W frees: both actions carry it
 inline std::vector<PipelineAction> zb_h1_schedule(int s, int p, int m) {
     std::vector<PipelineAction> one_f_one_b = one_f_one_b_schedule(s, p, m), a;
     if (s == 0) return one_f_one_b;
+    std::vector<int> slot(m, -1);  // micro-batch k's, from its B to its W
+    std::vector<bool> busy;
     int weights = 0;  // W's listed
+    auto weight = [&](int k) {
+        busy[slot[k]] = false;
+        return PipelineAction{BACKWARD_WEIGHT, k, -1, 0, 0, slot[k]};
+    };
     for (PipelineAction action : one_f_one_b) {
         bool w_due = (action.op == SEND_GRADIENT || action.op == SEND_GRADIENT_RECV_ACTIVATION) && action.micro >= s;
         bool w_first = action.op == SEND_GRADIENT_RECV_ACTIVATION;
-        if (action.op == BACKWARD) action.op = BACKWARD_INPUT;
-        if (w_due && w_first) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+        if (action.op == BACKWARD) {
+            action.op = BACKWARD_INPUT;
+            action.slot = slot[action.micro] = take_lowest_free(&busy);
+        }
+        if (w_due && w_first) a.push_back(weight(weights++));
         a.push_back(action);
-        if (w_due && !w_first) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+        if (w_due && !w_first) a.push_back(weight(weights++));
     }
-    while (weights < m) a.push_back(PipelineAction{BACKWARD_WEIGHT, weights++, -1});
+    while (weights < m) a.push_back(weight(weights++));
     return a;
 }
 
@@ -451,12 +472,7 @@ inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
     std::vector<bool> busy;
     for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
         int id = a.chunk * m + a.micro;
-        if (a.op == FORWARD) {
-            size_t free = std::find(busy.begin(), busy.end(), false) - busy.begin();
-            if (free == busy.size()) busy.push_back(false);
-            busy[free] = true;
-            slot[id] = (int)free;
-        }
+        if (a.op == FORWARD) slot[id] = take_lowest_free(&busy);
         if (a.op == BACKWARD) busy[slot[id]] = false;
     }
     return slot;
@@ -578,7 +594,7 @@ inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<
                 double c = cost(s, a.op, a.chunk);
                 clock[s] += c;
                 sim.busy[s] += c;
-                in_flight[s] += a.op == FORWARD ? 1 : a.op == BACKWARD_INPUT ? 0 : -1;  // held until W is done
+                in_flight[s] += a.op == FORWARD ? 1 : a.op == BACKWARD_INPUT ? 0 : -1;  // kept until W is done
                 sim.peak_sets[s] = std::max(sim.peak_sets[s], in_flight[s]);
                 finish_action(s);
                 progress = true;
@@ -651,14 +667,25 @@ inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, d
 
 // ---------------------------------------------------------------- running a schedule
 
+// the buffer interleaved 1F1B adds, declared for the model's buffer list (gpt2.h): where the next
+// gradient lands while the stage's one gradient buffer is sent (PipelineStage::received_gradient);
+// none with one chunk a stage
+inline std::vector<BufferSpec> received_gradient_buffer_list(floatX** received_gradient, int chunks,
+                                                              size_t message_elements) {
+    if (chunks == 1) return {};
+    return {{(void**)received_gradient, message_elements, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
+}
+
 // what the executor needs of the model (GPT-2's in train_gpt.cu: pipeline_stage)
 // Each function takes the chunk v (0 but under interleaved 1F1B) and the micro-batch k.
 struct PipelineStage {
     std::function<double(int v, int k)> forward;   // k through chunk v; its loss sum on the model's last chunk, else 0
     std::function<void(int v, int k)>
         backward;  // k's backward, from `gradient` (of k's output) to `gradient` (of its input)
-    std::function<void(int v, int k)> backward_input;   // its B: the same, with the weight gradients left for...
-    std::function<void(int v, int k)> backward_weight;  // ...its W, later (ZB-H1)
+    // its B: the same, with the weight gradients left for its W, later (ZB-H1); the output gradients
+    // they share wait in the action's slot
+    std::function<void(int v, int k, int slot)> backward_input;
+    std::function<void(int v, int k, int slot)> backward_weight;
     std::function<floatX*(int v, int k)> input;    // where k's input activation is received (not on the first chunk)
     std::function<floatX*(int v, int k)> output;   // where k's output activation is after its forward (sent on)
     floatX* gradient;                       // the stage's one gradient buffer (the header says why one is enough)
@@ -745,8 +772,8 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
         switch (a.op) {
             case FORWARD: loss += stage.forward(v, k); break;
             case BACKWARD: stage.backward(v, k); break;
-            case BACKWARD_INPUT: stage.backward_input(v, k); break;
-            case BACKWARD_WEIGHT: stage.backward_weight(v, k); break;
+            case BACKWARD_INPUT: stage.backward_input(v, k, a.slot); break;
+            case BACKWARD_WEIGHT: stage.backward_weight(v, k, a.slot); break;
             case RECV_ACTIVATION: comm_recv(pp, stage.input(v, k), n, previous); break;
             case SEND_ACTIVATION: comm_send(pp, stage.output(v, k), n, next); break;
             case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, next); break;

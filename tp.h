@@ -110,12 +110,14 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 -sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
 */
 #pragma once
-// defines: TensorParallel, tp_whole, tp_held, tp_gather_tokens, tp_sum_tokens, tp_f_forward, tp_f_backward,
-//          tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit, TensorPartition,
-//          tp_local_shape, tp_for_each_run, tp_vocab_range, LossStatistics, tp_crossentropy, TensorParallelTraffic,
-//          tp_bytes_per_micro_step
+// defines: TensorParallel, tp_whole, tp_held, sequence_parallel_buffer_list, tp_gather_tokens, tp_sum_tokens,
+//          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit,
+//          TensorPartition, tp_local_shape, tp_for_each_run, tp_vocab_range, LossStatistics, tp_crossentropy,
+//          TensorParallelTraffic, tp_bytes_per_micro_step
 #include <algorithm>                 // defines: std::min, std::max
-#include "comm.h"  // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum
+#include <vector>                    // defines: std::vector
+#include "comm.h"  // defines: Comm, comm_all_reduce_sum, comm_all_reduce_max, comm_all_gather, comm_reduce_scatter_sum,
+                   //          BufferSpec (base.h)
 #include "kernels/encoder.cuh"       // defines: VocabRange
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_row_max, crossentropy_row_sumexp, ...
 #include "kernels/matmul.cuh"        // defines: bias_forward
@@ -129,6 +131,14 @@ struct TensorParallel { Comm* group; bool sequence_parallel; };
 // round; without -sp the rank holds all N, and the two are one buffer
 inline floatX* tp_whole(TensorParallel tp, floatX* held, floatX* whole) { return tp.sequence_parallel ? whole : held; }
 inline floatX* tp_held(TensorParallel tp, floatX* whole, floatX* held) { return tp.sequence_parallel ? held : whole; }
+// the two buffers -sp adds, declared for the model's buffer list (gpt2.h): `whole` for a tensor's
+// N tokens gathered, `held` for this rank's N/tp tokens of a sum (C channels each); none without -sp
+inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_parallel, floatX** whole, floatX** held,
+                                                              size_t N, size_t N_held, size_t C) {
+    if (!sequence_parallel) return {};  // tp_whole and tp_held give the rank's own buffers
+    return {{(void**)whole, N * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)held, N_held * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
+}
 
 // The two collectives under f and g, each moving a tensor between the tokens this rank holds
 // (`held`, n_held elements) and all N tokens (`whole`); without -sp held and whole are the same

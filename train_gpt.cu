@@ -159,7 +159,7 @@ inline void sequence_attention_backward(GPT2* model, const LayerActivations& la,
 inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     const GPT2Config& c = model->config;
     int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
-    size_t held = (size_t)tokens_held(model, N) * C;
+    size_t n_held = (size_t)tokens_held(model, N) * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
@@ -168,23 +168,23 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     floatX* proj = tp_held(tp, s.proj, s.summed);  // the tokens this rank holds of g's sum
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T_local);
-    tp_f_forward(tp, la.ln1, ln1, held);
+    tp_f_forward(tp, la.ln1, ln1, n_held);
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     sequence_attention_forward(model, la, B, T_local);
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
-    tp_g_forward(tp, s.proj, proj, held);
-    tp_bias_after_g(tp, proj, w.attprojb, held / C, C);  // added once: to the sum over TP ranks
+    tp_g_forward(tp, s.proj, proj, n_held);
+    tp_bias_after_g(tp, proj, w.attprojb, n_held / C, C);  // added once: to the sum over TP ranks
     // MLP: fc column-parallel, fcproj row-parallel; first residual2 = input + proj and ln2 of it
     floatX* input = block_input(model, a, l, B, T_local);
     residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
                                tokens_held(model, N), C);
-    tp_f_forward(tp, la.ln2, ln2, held);
+    tp_f_forward(tp, la.ln2, ln2, n_held);
     matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
     block_gelu(model, a, l, B, T_local);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
-    tp_g_forward(tp, s.proj, proj, held);
-    tp_bias_after_g(tp, proj, w.fcprojb, held / C, C);
-    residual_forward(la.residual3, la.residual2, proj, held);
+    tp_g_forward(tp, s.proj, proj, n_held);
+    tp_bias_after_g(tp, proj, w.fcprojb, n_held / C, C);
+    residual_forward(la.residual3, la.residual2, proj, n_held);
 }
 
 // rebuilds what recompute level r did not keep of block l, just before its backward
@@ -209,27 +209,27 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     const GPT2Config& c = model->config;
     int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
     int N_held = tokens_held(model, N);
-    size_t held = (size_t)N_held * C;
+    size_t n_held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
-    tp_g_backward(tp, dout, d.fcproj, held);
+    tp_g_backward(tp, dout, d.fcproj, n_held);
     matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
     gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
-    tp_f_backward(tp, dln2, d.ln2, held);
+    tp_f_backward(tp, dln2, d.ln2, n_held);
     floatX* dresidual2 = tp.sequence_parallel ? dout : d.attproj;  // the gradient of residual2
     layernorm_backward_both(dresidual2, dout, dw ? dw->ln2w : NULL, dw ? dw->ln2b : NULL, d.ln2, la.residual2, w.ln2w,
                             la.ln2_mean, la.ln2_rstd, N_held, C, s.partials);
     // attention
-    tp_g_backward(tp, dresidual2, d.attproj, held);
+    tp_g_backward(tp, dresidual2, d.attproj, n_held);
     matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
     sequence_attention_backward(model, la, d.qkv, s.datty, B, T_local);
     matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
-    tp_f_backward(tp, dln1, d.ln1, held);
+    tp_f_backward(tp, dln1, d.ln1, n_held);
     layernorm_backward_both(dinp, dresidual2, dw ? dw->ln1w : NULL, dw ? dw->ln1b : NULL, d.ln1,
                             block_input(model, a, l, B, T_local), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C,
                             s.partials);
@@ -390,7 +390,7 @@ inline void head_loss(GPT2* model, const ActivationTensors& a, const int* target
 inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T_local, N_held = tokens_held(model, N);
-    size_t held = (size_t)N_held * C;
+    size_t n_held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
@@ -398,10 +398,10 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
     floatX *lnf = tp_whole(tp, a.lnf, s.gathered), *dln = tp_held(tp, s.dln, s.summed);
-    tp_gather_tokens(tp, a.lnf, lnf, held);  // -sp: lnf's N tokens again, for wte's gradient
+    tp_gather_tokens(tp, a.lnf, lnf, n_held);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
-    tp_f_backward(tp, s.dln, dln, held);
-    device_zero(s.dresidual, held * sizeof(floatX));
+    tp_f_backward(tp, s.dln, dln, n_held);
+    device_zero(s.dresidual, n_held * sizeof(floatX));
     layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T_local), h.lnfw, a.lnf_mean,
                        a.lnf_rstd, N_held, C, s.partials);
 }
@@ -459,12 +459,12 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
     };
     // ZB-H1: -ga fp32 folds each micro-batch's gradients into the fp32 sum alone, the head's after its
     // input half, the layers' after their weight halves
-    stage.backward_input = [=, &batches](int v, int k) {
-        stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, waiting_slot(model, k));
+    stage.backward_input = [=, &batches](int v, int k, int slot) {
+        stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, slot);
         zero_end_micro_step(&model->zero);
     };
-    stage.backward_weight = [=](int v, int k) {
-        blocks_backward_weights(model, activation_set(model, v, k), waiting_slot(model, k), B, T_local);
+    stage.backward_weight = [=](int v, int k, int slot) {
+        blocks_backward_weights(model, activation_set(model, v, k), slot, B, T_local);
         zero_end_micro_step(&model->zero);
     };
     stage.input = [=](int v, int k) { return activation_set(model, v, k).input; };

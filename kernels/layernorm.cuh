@@ -237,7 +237,7 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dres
     }
 }
 
-// The same row, every access 16 bytes a lane (Packed128), the row's x, dout and w held in
+// The same row, every access 16 bytes a lane (Packed128), the row's x, dout and w kept in
 // registers between the two passes: a warp's store covers whole 128-byte lines. Measured on an
 // H200 (docs/gpu.md) the kernel above takes 210 us for 8192 rows of 768, 15 times the forward's
 // 14 us, its warps stalled about 400 cycles an instruction on loads; this one 18 us. Needs C a multiple of 32

@@ -227,6 +227,7 @@ TEST_CASE("run_schedule's invariants: one gradient buffer per stage, one activat
                     int n = (int)list.size(), sets = pipeline_activation_sets(kind, s, p, m);
                     int slots = pipeline_weight_slots(kind, s, p, m), heads = pipeline_backward_sets(kind, s, p, m);
                     vector<bool> in_flight(m, false), before_b(m, false), waiting_w(m, false);
+                    vector<int> slot_of(m, -1);
                     for (int i = 0; i < n; i++) {
                         const PipelineAction& a = list[i];
                         bool backward = a.op == BACKWARD || a.op == BACKWARD_INPUT;
@@ -242,12 +243,16 @@ TEST_CASE("run_schedule's invariants: one gradient buffer per stage, one activat
                             if (s > 0) CHECK((j < n && gradient_sent(list[j]) == a.micro));
                             before_b[a.micro] = false;
                         }
-                        // a W's output gradients wait in slot k % slots; no other waiting W uses it
+                        // a W's output gradients wait in the slot its B and W carry, one of the
+                        // `slots` the trainer allocates; no other waiting W uses it
                         if (a.op == BACKWARD_INPUT) {
-                            for (int q = 0; q < m; q++) CHECK(!(waiting_w[q] && q % slots == a.micro % slots));
+                            CHECK((a.slot >= 0 && a.slot < slots));
+                            for (int q = 0; q < m; q++) CHECK(!(waiting_w[q] && slot_of[q] == a.slot));
                             waiting_w[a.micro] = true;
+                            slot_of[a.micro] = a.slot;
                         }
-                        if (a.op == BACKWARD_WEIGHT) waiting_w[a.micro] = false;
+                        if (a.op == BACKWARD_WEIGHT) { CHECK(a.slot == slot_of[a.micro]); waiting_w[a.micro] = false; }
+                        if (a.op != BACKWARD_INPUT && a.op != BACKWARD_WEIGHT) CHECK(a.slot == -1);
                         if (a.op == BACKWARD || a.op == BACKWARD_WEIGHT) in_flight[a.micro] = false;
                         // micro-batch k's input lands in set k % sets, its logits in head set k % heads:
                         // no other micro-batch still in flight (before its B, for the head's) uses them

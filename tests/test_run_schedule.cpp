@@ -43,7 +43,7 @@ static void run(Comm* pp, ScheduleKind kind, int m, int V) {
     // activations of every (chunk, micro-batch): no slot reuse here, that is the trainer's business
     std::vector<std::vector<floatX>> in(V * m, std::vector<floatX>(n)), out(V * m, std::vector<floatX>(n));
     std::vector<floatX> gradient(n), received(n);
-    std::vector<int> weights_done(V * m, 0), inputs_done(V * m, 0);
+    std::vector<int> weights_done(V * m, 0), inputs_done(V * m, 0), slots(V * m, -2);
     PipelineStage stage;
     stage.input = [&](int v, int k) { return in[v * m + k].data(); };
     stage.output = [&](int v, int k) { return out[v * m + k].data(); };
@@ -59,8 +59,9 @@ static void run(Comm* pp, ScheduleKind kind, int m, int V) {
         }
         return u == chunks - 1 ? loss : 0.0;
     };
-    auto backward_input = [&](int v, int k) {
+    auto backward_input = [&](int v, int k, int slot) {
         int u = v * p + s;
+        slots[v * m + k] = slot;
         for (size_t i = 0; i < n; i++) {
             double dy = u == chunks - 1 ? 1.0 : to_float(gradient[i]);
             EXPECT(dy == expected_output_gradient(u, k, chunks), "backward of chunk %d, micro-batch %d: gradient %g", v, k, dy);
@@ -70,11 +71,12 @@ static void run(Comm* pp, ScheduleKind kind, int m, int V) {
         inputs_done[v * m + k]++;
     };
     stage.backward_input = backward_input;
-    stage.backward_weight = [&](int v, int k) {
+    stage.backward_weight = [&](int v, int k, int slot) {
         EXPECT(inputs_done[v * m + k] == 1, "W of chunk %d, micro-batch %d before its B", v, k);
+        EXPECT(slot >= 0 && slot == slots[v * m + k], "W of micro-batch %d in slot %d, its B in %d", k, slot, slots[v * m + k]);
         weights_done[v * m + k]++;
     };
-    stage.backward = [&](int v, int k) { backward_input(v, k); weights_done[v * m + k]++; };
+    stage.backward = [&](int v, int k) { backward_input(v, k, -1); weights_done[v * m + k]++; };
     stage.gradient = gradient.data();
     stage.received_gradient = received.data();
     stage.message_elements = n;
