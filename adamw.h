@@ -127,9 +127,19 @@ inline void adamw_update(floatX* params, float* master, const Grad* grads, float
                                                       index_offset);
     launchCheck();
 #else
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++)
-        adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+    // in pieces that the threads take as they finish (64K elements): a thread whose core is shared
+    // with another program does fewer (docs/cpu.md: a shared machine). Two loops, so that without a
+    // master copy (the fp32 build) no store is conditional and the compiler vectorises the loop
+    // (sqrtps, divps: the same bits as one value at a time)
+    if (master) {
+        #pragma omp parallel for schedule(dynamic, 65536)
+        for (size_t i = 0; i < n; i++)
+            adamw_apply(i, params, master, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+    } else {
+        #pragma omp parallel for simd schedule(dynamic, 65536)
+        for (size_t i = 0; i < n; i++)
+            adamw_apply(i, params, (float*)nullptr, grads, m, v, c, bc1, bc2, grad_scale, seed, index_offset);
+    }
 #endif
 }
 
