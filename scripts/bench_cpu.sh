@@ -10,7 +10,8 @@
 # LLMC_DIR: a checkout of karpathy/llm.c (we compare with commit f1e2ace) in which `make train_gpt2`
 # was run; this script builds no other project's code. docs/cpu.md: CPU speed.
 # OpenBLAS's kernels follow OPENBLAS_CORETYPE where the environment sets it (the line "blas:" says
-# which ran), for the floor and for the trainer alike.
+# which ran), for the floor and for the trainer alike; llm.c, built with -march=native, uses the CPU's
+# widest vectors whatever it says. `env -u OPENBLAS_CORETYPE scripts/bench_cpu.sh`: OpenBLAS's own choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLMC_DIR=${LLMC_DIR:-}
