@@ -80,7 +80,7 @@ struct RingBuffers { floatX* block[2]; float* dkv; };
 // tokens (the one in use, the one arriving) and the fp32 gradient travelling with them; none
 // without a ring (cp = 1)
 inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_t BT, size_t C_rank) {
-    if (cp == 1) return {};  // no ring: the pointers stay null
+    if (cp <= 1) return {};  // no ring: the pointers stay null (the model is value-initialised)
     return {{(void**)&ring->block[0], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)&ring->block[1], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)&ring->dkv, BT * 2 * C_rank, sizeof(float), MEM_ACTIVATIONS_TRANSIENT}};

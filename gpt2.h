@@ -431,6 +431,8 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
 // ZB-H1 (pipeline.h): layer l's output gradients in a slot (the one a B action and its W carry),
 // kept from the input half of a micro-batch's backward to its weight half; a slot holds every layer's
 inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
+    if (slot < 0 || slot >= model->holds.weight_slots)
+        fail("ZB-H1: slot %d of output gradients, but %d allocated", slot, model->holds.weight_slots);
     size_t C = model->config.channels, BT = (size_t)model->B * model->T;
     size_t BT_held = tokens_held(model, model->B * model->T);
     int tp = model->layout.tp;
@@ -448,7 +450,9 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
 // ----------------------------------------------------------------------------
 // the buffers, declared once
 
-// the scratch every layer and set reuses, and cp.h's ring
+// the scratch every layer and set reuses, with what the techniques add (pipeline.h's received
+// gradient, tp.h's -sp pair, cp.h's ring): a buffer a technique does not declare is never
+// allocated and its pointer stays null, as gpt2_build value-initialises the model
 inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_local) {
     const GPT2Config& c = model->config;
     bool sp = model->layout.sequence_parallel;

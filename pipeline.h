@@ -672,7 +672,7 @@ inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, d
 // none with one chunk a stage
 inline std::vector<BufferSpec> received_gradient_buffer_list(floatX** received_gradient, int chunks,
                                                               size_t message_elements) {
-    if (chunks == 1) return {};
+    if (chunks <= 1) return {};  // the pointer stays null
     return {{(void**)received_gradient, message_elements, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
 }
 

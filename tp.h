@@ -135,7 +135,7 @@ inline floatX* tp_held(TensorParallel tp, floatX* whole, floatX* held) { return 
 // N tokens gathered, `held` for this rank's N/tp tokens of a sum (C channels each); none without -sp
 inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_parallel, floatX** whole, floatX** held,
                                                               size_t N, size_t N_held, size_t C) {
-    if (!sequence_parallel) return {};  // tp_whole and tp_held give the rank's own buffers
+    if (!sequence_parallel) return {};  // tp_whole and tp_held give the rank's own buffers; these stay null
     return {{(void**)whole, N * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)held, N_held * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
 }

@@ -424,15 +424,16 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
     if (mb.targets) head_loss(model, a, mb.targets, B, T_local, dloss);
 }
 // its backward: on the model's last chunk from its loss, elsewhere from the gradient of the
-// output in scratch.dresidual, which ends as the gradient of the input. Given a waiting slot (ZB-H1;
-// -1: none) the blocks run only their input halves, and blocks_backward_weights their weight halves
-// later; the head and the embedding stay whole (deferring the head's would keep the logits' gradient)
+// output in scratch.dresidual, which ends as the gradient of the input. Given a slot (ZB-H1's B
+// action carries it; -1: none) the blocks run only their input halves, and blocks_backward_weights
+// their weight halves later; the head and the embedding stay whole (deferring the head's would
+// keep the logits' gradient)
 inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T_local,
-                           int waiting_slot) {
+                           int slot) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (head) head_backward(model, a, B, T_local);
     if (head) zero_reduce_unit(&model->zero, final_norm_unit(model));
-    if (waiting_slot >= 0) blocks_backward_input(model, a, waiting_slot, B, T_local);
+    if (slot >= 0) blocks_backward_input(model, a, slot, B, T_local);
     else blocks_backward(model, a, B, T_local);
     if (embedding) embed_backward(model, mb.inputs, B, T_local);
     if (embedding || head) zero_reduce_unit(&model->zero, 0);  // wte: from the head (last stage) and the lookup (first)

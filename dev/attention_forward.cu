@@ -70,6 +70,16 @@ version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash
            version 2 0.41 ms (docs/gpu.md). It writes lse as (B,T,NH) and its output in fp32
            first, then in floatX (a second pass over B T C: what merging blocks needs); the lab
            turns lse into (B,NH,T) for its checks, which the timing includes
+version 7: version 5's walk as FlashAttention-2 writes it, the scores never leaving registers: the
+           products are PTX's mma.sync.m16n8k16 (inline assembly; tests/emu/mma.h emulates it with
+           the fragment layout the PTX ISA documents), so each lane runs the online softmax on the
+           score elements it holds (a row's max over its 4 lanes by two shuffles), and P, rounded
+           to floatX, is already mma's A operand for O += P V. 4 warps of 16 queries, tiles of 64
+           keys, q in A fragments and O in accumulators for the whole walk, l summed per lane and
+           across the row's lanes once at the end. Head sizes 16, 32, 64, 128 (compiled in),
+           bf16 and fp16 builds. Against version 6: no store of S or P to shared memory, no
+           barrier between the softmax and P V, no map of which row an accumulator element holds.
+           Checked in the emulated build; not yet timed on a GPU (docs/gpu.md: the next session's list)
 The block size applies to versions 1 and 3 (3: up to 256 threads, for its registers). The bytes
 each must move differ: B T 4C floatX (qkv read, out written) for all, plus att's B NH T T floatX
 for versions 1 and 2 or lse's B NH T fp32 for 3 to 5: 251 MB against 51 MB at B 8, T 1024,
@@ -370,6 +380,201 @@ template <int HS_MAX> static void launch_kernel5(floatX* out, float* lse, const 
 }
 #endif
 
+// ---------------------------------------------------------------- version 7: FlashAttention-2 in registers
+// Version 5's walk with the scores never leaving registers, as FlashAttention-2 does: the products
+// are PTX's mma.sync.m16n8k16 (bf16 or fp16 in, fp32 sums), whose fragment layout the PTX ISA
+// documents (tests/emu/mma.h says which lane holds what), so each lane runs the online softmax on
+// the score elements it holds. A warp takes 16 queries, a block 4 warps (64 queries); tiles of 64
+// keys and values through shared memory (rows padded by 8 elements: the lanes' 32-bit reads of a
+// fragment fall in 32 different banks). Per tile a warp computes S = Q K^T as 8 accumulators of
+// 16 x 8 (lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each); the row max takes two
+// shuffles among the 4 lanes of a row; P = exp2(S - m), rounded to floatX, is already in the
+// layout of mma's A operand (an accumulator pair of 16 x 8 is one 16 x 16 A fragment), so
+// O += P V follows with no trip through shared memory. q stays in A fragments, O in accumulators,
+// each lane's l a partial sum over its columns, added across the row's 4 lanes once at the end.
+// Per tile a lane issues hs/16 * 8 + 4 * hs/8 mma's and no shared-memory store but the tiles.
+// Not yet timed on a GPU: written for the next GPU session to measure against version 6.
+// Head sizes 16, 32, 64 and 128 only (the head size is the compiled capacity); not in fp32 builds
+#if !FLOATX_IS_FP32
+#ifdef CUDA_EMULATION
+#define mma_m16n8k16 cuda_emu_mma_m16n8k16<floatX>  // tests/emu/mma.h: the documented layout, emulated
+#else
+__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
+#if defined(ENABLE_FP16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};"
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};"
+#endif
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+#endif
+#define KEY_TILE7 64     // Bc: keys a tile, 8 accumulators of 8 columns
+#define QUERY_WARPS7 4   // Br = 64 queries a block, 16 a warp
+#define ROW_PAD7 8       // elements after each shared row: 16 bytes
+
+// two floatX in one 32-bit register, lo in the low half (the lower-indexed element, as mma reads it)
+__device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
+    uint16_t l, h;
+    memcpy(&l, &lo, 2);
+    memcpy(&h, &hi, 2);
+    return (uint32_t)l | (uint32_t)h << 16;
+}
+__device__ inline uint32_t shared_pair(const floatX* p) { return *(const uint32_t*)p; }  // p even: 4-byte aligned
+
+// rows first .. first + KEY_TILE7 - 1 of part `part` (1 k, 2 v) of head h into a shared tile with
+// rows of HS_MAX + ROW_PAD7 elements, 16 bytes a thread; rows past T are zeros
+template <int HS_MAX>
+__device__ inline void load_tile7(floatX* tile, const floatX* qkv, int part, int b, int h, int first, int T, int C) {
+    constexpr int PACKS = HS_MAX / 8;  // 16-byte packs a row
+    for (int e = threadIdx.x; e < KEY_TILE7 * PACKS; e += blockDim.x) {
+        int row = e / PACKS, i = e % PACKS * 8, t = first + row;
+        Packed128<floatX> pack = {};
+        if (t < T) pack = load128(qkv + ((size_t)b * T + t) * 3 * C + part * C + h * HS_MAX + i);
+        store128(tile + row * (HS_MAX + ROW_PAD7) + i, pack);
+    }
+}
+
+// one warp, one key tile: s[j] = the 16 queries' scores against keys 8j .. 8j + 7 of the tile
+template <int HS_MAX>
+__device__ inline void warp_scores7(float (&s)[KEY_TILE7 / 8][4], const uint32_t (&q)[HS_MAX / 16][4],
+                                    const floatX* k_tile, int g, int t) {
+    #pragma unroll
+    for (int j = 0; j < KEY_TILE7 / 8; j++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) s[j][i] = 0.0f;
+        const floatX* key = k_tile + (8 * j + g) * (HS_MAX + ROW_PAD7) + 2 * t;  // B[k][n] = K[n][k]: lane's key g
+        #pragma unroll
+        for (int c = 0; c < HS_MAX / 16; c++) {
+            uint32_t kb[2] = {shared_pair(key + 16 * c), shared_pair(key + 16 * c + 8)};
+            mma_m16n8k16(s[j], q[c], kb, s[j]);
+        }
+    }
+}
+
+// the online softmax on the lane's elements, rows g (half 0) and g + 8 (half 1): scaled to log2
+// units, masked (keys after the row's query or past T), the row max over the 4 lanes of the row,
+// o and l rescaled; s becomes p
+template <int HS_MAX>
+__device__ inline void warp_softmax7(float (&s)[KEY_TILE7 / 8][4], float (&o)[HS_MAX / 8][4], float (&m)[2],
+                                     float (&l)[2], int row0, int k0, int T, int g, int t, float scale_log2) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int query = row0 + g + 8 * half;
+        float tile_max = -INFINITY;
+        #pragma unroll
+        for (int j = 0; j < KEY_TILE7 / 8; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int key = k0 + 8 * j + 2 * t + e;
+                float& x = s[j][2 * half + e];
+                x = key <= query && key < T ? x * scale_log2 : -INFINITY;
+                tile_max = fmaxf(tile_max, x);
+            }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        // every row a warp walks sees key k0 of each tile it walks, so tile_max is finite
+        float m_new = fmaxf(m[half], tile_max), rescale = exp2f(m[half] - m_new);  // first tile: exp2(-inf) = 0
+        l[half] *= rescale;
+        #pragma unroll
+        for (int d = 0; d < HS_MAX / 8; d++) o[d][2 * half] *= rescale, o[d][2 * half + 1] *= rescale;
+        #pragma unroll
+        for (int j = 0; j < KEY_TILE7 / 8; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float& x = s[j][2 * half + e];
+                x = exp2f(x - m_new);
+                l[half] += x;
+            }
+        m[half] = m_new;
+    }
+}
+
+// one warp: o += p v, 16 keys (two score accumulators: one A fragment) at a time, in key order
+template <int HS_MAX>
+__device__ inline void warp_add_pv7(float (&o)[HS_MAX / 8][4], const float (&p)[KEY_TILE7 / 8][4],
+                                    const floatX* v_tile, int g, int t) {
+    #pragma unroll
+    for (int c = 0; c < KEY_TILE7 / 16; c++) {
+        const float* lo = p[2 * c];  // keys 16c .. 16c + 7
+        const float* hi = p[2 * c + 1];  // keys 16c + 8 .. 16c + 15
+        uint32_t pa[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
+                          pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
+        const floatX* key = v_tile + (16 * c + 2 * t) * (HS_MAX + ROW_PAD7) + g;  // B[k][n] = V[k][n]: keys 2t, 2t+1
+        #pragma unroll
+        for (int d = 0; d < HS_MAX / 8; d++) {
+            const floatX* col = key + 8 * d;
+            uint32_t vb[2] = {pack_pair(col[0], col[HS_MAX + ROW_PAD7]),
+                              pack_pair(col[8 * (HS_MAX + ROW_PAD7)], col[9 * (HS_MAX + ROW_PAD7)])};
+            mma_m16n8k16(o[d], pa, vb, o[d]);
+        }
+    }
+}
+
+// q's A fragments of the warp's 16 rows, straight from qkv (rows past T are zeros)
+template <int HS_MAX>
+__device__ inline void load_q7(uint32_t (&q)[HS_MAX / 16][4], const floatX* qkv, int b, int h, int row0, int T, int C,
+                               int g, int t) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int query = row0 + g + 8 * half;
+        const floatX* row = qkv + ((size_t)b * T + query) * 3 * C + h * HS_MAX + 2 * t;
+        #pragma unroll
+        for (int c = 0; c < HS_MAX / 16; c++) {
+            q[c][half] = query < T ? *(const uint32_t*)(row + 16 * c) : 0u;
+            q[c][half + 2] = query < T ? *(const uint32_t*)(row + 16 * c + 8) : 0u;
+        }
+    }
+}
+
+// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w .. q0 + 16 w + 15
+template <int HS_MAX>
+__global__ void __launch_bounds__(32 * QUERY_WARPS7)
+attention_forward_kernel7(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
+    __shared__ __align__(16) floatX k_tile[KEY_TILE7 * (HS_MAX + ROW_PAD7)], v_tile[KEY_TILE7 * (HS_MAX + ROW_PAD7)];
+    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int q0 = blockIdx.x * 16 * QUERY_WARPS7, row0 = q0 + 16 * (threadIdx.x / 32);
+    float scale_log2 = 1.4426950408889634f / sqrtf((float)HS_MAX);  // log2(e) / sqrt(hs): exp2 of it is exp
+    uint32_t q[HS_MAX / 16][4];
+    load_q7<HS_MAX>(q, qkv, b, h, row0, T, C, g, t);
+    float o[HS_MAX / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    int last_key = min(q0 + 16 * QUERY_WARPS7, T) - 1;  // tiles past the block's last query are above the diagonal
+    for (int k0 = 0; k0 <= last_key; k0 += KEY_TILE7) {
+        load_tile7<HS_MAX>(k_tile, qkv, 1, b, h, k0, T, C);
+        load_tile7<HS_MAX>(v_tile, qkv, 2, b, h, k0, T, C);
+        __syncthreads();  // every thread's loads are in before any warp reads the tiles
+        if (k0 <= row0 + 15 && row0 < T) {  // the same in the whole warp: a tile above its rows, or rows past T, skipped
+            float s[KEY_TILE7 / 8][4];
+            warp_scores7<HS_MAX>(s, q, k_tile, g, t);
+            warp_softmax7<HS_MAX>(s, o, m, l, row0, k0, T, g, t, scale_log2);
+            warp_add_pv7<HS_MAX>(o, s, v_tile, g, t);
+        }
+        __syncthreads();  // every warp is done with k and v before the next pass overwrites them
+    }
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {  // l: the row's 4 lanes' partial sums, in a fixed order
+        l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+        l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+        int query = row0 + g + 8 * half;
+        if (query >= T) continue;
+        floatX* y = out + ((size_t)b * T + query) * C + h * HS_MAX + 2 * t;
+        #pragma unroll
+        for (int d = 0; d < HS_MAX / 8; d++) {
+            y[8 * d] = from_float(o[d][2 * half] / l[half]);
+            y[8 * d + 1] = from_float(o[d][2 * half + 1] / l[half]);
+        }
+        if (t == 0) lse[((size_t)b * NH + h) * T + query] = m[half] * 0.6931471805599453f + logf(l[half]);
+    }
+}
+
+template <int HS> static void launch_kernel7(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+    attention_forward_kernel7<HS><<<dim3(ceil_div(T, 16 * QUERY_WARPS7), B * NH), 32 * QUERY_WARPS7>>>(out, lse, qkv, T, C, NH);
+}
+#endif
+
 // the smallest compiled capacity that holds head size hs
 static int head_capacity(int hs) {
     if (hs > 128) fail("attention_forward versions 3 to 5: head size %d, more than the 128 they are compiled for", hs);
@@ -416,6 +621,22 @@ static void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B
 
 // ---------------------------------------------------------------- the lab
 // version 6 (the trainer's) keeps lse as (B,T,NH), lse_rows, and needs the fp32 AttentionScratch
+static void attention_forward7(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
+#if FLOATX_IS_FP32
+    (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
+    fail("attention_forward version 7: bf16 and fp16 builds only");
+#else
+    switch (C / NH) {
+        case 16: launch_kernel7<16>(out, lse, qkv, B, T, C, NH); break;
+        case 32: launch_kernel7<32>(out, lse, qkv, B, T, C, NH); break;
+        case 64: launch_kernel7<64>(out, lse, qkv, B, T, C, NH); break;
+        case 128: launch_kernel7<128>(out, lse, qkv, B, T, C, NH); break;
+        default: fail("attention_forward version 7: head size %d, not 16, 32, 64 or 128", C / NH);
+    }
+    launchCheck();
+#endif
+}
+
 struct Buffers { floatX *out, *att, *qkv, *scratch; float *lse, *lse_rows; AttentionScratch flash; };
 static float* device_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
 static Buffers upload(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
@@ -449,9 +670,10 @@ static bool runs_at(int version, int block) {
 // why version `version` cannot run at head size hs in this build, or nullptr: it can. The lab
 // prints the reason in place of the version's checks, so the report shows what was not run
 static const char* cannot_run(int version, int hs) {
-    if (version != 5) return nullptr;
+    if (version != 5 && version != 7) return nullptr;
     if (FLOATX_IS_FP32) return "bf16 and fp16 builds only (TF32 tensor cores miss the fp32 build's 1e-5)";
-    if (hs % 16) return "head size not a multiple of 16 (WMMA's fragments are 16 wide)";
+    if (version == 5 && hs % 16) return "head size not a multiple of 16 (WMMA's fragments are 16 wide)";
+    if (version == 7 && hs != 16 && hs != 32 && hs != 64 && hs != 128) return "head size not 16, 32, 64 or 128";
     return nullptr;
 }
 // the bytes a version must move: qkv read, out written, and att (versions 1, 2) or lse (3 to 5)
@@ -473,6 +695,8 @@ static void attention_forward_version(int version, int block, const Buffers& d, 
         attention_forward4(d.out, d.lse, d.qkv, B, T, C, NH);
     } else if (version == 5) {
         attention_forward5(d.out, d.lse, d.qkv, B, T, C, NH);
+    } else if (version == 7) {
+        attention_forward7(d.out, d.lse, d.qkv, B, T, C, NH);
     } else {  // the trainer's: kernels/flash_attention.cuh through kernels/attention.cuh
         attention_forward(d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH);
         lse_rows_to_heads_kernel<<<ceil_div(B * NH * T, 256), 256>>>(d.lse, d.lse_rows, B, T, NH);
@@ -536,7 +760,7 @@ static void time_attention(const Lab& lab, const Buffers& d, int versions, int B
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 6;
+    const int VERSIONS = 7;
     Lab lab = lab_start(argc, argv, "attention_forward", VERSIONS);
     // the awkward sizes: T = 1, 17, 64, 100 (all but 64 leave version 4's last 32-query tile and
     // version 5's last 64- or 32-query tile part empty) at head sizes 16, 64, 128; then the lab's

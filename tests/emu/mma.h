@@ -8,6 +8,7 @@ The subset the project uses, with the real header's names and signatures (CUDA 1
     fragment<accumulator, 16, 16, 16 | 8, float>
     fill_fragment, load_matrix_sync (a, b: layout from the type; accumulator: a layout_t argument),
     mma_sync(d, a, b, c) (d may be c), store_matrix_sync(p, accumulator, ldm, layout_t), __float_to_tf32
+and, for kernels that issue PTX's mma.sync.m16n8k16 themselves, cuda_emu_mma_m16n8k16 (at the end).
 Other shapes and types (fp16 accumulators, int8, 32x8x16) have no fragment here: they do not compile.
 
 The contract, as CUDA's programming guide states it, checked at every call:
@@ -240,3 +241,46 @@ inline void mma_sync(fragment<accumulator, m, n, k, float>& d, const fragment<ma
 
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------- PTX's mma.sync.m16n8k16
+// The instruction beneath WMMA, whose fragment layout, unlike WMMA's, is documented (the PTX ISA,
+// "Matrix Fragments for mma.m16n8k16 with floating point type"), so a kernel may keep its scores
+// in registers and read them there (dev/attention_forward.cu version 7). On a GPU the kernel
+// issues it as inline PTX; here it calls this function in every lane of the warp:
+//     mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32  d, a, b, c      (T: bf16 or f16)
+// D (16 x 8, fp32) = A (16 x 16) B (16 x 8) + C. With g = lane / 4 and t = lane % 4, a lane holds
+// in its 32-bit registers two 16-bit elements each, the lower-indexed one in the low half:
+//     a[0]: A[g][2t, 2t+1]    a[1]: A[g+8][2t, 2t+1]    a[2]: A[g][2t+8, 2t+9]    a[3]: A[g+8][2t+8, 2t+9]
+//     b[0]: B[2t, 2t+1][g]    b[1]: B[2t+8, 2t+9][g]
+//     c[0], c[1]: C[g][2t, 2t+1]    c[2], c[3]: C[g+8][2t, 2t+1]    (d likewise; d may be c)
+// Warp-collective as mma_sync above (every lane must reach it), and summed as it: C first, then k
+// ascending, in fp32; a tensor core's order differs, so compare with a tolerance.
+template <typename T>
+inline void cuda_emu_mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                  const float (&c)[4]) {
+    static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value, "bf16 or f16 inputs");
+    struct Ops { uint32_t a[4], b[2]; };
+    static_assert(sizeof(Ops) <= cuda_emu_gather_bytes, "the gathered registers fit the bytes a lane may leave");
+    Ops mine;
+    memcpy(mine.a, a, sizeof(mine.a));
+    memcpy(mine.b, b, sizeof(mine.b));
+    const char* all = (const char*)cuda_emu_warp_all_gather("mma.sync.m16n8k16", &mine, sizeof(mine));
+    auto ops = [&](int l) -> const Ops& { return *(const Ops*)(all + l * cuda_emu_gather_bytes); };
+    auto half = [](uint32_t r, int k) {  // element k % 2 of a register: the low half first
+        uint16_t bits = (uint16_t)(k % 2 ? r >> 16 : r & 0xFFFFu);
+        T x;
+        memcpy(&x, &bits, 2);
+        return cuda_emu_wmma::input(x);
+    };
+    auto A = [&](int row, int k) { return half(ops(row % 8 * 4 + k % 8 / 2).a[row / 8 + 2 * (k / 8)], k); };
+    auto B = [&](int k, int col) { return half(ops(col * 4 + k % 8 / 2).b[k / 8], k); };
+    int g = cuda_emu_wmma::lane() / 4, t = cuda_emu_wmma::lane() % 4;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float sum = c[i];
+        for (int k = 0; k < 16; k++) sum += A(row, k) * B(k, col);
+        out[i] = sum;
+    }
+    memcpy(d, out, sizeof(out));
+}
