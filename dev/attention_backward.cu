@@ -34,6 +34,16 @@ version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flas
            into shared memory, p and ds formed there and rounded to floatX, dv, dk, dq summed in
            accumulator fragments, 64 keys or queries a block (kernels/flash_attention.cuh). On an
            H200 at B 8, T 1024: 1.15 ms, version 2 0.78 ms (docs/gpu.md)
+version 6: version 4's two walks as FlashAttention-2 writes them, the scores never leaving
+           registers: PTX's mma.sync.m16n8k16 (dev/mma_m16n8k16.h; emulated with the PTX ISA's
+           fragment layout), so each lane forms p and ds from the elements it holds and hands
+           them, rounded to floatX, to the next product as its A operand. dk dv: a warp keeps 16
+           keys' k and v in fragments and walks the query tiles (q, dout, lse, D in shared
+           memory); dq: 16 queries' q and dout, walking the key tiles. 64 rows a tile, 4 warps a
+           block; bf16 and fp16 builds, head sizes 16, 32, 64, 128. Against version 5: no s, dp,
+           p or ds in shared memory, no barrier between the products, dqkv written once in
+           floatX (no fp32 sums and last pass: version 4's one-rank form, not ring attention's).
+           Checked in the emulated build; not yet timed on a GPU
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
 floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,
 T 1024, C 768, NH 12 in bf16, 289.4 MB against 101.1 MB (printed with the timings). Versions 3
@@ -47,6 +57,7 @@ the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_backward_host (the reference), materialized_backward_head
                                      //          (version 1), materialized_backward (version 2), materialized_forward_host
 #include "../kernels/attention.cuh"  // defines: attention_backward (version 5), AttentionScratch
+#include "mma_m16n8k16.h"            // defines: mma_m16n8k16, pack_pair, shared_pair (version 6)
 
 // acc: materialized_head_scratch_floats per (b, h)
 __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
@@ -333,6 +344,226 @@ static void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* 
     launchCheck();
 }
 
+// ---------------------------------------------------------------- version 6: FlashAttention-2 in registers
+// Version 4's two walks with every product on tensor cores and nothing but the tiles in shared
+// memory: PTX's mma.sync.m16n8k16 (dev/mma_m16n8k16.h), whose documented layout lets each lane
+// form p and ds from the score elements it holds (attention_forward.cu version 7 does the same
+// for the forward). 4 warps a block, a warp 16 rows; tiles of 64 rows of the other side.
+//   dk dv: a warp keeps its 16 keys' k and v as A fragments and walks the query tiles at or
+//          below the diagonal (q, dout, lse, D staged in shared memory):
+//          s^T = k q^T, p^T = exp2(s^T log2(e)/sqrt(hs) - lse log2(e)), dp^T = v dout^T,
+//          ds^T = p^T (dp^T - D); dv += p^T dout, dk += ds^T q (p^T and ds^T, rounded to floatX,
+//          are already A operands). dk is scaled by 1/sqrt(hs) once, at the end.
+//   dq:    a warp keeps its 16 queries' q and dout as A fragments and walks the key tiles at or
+//          left of the diagonal (k, v in shared memory): s = q k^T, p, dp = dout v^T, ds;
+//          dq += ds k, scaled at the end.
+// Each sum has one owner and a fixed order (no atomics): the same bits every run. Head sizes
+// 16, 32, 64, 128, bf16 and fp16 builds. Checked in the emulated build; not yet timed on a GPU.
+#if !FLOATX_IS_FP32
+#define TILE6 64    // rows of the other side a tile
+#define WARPS6 4    // a block: 4 warps of 16 own rows
+#define PAD6 8      // elements after each shared row (16 bytes): a fragment's 32-bit reads in 32 banks
+
+// 16 rows of part `part` (0 q, 1 k, 2 v) of head h from row `first` as A fragments, straight from
+// qkv (or dout, part 0 with row stride C: `stride`); rows past T are zeros
+template <int HS>
+__device__ inline void load_a6(uint32_t (&a)[HS / 16][4], const floatX* rows, size_t stride, int first, int T, int g,
+                               int t) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = first + g + 8 * half;
+        const floatX* p = rows + (size_t)row * stride + 2 * t;
+        #pragma unroll
+        for (int c = 0; c < HS / 16; c++) {
+            a[c][half] = row < T ? *(const uint32_t*)(p + 16 * c) : 0u;
+            a[c][half + 2] = row < T ? *(const uint32_t*)(p + 16 * c + 8) : 0u;
+        }
+    }
+}
+// TILE6 rows from `first` (row stride `stride` elements) into a shared tile of rows HS + PAD6; zeros past T
+template <int HS>
+__device__ inline void load_tile6(floatX* tile, const floatX* rows, size_t stride, int first, int T) {
+    constexpr int PACKS = HS / 8;
+    for (int e = threadIdx.x; e < TILE6 * PACKS; e += blockDim.x) {
+        int row = e / PACKS, i = e % PACKS * 8;
+        Packed128<floatX> pack = {};
+        if (first + row < T) pack = load128(rows + (size_t)(first + row) * stride + i);
+        store128(tile + row * (HS + PAD6) + i, pack);
+    }
+}
+// acc[n] (16 own rows x 8 columns n) = a (16 x HS) times the tile's rows 8n .. 8n + 7 transposed
+template <int HS>
+__device__ inline void rows_times_tile6(float (&acc)[TILE6 / 8][4], const uint32_t (&a)[HS / 16][4],
+                                        const floatX* tile, int g, int t) {
+    #pragma unroll
+    for (int n = 0; n < TILE6 / 8; n++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+        const floatX* row = tile + (8 * n + g) * (HS + PAD6) + 2 * t;
+        #pragma unroll
+        for (int c = 0; c < HS / 16; c++) {
+            uint32_t b[2] = {shared_pair(row + 16 * c), shared_pair(row + 16 * c + 8)};
+            mma_m16n8k16(acc[n], a[c], b, acc[n]);
+        }
+    }
+}
+// out (16 own rows x HS) += x (16 x TILE6, accumulators rounded to floatX) times the tile (TILE6 x HS)
+template <int HS>
+__device__ inline void add_times_tile6(float (&out)[HS / 8][4], const float (&x)[TILE6 / 8][4], const floatX* tile,
+                                       int g, int t) {
+    #pragma unroll
+    for (int c = 0; c < TILE6 / 16; c++) {
+        const float* lo = x[2 * c];
+        const float* hi = x[2 * c + 1];
+        uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
+                         pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
+        const floatX* col = tile + (16 * c + 2 * t) * (HS + PAD6) + g;
+        #pragma unroll
+        for (int d = 0; d < HS / 8; d++) {
+            const floatX* x0 = col + 8 * d;
+            uint32_t b[2] = {pack_pair(x0[0], x0[HS + PAD6]), pack_pair(x0[8 * (HS + PAD6)], x0[9 * (HS + PAD6)])};
+            mma_m16n8k16(out[d], a, b, out[d]);
+        }
+    }
+}
+// 16 own rows x HS of accumulators, times `scale`, into rows (row stride `stride`) from `first`, rows < T
+template <int HS>
+__device__ inline void store_rows6(floatX* rows, size_t stride, const float (&acc)[HS / 8][4], float scale, int first,
+                                   int T, int g, int t) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = first + g + 8 * half;
+        if (row >= T) continue;
+        floatX* p = rows + (size_t)row * stride + 2 * t;
+        #pragma unroll
+        for (int d = 0; d < HS / 8; d++) {
+            p[8 * d] = from_float(acc[d][2 * half] * scale);
+            p[8 * d + 1] = from_float(acc[d][2 * half + 1] * scale);
+        }
+    }
+}
+
+// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns keys k0 + 16 w .. + 15
+template <int HS>
+__global__ void __launch_bounds__(32 * WARPS6)
+attention_dkv_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
+                      int C, int NH) {
+    __shared__ __align__(16) floatX q_tile[TILE6 * (HS + PAD6)], do_tile[TILE6 * (HS + PAD6)];
+    __shared__ float lse_tile[TILE6], d_tile[TILE6];
+    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int k0 = blockIdx.x * TILE6, j0 = k0 + 16 * (threadIdx.x / 32);
+    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
+    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
+    uint32_t kf[HS / 16][4], vf[HS / 16][4];
+    load_a6<HS>(kf, head + C, 3 * C, j0, T, g, t);
+    load_a6<HS>(vf, head + 2 * C, 3 * C, j0, T, g, t);
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    for (int q0 = k0; q0 < T; q0 += TILE6) {  // the query tiles at or below the diagonal
+        load_tile6<HS>(q_tile, head, 3 * C, q0, T);
+        load_tile6<HS>(do_tile, dout + (size_t)b * T * C + h * HS, C, q0, T);
+        for (int r = threadIdx.x; r < TILE6; r += blockDim.x) {
+            bool in = q0 + r < T;
+            lse_tile[r] = in ? lse[((size_t)b * NH + h) * T + q0 + r] * log2e : 0.0f;
+            d_tile[r] = in ? D[((size_t)b * NH + h) * T + q0 + r] : 0.0f;
+        }
+        __syncthreads();  // every thread's loads are in before any warp reads the tiles
+        if (j0 < T) {  // the same in the whole warp: keys past T have no gradient
+            float p[TILE6 / 8][4], ds[TILE6 / 8][4];
+            rows_times_tile6<HS>(p, kf, q_tile, g, t);    // s^T
+            rows_times_tile6<HS>(ds, vf, do_tile, g, t);  // dp^T
+            #pragma unroll
+            for (int n = 0; n < TILE6 / 8; n++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int key = j0 + g + 8 * (i / 2), c = 8 * n + 2 * t + i % 2, query = q0 + c;
+                    p[n][i] = query >= key && query < T ? exp2f(p[n][i] * scale * log2e - lse_tile[c]) : 0.0f;
+                    ds[n][i] = p[n][i] * (ds[n][i] - d_tile[c]);
+                }
+            add_times_tile6<HS>(dv, p, do_tile, g, t);
+            add_times_tile6<HS>(dk, ds, q_tile, g, t);
+        }
+        __syncthreads();  // every warp is done with the tiles before the next pass overwrites them
+    }
+    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + C + h * HS, 3 * C, dk, scale, j0, T, g, t);
+    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + 2 * C + h * HS, 3 * C, dv, 1.0f, j0, T, g, t);
+}
+
+// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w .. + 15
+template <int HS>
+__global__ void __launch_bounds__(32 * WARPS6)
+attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
+                     int C, int NH) {
+    __shared__ __align__(16) floatX k_tile[TILE6 * (HS + PAD6)], v_tile[TILE6 * (HS + PAD6)];
+    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int q0 = blockIdx.x * TILE6, r0 = q0 + 16 * (threadIdx.x / 32);
+    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
+    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
+    uint32_t qf[HS / 16][4], dof[HS / 16][4];
+    load_a6<HS>(qf, head, 3 * C, r0, T, g, t);
+    load_a6<HS>(dof, dout + (size_t)b * T * C + h * HS, C, r0, T, g, t);
+    float row_lse[2], row_d[2];  // rows g and g + 8
+    for (int half = 0; half < 2; half++) {
+        int row = r0 + g + 8 * half;
+        row_lse[half] = row < T ? lse[((size_t)b * NH + h) * T + row] * log2e : 0.0f;
+        row_d[half] = row < T ? D[((size_t)b * NH + h) * T + row] : 0.0f;
+    }
+    float dq[HS / 8][4] = {};
+    int last_key = min(q0 + TILE6, T) - 1;
+    for (int k0 = 0; k0 <= last_key; k0 += TILE6) {  // the key tiles at or left of the diagonal
+        load_tile6<HS>(k_tile, head + C, 3 * C, k0, T);
+        load_tile6<HS>(v_tile, head + 2 * C, 3 * C, k0, T);
+        __syncthreads();
+        if (k0 <= r0 + 15 && r0 < T) {  // the same in the whole warp
+            float p[TILE6 / 8][4], ds[TILE6 / 8][4];
+            rows_times_tile6<HS>(p, qf, k_tile, g, t);    // s
+            rows_times_tile6<HS>(ds, dof, v_tile, g, t);  // dp
+            #pragma unroll
+            for (int n = 0; n < TILE6 / 8; n++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int query = r0 + g + 8 * (i / 2), key = k0 + 8 * n + 2 * t + i % 2;
+                    p[n][i] = key <= query && key < T ? exp2f(p[n][i] * scale * log2e - row_lse[i / 2]) : 0.0f;
+                    ds[n][i] = p[n][i] * (ds[n][i] - row_d[i / 2]);
+                }
+            add_times_tile6<HS>(dq, ds, k_tile, g, t);
+        }
+        __syncthreads();
+    }
+    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + h * HS, 3 * C, dq, scale, r0, T, g, t);
+}
+
+template <int HS> static void launch_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                               const float* D, int B, int T, int C, int NH) {
+    dim3 grid(ceil_div(T, TILE6), B * NH);
+    attention_dkv_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+    attention_dq_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
+}
+#endif
+
+static void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
+                                int B, int T, int C, int NH) {
+#if FLOATX_IS_FP32
+    (void)dqkv, (void)dout, (void)qkv, (void)lse, (void)D, (void)B, (void)T, (void)C, (void)NH;
+    fail("attention_backward version 6: bf16 and fp16 builds only");
+#else
+    switch (C / NH) {
+        case 16: launch_backward6<16>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
+        case 32: launch_backward6<32>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
+        case 64: launch_backward6<64>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
+        case 128: launch_backward6<128>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
+        default: fail("attention_backward version 6: head size %d, not 16, 32, 64 or 128", C / NH);
+    }
+    launchCheck();
+#endif
+}
+// why a version cannot run at head size hs in this build (nullptr: it can)
+static const char* cannot_run(int version, int hs) {
+    if (version != 6) return nullptr;
+    if (FLOATX_IS_FP32) return "bf16 and fp16 builds only (TF32 tensor cores miss the fp32 build's tolerance)";
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) return "head size not 16, 32, 64 or 128";
+    return nullptr;
+}
+
 // ---------------------------------------------------------------- the lab
 // versions 1, 2 read att; 3, 4 read out and lse (and write D, their scratch)
 // version 5 (the trainer's) reads lse as (B,T,NH), lse_rows, and needs the fp32 AttentionScratch
@@ -370,14 +601,15 @@ static void attention_backward_version(int version, int block, const Buffers& d,
     } else {
         attention_row_dot(d.D, d.dout, d.out, B, T, C, NH, block);
         if (version == 3) attention_backward3(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH, block);
-        else attention_backward4(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
+        else if (version == 4) attention_backward4(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
+        else attention_backward6(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
     }
 }
 static bool reads_att(int version) { return version <= 2; }
 // version 3 runs at the lab's block sizes up to KERNEL3_MAX_BLOCK (version 4's D kernel takes any);
-// version 5 ignores the block size and runs once
+// versions 5 and 6 ignore the block size and run once
 static bool runs_at(int version, int block) {
-    return version == 3 ? block <= KERNEL3_MAX_BLOCK : version != 5 || block == LAB_BLOCK_SIZES[0];
+    return version == 3 ? block <= KERNEL3_MAX_BLOCK : version < 5 || block == LAB_BLOCK_SIZES[0];
 }
 // qkv and dout read, dqkv written; att read (versions 1, 2) or out and lse read (3, 4). Scratch
 // (version 2's permutes, the D of 3 and 4) is not counted
@@ -411,7 +643,7 @@ static void time_backward(const Lab& lab, const Buffers& d, int versions, int B,
 #endif
     double flops = 8.0 * B * T * T * C;  // four T x T x hs products per head (half of them masked)
     for (int v = 1; v <= versions; v++) {
-        if (!lab_wants(lab, v)) continue;
+        if (!lab_wants(lab, v) || cannot_run(v, C / NH)) continue;
         double bytes = compulsory_bytes(v, B, T, C, NH);
         printf("  version %d must move %.1f MB (at B 8, T 1024, C 768, NH 12: %.1f MB)\n", v, bytes / 1e6,
                compulsory_bytes(v, 8, 1024, 768, 12) / 1e6);
@@ -424,7 +656,7 @@ static void time_backward(const Lab& lab, const Buffers& d, int versions, int B,
 }
 
 int main(int argc, char** argv) {
-    const int VERSIONS = 5;
+    const int VERSIONS = 6;
     Lab lab = lab_start(argc, argv, "attention_backward", VERSIONS);
     // the awkward sizes: T = 1, 17, 64, 100 (all but 64 leave version 4's last 32-row tile part
     // empty) at head sizes 16, 64, 128; then the lab's first sizes (head sizes 8, 12, 64); T = 256 and
@@ -440,6 +672,10 @@ int main(int argc, char** argv) {
         Buffers d = upload_case(qkv, dout, s.B, s.T, s.C, s.NH, &dqkv);
         for (int v = 1; v <= VERSIONS; v++) {
             if (!lab_wants(lab, v)) continue;
+            if (const char* why = cannot_run(v, s.C / s.NH)) {
+                printf("  version %d, B T C NH %d %d %d %d: not run: %s\n", v, s.B, s.T, s.C, s.NH, why);
+                continue;
+            }
             for (int block : LAB_BLOCK_SIZES) {
                 if (!runs_at(v, block)) continue;
                 poison_outputs(d, s.B, s.T, s.C, s.NH);
@@ -456,6 +692,10 @@ int main(int argc, char** argv) {
         Buffers d = upload_case(ref_floatx(ref, p + "qkv"), ref_floatx(ref, p + "dout"), B, T, C, NH);
         for (int v = 1; v <= VERSIONS; v++) {
             if (!lab_wants(lab, v)) continue;
+            if (const char* why = cannot_run(v, C / NH)) {
+                printf("  version %d against PyTorch, case %s: not run: %s\n", v, p.c_str(), why);
+                continue;
+            }
             printf("  version %d against PyTorch, case %s\n", v, p.c_str());
             poison_outputs(d, B, T, C, NH);
             attention_backward_version(v, 256, d, B, T, C, NH);

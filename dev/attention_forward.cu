@@ -93,6 +93,7 @@ no atomics, the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_forward_host (the reference), materialized_forward_row
                                      //          (version 1), materialized_forward (version 2)
 #include "../kernels/attention.cuh"  // defines: attention_forward (version 6), AttentionScratch
+#include "mma_m16n8k16.h"            // defines: mma_m16n8k16, pack_pair, shared_pair (version 7)
 
 __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
@@ -396,34 +397,9 @@ template <int HS_MAX> static void launch_kernel5(floatX* out, float* lse, const 
 // Not yet timed on a GPU: written for the next GPU session to measure against version 6.
 // Head sizes 16, 32, 64 and 128 only (the head size is the compiled capacity); not in fp32 builds
 #if !FLOATX_IS_FP32
-#ifdef CUDA_EMULATION
-#define mma_m16n8k16 cuda_emu_mma_m16n8k16<floatX>  // tests/emu/mma.h: the documented layout, emulated
-#else
-__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
-#if defined(ENABLE_FP16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%11,%12,%13};"
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%11,%12,%13};"
-#endif
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-#endif
 #define KEY_TILE7 64     // Bc: keys a tile, 8 accumulators of 8 columns
 #define QUERY_WARPS7 4   // Br = 64 queries a block, 16 a warp
 #define ROW_PAD7 8       // elements after each shared row: 16 bytes
-
-// two floatX in one 32-bit register, lo in the low half (the lower-indexed element, as mma reads it)
-__device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
-    uint16_t l, h;
-    memcpy(&l, &lo, 2);
-    memcpy(&h, &hi, 2);
-    return (uint32_t)l | (uint32_t)h << 16;
-}
-__device__ inline uint32_t shared_pair(const floatX* p) { return *(const uint32_t*)p; }  // p even: 4-byte aligned
 
 // rows first .. first + KEY_TILE7 - 1 of part `part` (1 k, 2 v) of head h into a shared tile with
 // rows of HS_MAX + ROW_PAD7 elements, 16 bytes a thread; rows past T are zeros
