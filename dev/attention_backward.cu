@@ -43,6 +43,8 @@ version 6: version 4's two walks as FlashAttention-2 writes them, the scores nev
            block; bf16 and fp16 builds, head sizes 16, 32, 64, 128. Against version 5: no s, dp,
            p or ds in shared memory, no barrier between the products, dqkv written once in
            floatX (no fp32 sums and last pass: version 4's one-rank form, not ring attention's).
+           ptxas (sm_90, bf16, head size 64): dk dv 239 registers a thread, dq 160, no spills (at
+           128 dk dv spills 208 bytes: its k, v, dk, dv, p and ds fragments fill 255 registers).
            Checked in the emulated build; not yet timed on a GPU
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
 floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,

@@ -79,6 +79,7 @@ version 7: version 5's walk as FlashAttention-2 writes it, the scores never leav
            across the row's lanes once at the end. Head sizes 16, 32, 64, 128 (compiled in),
            bf16 and fp16 builds. Against version 6: no store of S or P to shared memory, no
            barrier between the softmax and P V, no map of which row an accumulator element holds.
+           ptxas (sm_90, bf16): 126 registers a thread at head size 64, 168 at 128, no spills.
            Checked in the emulated build; not yet timed on a GPU (docs/gpu.md: the next session's list)
 The block size applies to versions 1 and 3 (3: up to 256 threads, for its registers). The bytes
 each must move differ: B T 4C floatX (qkv read, out written) for all, plus att's B NH T T floatX
