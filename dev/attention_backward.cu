@@ -362,72 +362,8 @@ static void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* 
 // Each sum has one owner and a fixed order (no atomics): the same bits every run. Head sizes
 // 16, 32, 64, 128, bf16 and fp16 builds. Checked in the emulated build; not yet timed on a GPU.
 #if !FLOATX_IS_FP32
-#define TILE6 64    // rows of the other side a tile
 #define WARPS6 4    // a block: 4 warps of 16 own rows
-#define PAD6 8      // elements after each shared row (16 bytes): a fragment's 32-bit reads in 32 banks
 
-// 16 rows of part `part` (0 q, 1 k, 2 v) of head h from row `first` as A fragments, straight from
-// qkv (or dout, part 0 with row stride C: `stride`); rows past T are zeros
-template <int HS>
-__device__ inline void load_a6(uint32_t (&a)[HS / 16][4], const floatX* rows, size_t stride, int first, int T, int g,
-                               int t) {
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int row = first + g + 8 * half;
-        const floatX* p = rows + (size_t)row * stride + 2 * t;
-        #pragma unroll
-        for (int c = 0; c < HS / 16; c++) {
-            a[c][half] = row < T ? *(const uint32_t*)(p + 16 * c) : 0u;
-            a[c][half + 2] = row < T ? *(const uint32_t*)(p + 16 * c + 8) : 0u;
-        }
-    }
-}
-// TILE6 rows from `first` (row stride `stride` elements) into a shared tile of rows HS + PAD6; zeros past T
-template <int HS>
-__device__ inline void load_tile6(floatX* tile, const floatX* rows, size_t stride, int first, int T) {
-    constexpr int PACKS = HS / 8;
-    for (int e = threadIdx.x; e < TILE6 * PACKS; e += blockDim.x) {
-        int row = e / PACKS, i = e % PACKS * 8;
-        Packed128<floatX> pack = {};
-        if (first + row < T) pack = load128(rows + (size_t)(first + row) * stride + i);
-        store128(tile + row * (HS + PAD6) + i, pack);
-    }
-}
-// acc[n] (16 own rows x 8 columns n) = a (16 x HS) times the tile's rows 8n .. 8n + 7 transposed
-template <int HS>
-__device__ inline void rows_times_tile6(float (&acc)[TILE6 / 8][4], const uint32_t (&a)[HS / 16][4],
-                                        const floatX* tile, int g, int t) {
-    #pragma unroll
-    for (int n = 0; n < TILE6 / 8; n++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
-        const floatX* row = tile + (8 * n + g) * (HS + PAD6) + 2 * t;
-        #pragma unroll
-        for (int c = 0; c < HS / 16; c++) {
-            uint32_t b[2] = {shared_pair(row + 16 * c), shared_pair(row + 16 * c + 8)};
-            mma_m16n8k16(acc[n], a[c], b, acc[n]);
-        }
-    }
-}
-// out (16 own rows x HS) += x (16 x TILE6, accumulators rounded to floatX) times the tile (TILE6 x HS)
-template <int HS>
-__device__ inline void add_times_tile6(float (&out)[HS / 8][4], const float (&x)[TILE6 / 8][4], const floatX* tile,
-                                       int g, int t) {
-    #pragma unroll
-    for (int c = 0; c < TILE6 / 16; c++) {
-        const float* lo = x[2 * c];
-        const float* hi = x[2 * c + 1];
-        uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
-                         pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
-        const floatX* col = tile + (16 * c + 2 * t) * (HS + PAD6) + g;
-        #pragma unroll
-        for (int d = 0; d < HS / 8; d++) {
-            const floatX* x0 = col + 8 * d;
-            uint32_t b[2] = {pack_pair(x0[0], x0[HS + PAD6]), pack_pair(x0[8 * (HS + PAD6)], x0[9 * (HS + PAD6)])};
-            mma_m16n8k16(out[d], a, b, out[d]);
-        }
-    }
-}
 // 16 own rows x HS of accumulators, times `scale`, into rows (row stride `stride`) from `first`, rows < T
 template <int HS>
 __device__ inline void store_rows6(floatX* rows, size_t stride, const float (&acc)[HS / 8][4], float scale, int first,
@@ -450,39 +386,39 @@ template <int HS>
 __global__ void __launch_bounds__(32 * WARPS6)
 attention_dkv_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
                       int C, int NH) {
-    __shared__ __align__(16) floatX q_tile[TILE6 * (HS + PAD6)], do_tile[TILE6 * (HS + PAD6)];
-    __shared__ float lse_tile[TILE6], d_tile[TILE6];
+    __shared__ __align__(16) floatX q_tile[MMA_TILE * (HS + MMA_PAD)], do_tile[MMA_TILE * (HS + MMA_PAD)];
+    __shared__ float lse_tile[MMA_TILE], d_tile[MMA_TILE];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int k0 = blockIdx.x * TILE6, j0 = k0 + 16 * (threadIdx.x / 32);
+    int k0 = blockIdx.x * MMA_TILE, j0 = k0 + 16 * (threadIdx.x / 32);
     const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
     uint32_t kf[HS / 16][4], vf[HS / 16][4];
-    load_a6<HS>(kf, head + C, 3 * C, j0, T, g, t);
-    load_a6<HS>(vf, head + 2 * C, 3 * C, j0, T, g, t);
+    mma_load_a<HS>(kf, head + C, 3 * C, j0, T, g, t);
+    mma_load_a<HS>(vf, head + 2 * C, 3 * C, j0, T, g, t);
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-    for (int q0 = k0; q0 < T; q0 += TILE6) {  // the query tiles at or below the diagonal
-        load_tile6<HS>(q_tile, head, 3 * C, q0, T);
-        load_tile6<HS>(do_tile, dout + (size_t)b * T * C + h * HS, C, q0, T);
-        for (int r = threadIdx.x; r < TILE6; r += blockDim.x) {
+    for (int q0 = k0; q0 < T; q0 += MMA_TILE) {  // the query tiles at or below the diagonal
+        mma_load_tile<HS>(q_tile, head, 3 * C, q0, T);
+        mma_load_tile<HS>(do_tile, dout + (size_t)b * T * C + h * HS, C, q0, T);
+        for (int r = threadIdx.x; r < MMA_TILE; r += blockDim.x) {
             bool in = q0 + r < T;
             lse_tile[r] = in ? lse[((size_t)b * NH + h) * T + q0 + r] * log2e : 0.0f;
             d_tile[r] = in ? D[((size_t)b * NH + h) * T + q0 + r] : 0.0f;
         }
         __syncthreads();  // every thread's loads are in before any warp reads the tiles
         if (j0 < T) {  // the same in the whole warp: keys past T have no gradient
-            float p[TILE6 / 8][4], ds[TILE6 / 8][4];
-            rows_times_tile6<HS>(p, kf, q_tile, g, t);    // s^T
-            rows_times_tile6<HS>(ds, vf, do_tile, g, t);  // dp^T
+            float p[MMA_TILE / 8][4], ds[MMA_TILE / 8][4];
+            mma_rows_times_tile<HS>(p, kf, q_tile, g, t);    // s^T
+            mma_rows_times_tile<HS>(ds, vf, do_tile, g, t);  // dp^T
             #pragma unroll
-            for (int n = 0; n < TILE6 / 8; n++)
+            for (int n = 0; n < MMA_TILE / 8; n++)
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int key = j0 + g + 8 * (i / 2), c = 8 * n + 2 * t + i % 2, query = q0 + c;
                     p[n][i] = query >= key && query < T ? exp2f(p[n][i] * scale * log2e - lse_tile[c]) : 0.0f;
                     ds[n][i] = p[n][i] * (ds[n][i] - d_tile[c]);
                 }
-            add_times_tile6<HS>(dv, p, do_tile, g, t);
-            add_times_tile6<HS>(dk, ds, q_tile, g, t);
+            mma_add_times_tile<HS>(dv, p, do_tile, g, t);
+            mma_add_times_tile<HS>(dk, ds, q_tile, g, t);
         }
         __syncthreads();  // every warp is done with the tiles before the next pass overwrites them
     }
@@ -495,14 +431,14 @@ template <int HS>
 __global__ void __launch_bounds__(32 * WARPS6)
 attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
                      int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[TILE6 * (HS + PAD6)], v_tile[TILE6 * (HS + PAD6)];
+    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int q0 = blockIdx.x * TILE6, r0 = q0 + 16 * (threadIdx.x / 32);
+    int q0 = blockIdx.x * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);
     const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
     uint32_t qf[HS / 16][4], dof[HS / 16][4];
-    load_a6<HS>(qf, head, 3 * C, r0, T, g, t);
-    load_a6<HS>(dof, dout + (size_t)b * T * C + h * HS, C, r0, T, g, t);
+    mma_load_a<HS>(qf, head, 3 * C, r0, T, g, t);
+    mma_load_a<HS>(dof, dout + (size_t)b * T * C + h * HS, C, r0, T, g, t);
     float row_lse[2], row_d[2];  // rows g and g + 8
     for (int half = 0; half < 2; half++) {
         int row = r0 + g + 8 * half;
@@ -510,24 +446,24 @@ attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const 
         row_d[half] = row < T ? D[((size_t)b * NH + h) * T + row] : 0.0f;
     }
     float dq[HS / 8][4] = {};
-    int last_key = min(q0 + TILE6, T) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += TILE6) {  // the key tiles at or left of the diagonal
-        load_tile6<HS>(k_tile, head + C, 3 * C, k0, T);
-        load_tile6<HS>(v_tile, head + 2 * C, 3 * C, k0, T);
+    int last_key = min(q0 + MMA_TILE, T) - 1;
+    for (int k0 = 0; k0 <= last_key; k0 += MMA_TILE) {  // the key tiles at or left of the diagonal
+        mma_load_tile<HS>(k_tile, head + C, 3 * C, k0, T);
+        mma_load_tile<HS>(v_tile, head + 2 * C, 3 * C, k0, T);
         __syncthreads();
         if (k0 <= r0 + 15 && r0 < T) {  // the same in the whole warp
-            float p[TILE6 / 8][4], ds[TILE6 / 8][4];
-            rows_times_tile6<HS>(p, qf, k_tile, g, t);    // s
-            rows_times_tile6<HS>(ds, dof, v_tile, g, t);  // dp
+            float p[MMA_TILE / 8][4], ds[MMA_TILE / 8][4];
+            mma_rows_times_tile<HS>(p, qf, k_tile, g, t);    // s
+            mma_rows_times_tile<HS>(ds, dof, v_tile, g, t);  // dp
             #pragma unroll
-            for (int n = 0; n < TILE6 / 8; n++)
+            for (int n = 0; n < MMA_TILE / 8; n++)
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int query = r0 + g + 8 * (i / 2), key = k0 + 8 * n + 2 * t + i % 2;
                     p[n][i] = key <= query && key < T ? exp2f(p[n][i] * scale * log2e - row_lse[i / 2]) : 0.0f;
                     ds[n][i] = p[n][i] * (ds[n][i] - row_d[i / 2]);
                 }
-            add_times_tile6<HS>(dq, ds, k_tile, g, t);
+            mma_add_times_tile<HS>(dq, ds, k_tile, g, t);
         }
         __syncthreads();
     }
@@ -536,7 +472,7 @@ attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const 
 
 template <int HS> static void launch_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                                const float* D, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div(T, TILE6), B * NH);
+    dim3 grid(ceil_div(T, MMA_TILE), B * NH);
     attention_dkv_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
     attention_dq_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
 }

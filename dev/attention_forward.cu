@@ -398,52 +398,20 @@ template <int HS_MAX> static void launch_kernel5(floatX* out, float* lse, const 
 // Not yet timed on a GPU: written for the next GPU session to measure against version 6.
 // Head sizes 16, 32, 64 and 128 only (the head size is the compiled capacity); not in fp32 builds
 #if !FLOATX_IS_FP32
-#define KEY_TILE7 64     // Bc: keys a tile, 8 accumulators of 8 columns
-#define QUERY_WARPS7 4   // Br = 64 queries a block, 16 a warp
-#define ROW_PAD7 8       // elements after each shared row: 16 bytes
-
-// rows first .. first + KEY_TILE7 - 1 of part `part` (1 k, 2 v) of head h into a shared tile with
-// rows of HS_MAX + ROW_PAD7 elements, 16 bytes a thread; rows past T are zeros
-template <int HS_MAX>
-__device__ inline void load_tile7(floatX* tile, const floatX* qkv, int part, int b, int h, int first, int T, int C) {
-    constexpr int PACKS = HS_MAX / 8;  // 16-byte packs a row
-    for (int e = threadIdx.x; e < KEY_TILE7 * PACKS; e += blockDim.x) {
-        int row = e / PACKS, i = e % PACKS * 8, t = first + row;
-        Packed128<floatX> pack = {};
-        if (t < T) pack = load128(qkv + ((size_t)b * T + t) * 3 * C + part * C + h * HS_MAX + i);
-        store128(tile + row * (HS_MAX + ROW_PAD7) + i, pack);
-    }
-}
-
-// one warp, one key tile: s[j] = the 16 queries' scores against keys 8j .. 8j + 7 of the tile
-template <int HS_MAX>
-__device__ inline void warp_scores7(float (&s)[KEY_TILE7 / 8][4], const uint32_t (&q)[HS_MAX / 16][4],
-                                    const floatX* k_tile, int g, int t) {
-    #pragma unroll
-    for (int j = 0; j < KEY_TILE7 / 8; j++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) s[j][i] = 0.0f;
-        const floatX* key = k_tile + (8 * j + g) * (HS_MAX + ROW_PAD7) + 2 * t;  // B[k][n] = K[n][k]: lane's key g
-        #pragma unroll
-        for (int c = 0; c < HS_MAX / 16; c++) {
-            uint32_t kb[2] = {shared_pair(key + 16 * c), shared_pair(key + 16 * c + 8)};
-            mma_m16n8k16(s[j], q[c], kb, s[j]);
-        }
-    }
-}
+#define QUERY_WARPS7 4   // Br = 64 queries a block, 16 a warp; Bc = MMA_TILE keys a tile (dev/mma_m16n8k16.h)
 
 // the online softmax on the lane's elements, rows g (half 0) and g + 8 (half 1): scaled to log2
 // units, masked (keys after the row's query or past T), the row max over the 4 lanes of the row,
 // o and l rescaled; s becomes p
 template <int HS_MAX>
-__device__ inline void warp_softmax7(float (&s)[KEY_TILE7 / 8][4], float (&o)[HS_MAX / 8][4], float (&m)[2],
+__device__ inline void warp_softmax7(float (&s)[MMA_TILE / 8][4], float (&o)[HS_MAX / 8][4], float (&m)[2],
                                      float (&l)[2], int row0, int k0, int T, int g, int t, float scale_log2) {
     #pragma unroll
     for (int half = 0; half < 2; half++) {
         int query = row0 + g + 8 * half;
         float tile_max = -INFINITY;
         #pragma unroll
-        for (int j = 0; j < KEY_TILE7 / 8; j++)
+        for (int j = 0; j < MMA_TILE / 8; j++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int key = k0 + 8 * j + 2 * t + e;
@@ -459,7 +427,7 @@ __device__ inline void warp_softmax7(float (&s)[KEY_TILE7 / 8][4], float (&o)[HS
         #pragma unroll
         for (int d = 0; d < HS_MAX / 8; d++) o[d][2 * half] *= rescale, o[d][2 * half + 1] *= rescale;
         #pragma unroll
-        for (int j = 0; j < KEY_TILE7 / 8; j++)
+        for (int j = 0; j < MMA_TILE / 8; j++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float& x = s[j][2 * half + e];
@@ -470,64 +438,28 @@ __device__ inline void warp_softmax7(float (&s)[KEY_TILE7 / 8][4], float (&o)[HS
     }
 }
 
-// one warp: o += p v, 16 keys (two score accumulators: one A fragment) at a time, in key order
-template <int HS_MAX>
-__device__ inline void warp_add_pv7(float (&o)[HS_MAX / 8][4], const float (&p)[KEY_TILE7 / 8][4],
-                                    const floatX* v_tile, int g, int t) {
-    #pragma unroll
-    for (int c = 0; c < KEY_TILE7 / 16; c++) {
-        const float* lo = p[2 * c];  // keys 16c .. 16c + 7
-        const float* hi = p[2 * c + 1];  // keys 16c + 8 .. 16c + 15
-        uint32_t pa[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
-                          pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
-        const floatX* key = v_tile + (16 * c + 2 * t) * (HS_MAX + ROW_PAD7) + g;  // B[k][n] = V[k][n]: keys 2t, 2t+1
-        #pragma unroll
-        for (int d = 0; d < HS_MAX / 8; d++) {
-            const floatX* col = key + 8 * d;
-            uint32_t vb[2] = {pack_pair(col[0], col[HS_MAX + ROW_PAD7]),
-                              pack_pair(col[8 * (HS_MAX + ROW_PAD7)], col[9 * (HS_MAX + ROW_PAD7)])};
-            mma_m16n8k16(o[d], pa, vb, o[d]);
-        }
-    }
-}
-
-// q's A fragments of the warp's 16 rows, straight from qkv (rows past T are zeros)
-template <int HS_MAX>
-__device__ inline void load_q7(uint32_t (&q)[HS_MAX / 16][4], const floatX* qkv, int b, int h, int row0, int T, int C,
-                               int g, int t) {
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int query = row0 + g + 8 * half;
-        const floatX* row = qkv + ((size_t)b * T + query) * 3 * C + h * HS_MAX + 2 * t;
-        #pragma unroll
-        for (int c = 0; c < HS_MAX / 16; c++) {
-            q[c][half] = query < T ? *(const uint32_t*)(row + 16 * c) : 0u;
-            q[c][half + 2] = query < T ? *(const uint32_t*)(row + 16 * c + 8) : 0u;
-        }
-    }
-}
-
 // grid (T / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w .. q0 + 16 w + 15
 template <int HS_MAX>
 __global__ void __launch_bounds__(32 * QUERY_WARPS7)
 attention_forward_kernel7(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[KEY_TILE7 * (HS_MAX + ROW_PAD7)], v_tile[KEY_TILE7 * (HS_MAX + ROW_PAD7)];
+    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS_MAX + MMA_PAD)], v_tile[MMA_TILE * (HS_MAX + MMA_PAD)];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int q0 = blockIdx.x * 16 * QUERY_WARPS7, row0 = q0 + 16 * (threadIdx.x / 32);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HS_MAX);  // log2(e) / sqrt(hs): exp2 of it is exp
+    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS_MAX;
     uint32_t q[HS_MAX / 16][4];
-    load_q7<HS_MAX>(q, qkv, b, h, row0, T, C, g, t);
+    mma_load_a<HS_MAX>(q, head, 3 * C, row0, T, g, t);
     float o[HS_MAX / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int last_key = min(q0 + 16 * QUERY_WARPS7, T) - 1;  // tiles past the block's last query are above the diagonal
-    for (int k0 = 0; k0 <= last_key; k0 += KEY_TILE7) {
-        load_tile7<HS_MAX>(k_tile, qkv, 1, b, h, k0, T, C);
-        load_tile7<HS_MAX>(v_tile, qkv, 2, b, h, k0, T, C);
+    for (int k0 = 0; k0 <= last_key; k0 += MMA_TILE) {
+        mma_load_tile<HS_MAX>(k_tile, head + C, 3 * C, k0, T);
+        mma_load_tile<HS_MAX>(v_tile, head + 2 * C, 3 * C, k0, T);
         __syncthreads();  // every thread's loads are in before any warp reads the tiles
         if (k0 <= row0 + 15 && row0 < T) {  // the same in the whole warp: a tile above its rows, or rows past T, skipped
-            float s[KEY_TILE7 / 8][4];
-            warp_scores7<HS_MAX>(s, q, k_tile, g, t);
+            float s[MMA_TILE / 8][4];
+            mma_rows_times_tile<HS_MAX>(s, q, k_tile, g, t);  // S = Q K^T
             warp_softmax7<HS_MAX>(s, o, m, l, row0, k0, T, g, t, scale_log2);
-            warp_add_pv7<HS_MAX>(o, s, v_tile, g, t);
+            mma_add_times_tile<HS_MAX>(o, s, v_tile, g, t);  // O += P V
         }
         __syncthreads();  // every warp is done with k and v before the next pass overwrites them
     }

@@ -13,9 +13,11 @@ operand: P = softmax(S) feeds P V without leaving the registers. On a GPU it is 
 the same layout and is warp-collective as the instruction is.
 */
 #pragma once
-// defines: mma_m16n8k16, pack_pair, shared_pair
+// defines: mma_m16n8k16, pack_pair, shared_pair, MMA_TILE, MMA_PAD, mma_load_a, mma_load_tile, mma_rows_times_tile,
+//          mma_add_times_tile
 #include <stdint.h>  // defines: uint32_t, uint16_t
 #include <string.h>  // defines: memcpy
+#include "../kernels/common.cuh"  // defines: Packed128, load128, store128
 #if !FLOATX_IS_FP32
 #ifdef CUDA_EMULATION
 #include <mma.h>  // defines: cuda_emu_mma_m16n8k16 (tests/emu/mma.h)
@@ -43,4 +45,73 @@ __device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
     return (uint32_t)l | (uint32_t)h << 16;
 }
 __device__ inline uint32_t shared_pair(const floatX* p) { return *(const uint32_t*)p; }  // p even: 4-byte aligned
+
+// ---------------------------------------------------------------- a warp's 16 rows against a tile
+// What both labs' FlashAttention-2 versions do with the instruction: a warp owns 16 rows (queries,
+// or keys) held as A fragments, and meets MMA_TILE rows of the other side staged in shared memory
+#define MMA_TILE 64    // rows of the other side a tile
+#define MMA_PAD 8      // elements after each shared row (16 bytes): a fragment's 32-bit reads in 32 banks
+
+// 16 rows of part `part` (0 q, 1 k, 2 v) of head h from row `first` as A fragments, straight from
+// qkv (or dout, part 0 with row stride C: `stride`); rows past T are zeros
+template <int HS>
+__device__ inline void mma_load_a(uint32_t (&a)[HS / 16][4], const floatX* rows, size_t stride, int first, int T, int g,
+                               int t) {
+    #pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int row = first + g + 8 * half;
+        const floatX* p = rows + (size_t)row * stride + 2 * t;
+        #pragma unroll
+        for (int c = 0; c < HS / 16; c++) {
+            a[c][half] = row < T ? *(const uint32_t*)(p + 16 * c) : 0u;
+            a[c][half + 2] = row < T ? *(const uint32_t*)(p + 16 * c + 8) : 0u;
+        }
+    }
+}
+// MMA_TILE rows from `first` (row stride `stride` elements) into a shared tile of rows HS + MMA_PAD; zeros past T
+template <int HS>
+__device__ inline void mma_load_tile(floatX* tile, const floatX* rows, size_t stride, int first, int T) {
+    constexpr int PACKS = HS / 8;
+    for (int e = threadIdx.x; e < MMA_TILE * PACKS; e += blockDim.x) {
+        int row = e / PACKS, i = e % PACKS * 8;
+        Packed128<floatX> pack = {};
+        if (first + row < T) pack = load128(rows + (size_t)(first + row) * stride + i);
+        store128(tile + row * (HS + MMA_PAD) + i, pack);
+    }
+}
+// acc[n] (16 own rows x 8 columns n) = a (16 x HS) times the tile's rows 8n .. 8n + 7 transposed
+template <int HS>
+__device__ inline void mma_rows_times_tile(float (&acc)[MMA_TILE / 8][4], const uint32_t (&a)[HS / 16][4],
+                                        const floatX* tile, int g, int t) {
+    #pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+        const floatX* row = tile + (8 * n + g) * (HS + MMA_PAD) + 2 * t;
+        #pragma unroll
+        for (int c = 0; c < HS / 16; c++) {
+            uint32_t b[2] = {shared_pair(row + 16 * c), shared_pair(row + 16 * c + 8)};
+            mma_m16n8k16(acc[n], a[c], b, acc[n]);
+        }
+    }
+}
+// out (16 own rows x HS) += x (16 x MMA_TILE, accumulators rounded to floatX) times the tile (MMA_TILE x HS)
+template <int HS>
+__device__ inline void mma_add_times_tile(float (&out)[HS / 8][4], const float (&x)[MMA_TILE / 8][4], const floatX* tile,
+                                       int g, int t) {
+    #pragma unroll
+    for (int c = 0; c < MMA_TILE / 16; c++) {
+        const float* lo = x[2 * c];
+        const float* hi = x[2 * c + 1];
+        uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
+                         pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
+        const floatX* col = tile + (16 * c + 2 * t) * (HS + MMA_PAD) + g;
+        #pragma unroll
+        for (int d = 0; d < HS / 8; d++) {
+            const floatX* x0 = col + 8 * d;
+            uint32_t b[2] = {pack_pair(x0[0], x0[HS + MMA_PAD]), pack_pair(x0[8 * (HS + MMA_PAD)], x0[9 * (HS + MMA_PAD)])};
+            mma_m16n8k16(out[d], a, b, out[d]);
+        }
+    }
+}
 #endif
