@@ -43,8 +43,10 @@ version 6: version 4's two walks as FlashAttention-2 writes them, the scores nev
            block; bf16 and fp16 builds, head sizes 16, 32, 64, 128. Against version 5: no s, dp,
            p or ds in shared memory, no barrier between the products, dqkv written once in
            floatX (no fp32 sums and last pass: version 4's one-rank form, not ring attention's).
-           ptxas (sm_90, bf16, head size 64): dk dv 239 registers a thread, dq 160, no spills (at
-           128 dk dv spills 208 bytes: its k, v, dk, dv, p and ds fragments fill 255 registers).
+           ptxas (sm_90, bf16, head size 64): dk dv 229 registers a thread, dq 165, no spills (at
+           128 dk dv spills 192 bytes: its k, v, dk, dv, p and ds fragments fill 255 registers).
+           The B operands by ldmatrix; dq's query tiles last-first (they see the most keys), dk
+           dv's key tiles first-first (the first see the most queries)
            Checked in the emulated build; not yet timed on a GPU
 The bytes each must move: qkv and dout read, dqkv written (B T 7C floatX), plus att's B NH T T
 floatX for versions 1 and 2, or out's B T C floatX and lse's B NH T fp32 for 3 to 5: at B 8,
@@ -59,7 +61,7 @@ the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_backward_host (the reference), materialized_backward_head
                                      //          (version 1), materialized_backward (version 2), materialized_forward_host
 #include "../kernels/attention.cuh"  // defines: attention_backward (version 5), AttentionScratch
-#include "mma_m16n8k16.h"            // defines: mma_m16n8k16, pack_pair, shared_pair (version 6)
+#include "mma_m16n8k16.h"            // defines: mma_load_a, mma_load_tile, mma_rows_times_tile, mma_add_times_tile (version 6)
 
 // acc: materialized_head_scratch_floats per (b, h)
 __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
@@ -433,7 +435,7 @@ attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const 
                      int C, int NH) {
     __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int q0 = blockIdx.x * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);
+    int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);  // the most keys first
     const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
     uint32_t qf[HS / 16][4], dof[HS / 16][4];

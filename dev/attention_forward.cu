@@ -79,7 +79,8 @@ version 7: version 5's walk as FlashAttention-2 writes it, the scores never leav
            across the row's lanes once at the end. Head sizes 16, 32, 64, 128 (compiled in),
            bf16 and fp16 builds. Against version 6: no store of S or P to shared memory, no
            barrier between the softmax and P V, no map of which row an accumulator element holds.
-           ptxas (sm_90, bf16): 126 registers a thread at head size 64, 168 at 128, no spills.
+           ptxas (sm_90, bf16): 129 registers a thread at head size 64, 171 at 128, no spills.
+           The B operands by ldmatrix (.trans for V), query tiles last-first, as version 6.
            Checked in the emulated build; not yet timed on a GPU (docs/gpu.md: the next session's list)
 The block size applies to versions 1 and 3 (3: up to 256 threads, for its registers). The bytes
 each must move differ: B T 4C floatX (qkv read, out written) for all, plus att's B NH T T floatX
@@ -94,7 +95,7 @@ no atomics, the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_forward_host (the reference), materialized_forward_row
                                      //          (version 1), materialized_forward (version 2)
 #include "../kernels/attention.cuh"  // defines: attention_forward (version 6), AttentionScratch
-#include "mma_m16n8k16.h"            // defines: mma_m16n8k16, pack_pair, shared_pair (version 7)
+#include "mma_m16n8k16.h"            // defines: mma_load_a, mma_load_tile, mma_rows_times_tile, mma_add_times_tile (version 7)
 
 __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
@@ -444,7 +445,8 @@ __global__ void __launch_bounds__(32 * QUERY_WARPS7)
 attention_forward_kernel7(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
     __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS_MAX + MMA_PAD)], v_tile[MMA_TILE * (HS_MAX + MMA_PAD)];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int q0 = blockIdx.x * 16 * QUERY_WARPS7, row0 = q0 + 16 * (threadIdx.x / 32);
+    // the last query tiles see the most keys: started first, they do not finish alone at the end
+    int q0 = (gridDim.x - 1 - blockIdx.x) * 16 * QUERY_WARPS7, row0 = q0 + 16 * (threadIdx.x / 32);
     float scale_log2 = 1.4426950408889634f / sqrtf((float)HS_MAX);  // log2(e) / sqrt(hs): exp2 of it is exp
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS_MAX;
     uint32_t q[HS_MAX / 16][4];

@@ -10,21 +10,26 @@ floatX (bf16 or fp16). With g = lane / 4 and t = lane % 4, a lane holds, two 16-
 So an accumulator pair (columns 0-7 and 8-15 of one row block) is, packed to floatX, one A
 operand: P = softmax(S) feeds P V without leaving the registers. On a GPU it is inline PTX
 (sm_80 and later); the emulated build calls tests/emu/mma.h's cuda_emu_mma_m16n8k16, which holds
-the same layout and is warp-collective as the instruction is.
+the same layout and is warp-collective as the instruction is. The B operands come from shared
+memory by ldmatrix (four 8 x 8 blocks a warp-wide load, .trans where B is the tile as stored
+rather than transposed), emulated likewise (cuda_emu_ldmatrix_x4): a few instructions where 32-
+and 16-bit loads and packing took many (a reviewer's reading, not yet measured).
 */
 #pragma once
-// defines: mma_m16n8k16, pack_pair, shared_pair, MMA_TILE, MMA_PAD, mma_load_a, mma_load_tile, mma_rows_times_tile,
-//          mma_add_times_tile
+// defines: mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD, mma_load_a, mma_load_tile,
+//          mma_rows_times_tile, mma_add_times_tile
 #include <stdint.h>  // defines: uint32_t, uint16_t
 #include <string.h>  // defines: memcpy
 #include "../kernels/common.cuh"  // defines: Packed128, load128, store128
 #if !FLOATX_IS_FP32
 #ifdef CUDA_EMULATION
-#include <mma.h>  // defines: cuda_emu_mma_m16n8k16 (tests/emu/mma.h)
+#include <mma.h>  // defines: cuda_emu_mma_m16n8k16, cuda_emu_ldmatrix_x4 (tests/emu/mma.h)
 #define mma_m16n8k16 cuda_emu_mma_m16n8k16<floatX>  // the documented layout, emulated
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const floatX* row) { cuda_emu_ldmatrix_x4(r, row, false); }
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const floatX* row) { cuda_emu_ldmatrix_x4(r, row, true); }
 #else
 __device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
-#if defined(ENABLE_FP16)
+#if defined(ENABLE_FP16) && !defined(ENABLE_BF16)  // as precision.h picks floatX
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%11,%12,%13};"
 #else
@@ -35,6 +40,16 @@ __device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
                    "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
+// four 8 x 8 matrices from shared memory, lane 8 m + r giving row r of matrix m (16 bytes): r[m]
+// holds, in lane l, row l / 4's columns 2 (l % 4), 2 (l % 4) + 1 (_trans: column l / 4's rows)
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const floatX* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((uint32_t)__cvta_generic_to_shared(row)));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const floatX* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((uint32_t)__cvta_generic_to_shared(row)));
+}
 #endif
 
 // two floatX in one 32-bit register, lo in the low half (the lower-indexed element, as mma reads it)
@@ -44,7 +59,6 @@ __device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
     memcpy(&h, &hi, 2);
     return (uint32_t)l | (uint32_t)h << 16;
 }
-__device__ inline uint32_t shared_pair(const floatX* p) { return *(const uint32_t*)p; }  // p even: 4-byte aligned
 
 // ---------------------------------------------------------------- a warp's 16 rows against a tile
 // What both labs' FlashAttention-2 versions do with the instruction: a warp owns 16 rows (queries,
@@ -79,38 +93,51 @@ __device__ inline void mma_load_tile(floatX* tile, const floatX* rows, size_t st
         store128(tile + row * (HS + MMA_PAD) + i, pack);
     }
 }
-// acc[n] (16 own rows x 8 columns n) = a (16 x HS) times the tile's rows 8n .. 8n + 7 transposed
+// acc[n] (16 own rows x 8 columns n) = a (16 x HS) times the tile's rows 8n .. 8n + 7 transposed.
+// B[k][n] is the tile's row n, channel k: an 8 x 8 block of rows as stored is b's layout, so
+// one ldmatrix_x4 brings b for two column groups n, n + 1 and channels 16c .. 16c + 15 (lane L
+// points at row 8 (n + L / 16) + L % 8, channels 16c + 8 (L / 8 % 2))
 template <int HS>
 __device__ inline void mma_rows_times_tile(float (&acc)[MMA_TILE / 8][4], const uint32_t (&a)[HS / 16][4],
                                         const floatX* tile, int g, int t) {
+    int lane = 4 * g + t;
+    const floatX* mine = tile + (lane / 16 * 8 + lane % 8) * (HS + MMA_PAD) + lane / 8 % 2 * 8;
     #pragma unroll
-    for (int n = 0; n < MMA_TILE / 8; n++) {
+    for (int n = 0; n < MMA_TILE / 8; n += 2) {
         #pragma unroll
-        for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
-        const floatX* row = tile + (8 * n + g) * (HS + MMA_PAD) + 2 * t;
+        for (int i = 0; i < 4; i++) acc[n][i] = acc[n + 1][i] = 0.0f;
         #pragma unroll
         for (int c = 0; c < HS / 16; c++) {
-            uint32_t b[2] = {shared_pair(row + 16 * c), shared_pair(row + 16 * c + 8)};
-            mma_m16n8k16(acc[n], a[c], b, acc[n]);
+            uint32_t b[4];  // n: b[0], b[1]; n + 1: b[2], b[3]
+            ldmatrix_x4(b, mine + 8 * n * (HS + MMA_PAD) + 16 * c);
+            uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_m16n8k16(acc[n], a[c], b0, acc[n]);
+            mma_m16n8k16(acc[n + 1], a[c], b1, acc[n + 1]);
         }
     }
 }
-// out (16 own rows x HS) += x (16 x MMA_TILE, accumulators rounded to floatX) times the tile (MMA_TILE x HS)
+// out (16 own rows x HS) += x (16 x MMA_TILE, accumulators rounded to floatX) times the tile (MMA_TILE x HS).
+// B[k][n] is the tile's row k, channel n: an 8 x 8 block transposed is b's layout, so one
+// ldmatrix_x4_trans brings b for rows 16c .. 16c + 15 and channel groups d, d + 1 (lane L points
+// at row 16c + 8 (L / 8 % 2) + L % 8, channels 8 (d + L / 16))
 template <int HS>
 __device__ inline void mma_add_times_tile(float (&out)[HS / 8][4], const float (&x)[MMA_TILE / 8][4], const floatX* tile,
                                        int g, int t) {
+    int lane = 4 * g + t;
+    const floatX* mine = tile + (lane / 8 % 2 * 8 + lane % 8) * (HS + MMA_PAD) + lane / 16 * 8;
     #pragma unroll
     for (int c = 0; c < MMA_TILE / 16; c++) {
         const float* lo = x[2 * c];
         const float* hi = x[2 * c + 1];
         uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
                          pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
-        const floatX* col = tile + (16 * c + 2 * t) * (HS + MMA_PAD) + g;
         #pragma unroll
-        for (int d = 0; d < HS / 8; d++) {
-            const floatX* x0 = col + 8 * d;
-            uint32_t b[2] = {pack_pair(x0[0], x0[HS + MMA_PAD]), pack_pair(x0[8 * (HS + MMA_PAD)], x0[9 * (HS + MMA_PAD)])};
-            mma_m16n8k16(out[d], a, b, out[d]);
+        for (int d = 0; d < HS / 8; d += 2) {
+            uint32_t b[4];  // d: b[0], b[1]; d + 1: b[2], b[3]
+            ldmatrix_x4_trans(b, mine + 16 * c * (HS + MMA_PAD) + 8 * d);
+            uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_m16n8k16(out[d], a, b0, out[d]);
+            mma_m16n8k16(out[d + 1], a, b1, out[d + 1]);
         }
     }
 }

@@ -284,3 +284,23 @@ inline void cuda_emu_mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const u
     }
     memcpy(d, out, sizeof(out));
 }
+
+// ---------------------------------------------------------------- PTX's ldmatrix.m8n8.x4
+//     ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16  {r0, r1, r2, r3}, [p]
+// Four 8 x 8 matrices of 16-bit elements from shared memory, a row (16 bytes, 16-byte aligned)
+// at the address lane 8 m + r gives for row r of matrix m. Lane l receives in r[m] two elements
+// of matrix m, the lower-indexed in the low half: without .trans row l / 4, columns 2 (l % 4)
+// and 2 (l % 4) + 1 (an mma A or B operand's layout); with .trans column l / 4, rows 2 (l % 4)
+// and 2 (l % 4) + 1 (the matrix transposed). Warp-collective, as the instruction is.
+inline void cuda_emu_ldmatrix_x4(uint32_t (&r)[4], const void* row, bool transposed) {
+    if ((uintptr_t)row % 16)
+        cuda_emu_kernel_error("ldmatrix: lane %d's row address %p is not 16-byte aligned", cuda_emu_wmma::lane(), row);
+    const char* all = (const char*)cuda_emu_warp_all_gather("ldmatrix.m8n8.x4", &row, sizeof(row));
+    auto element = [&](int m, int rr, int cc) {  // matrix m, row rr, column cc
+        const uint16_t* p = *(const uint16_t* const*)(all + (8 * m + rr) * cuda_emu_gather_bytes);
+        return (uint32_t)p[cc];
+    };
+    int l = cuda_emu_wmma::lane(), a = l / 4, b = 2 * (l % 4);
+    for (int m = 0; m < 4; m++)
+        r[m] = transposed ? element(m, b, a) | element(m, b + 1, a) << 16 : element(m, a, b) | element(m, a, b + 1) << 16;
+}
