@@ -392,7 +392,7 @@ attention_dkv_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const
     __shared__ float lse_tile[MMA_TILE], d_tile[MMA_TILE];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int k0 = blockIdx.x * MMA_TILE, j0 = k0 + 16 * (threadIdx.x / 32);
-    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
+    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
     uint32_t kf[HS / 16][4], vf[HS / 16][4];
     mma_load_a<HS>(kf, head + C, 3 * C, j0, T, g, t);
@@ -416,7 +416,7 @@ attention_dkv_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int key = j0 + g + 8 * (i / 2), c = 8 * n + 2 * t + i % 2, query = q0 + c;
-                    p[n][i] = query >= key && query < T ? exp2f(p[n][i] * scale * log2e - lse_tile[c]) : 0.0f;
+                    p[n][i] = query >= key && query < T ? exp2f(p[n][i] * scale_log2 - lse_tile[c]) : 0.0f;
                     ds[n][i] = p[n][i] * (ds[n][i] - d_tile[c]);
                 }
             mma_add_times_tile<HS>(dv, p, do_tile, g, t);
@@ -436,7 +436,7 @@ attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const 
     __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);  // the most keys first
-    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS);
+    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
     const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
     uint32_t qf[HS / 16][4], dof[HS / 16][4];
     mma_load_a<HS>(qf, head, 3 * C, r0, T, g, t);
@@ -462,7 +462,7 @@ attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const 
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int query = r0 + g + 8 * (i / 2), key = k0 + 8 * n + 2 * t + i % 2;
-                    p[n][i] = key <= query && key < T ? exp2f(p[n][i] * scale * log2e - row_lse[i / 2]) : 0.0f;
+                    p[n][i] = key <= query && key < T ? exp2f(p[n][i] * scale_log2 - row_lse[i / 2]) : 0.0f;
                     ds[n][i] = p[n][i] * (ds[n][i] - row_d[i / 2]);
                 }
             mma_add_times_tile<HS>(dq, ds, k_tile, g, t);
@@ -500,7 +500,7 @@ static void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* 
 static const char* cannot_run(int version, int hs) {
     if (version != 6) return nullptr;
     if (FLOATX_IS_FP32) return "bf16 and fp16 builds only (TF32 tensor cores miss the fp32 build's tolerance)";
-    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) return "head size not 16, 32, 64 or 128";
+    if (!mma_head_size(hs)) return "head size not 16, 32, 64 or 128";
     return nullptr;
 }
 

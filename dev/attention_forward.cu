@@ -388,8 +388,8 @@ template <int HS_MAX> static void launch_kernel5(floatX* out, float* lse, const 
 // are PTX's mma.sync.m16n8k16 (bf16 or fp16 in, fp32 sums), whose fragment layout the PTX ISA
 // documents (tests/emu/mma.h says which lane holds what), so each lane runs the online softmax on
 // the score elements it holds. A warp takes 16 queries, a block 4 warps (64 queries); tiles of 64
-// keys and values through shared memory (rows padded by 8 elements: the lanes' 32-bit reads of a
-// fragment fall in 32 different banks). Per tile a warp computes S = Q K^T as 8 accumulators of
+// keys and values through shared memory (rows padded by 8 elements, so that an ldmatrix's 8 rows
+// start in different banks). Per tile a warp computes S = Q K^T as 8 accumulators of
 // 16 x 8 (lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each); the row max takes two
 // shuffles among the 4 lanes of a row; P = exp2(S - m), rounded to floatX, is already in the
 // layout of mma's A operand (an accumulator pair of 16 x 8 is one 16 x 16 A fragment), so
@@ -584,7 +584,7 @@ static const char* cannot_run(int version, int hs) {
     if (version != 5 && version != 7) return nullptr;
     if (FLOATX_IS_FP32) return "bf16 and fp16 builds only (TF32 tensor cores miss the fp32 build's 1e-5)";
     if (version == 5 && hs % 16) return "head size not a multiple of 16 (WMMA's fragments are 16 wide)";
-    if (version == 7 && hs != 16 && hs != 32 && hs != 64 && hs != 128) return "head size not 16, 32, 64 or 128";
+    if (version == 7 && !mma_head_size(hs)) return "head size not 16, 32, 64 or 128";
     return nullptr;
 }
 // the bytes a version must move: qkv read, out written, and att (versions 1, 2) or lse (3 to 5)

@@ -16,11 +16,14 @@ rather than transposed), emulated likewise (cuda_emu_ldmatrix_x4): a few instruc
 and 16-bit loads and packing took many (a reviewer's reading, not yet measured).
 */
 #pragma once
-// defines: mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD, mma_load_a, mma_load_tile,
-//          mma_rows_times_tile, mma_add_times_tile
+// defines: mma_head_size, mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD, mma_load_a,
+//          mma_load_tile, mma_rows_times_tile, mma_add_times_tile
 #include <stdint.h>  // defines: uint32_t, uint16_t
 #include <string.h>  // defines: memcpy
 #include "../kernels/common.cuh"  // defines: Packed128, load128, store128
+
+// the head sizes the labs' mma.sync versions are compiled for (each one's registers hold a whole row)
+inline bool mma_head_size(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
 #if !FLOATX_IS_FP32
 #ifdef CUDA_EMULATION
 #include <mma.h>  // defines: cuda_emu_mma_m16n8k16, cuda_emu_ldmatrix_x4 (tests/emu/mma.h)
@@ -64,10 +67,10 @@ __device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
 // What both labs' FlashAttention-2 versions do with the instruction: a warp owns 16 rows (queries,
 // or keys) held as A fragments, and meets MMA_TILE rows of the other side staged in shared memory
 #define MMA_TILE 64    // rows of the other side a tile
-#define MMA_PAD 8      // elements after each shared row (16 bytes): a fragment's 32-bit reads in 32 banks
+#define MMA_PAD 8      // elements after each shared row (16 bytes): an ldmatrix's 8 rows start in different banks
 
-// 16 rows of part `part` (0 q, 1 k, 2 v) of head h from row `first` as A fragments, straight from
-// qkv (or dout, part 0 with row stride C: `stride`); rows past T are zeros
+// 16 rows from row `first` (row stride `stride` elements: 3C in qkv, C in dout) as A fragments,
+// straight from global memory; rows past T are zeros
 template <int HS>
 __device__ inline void mma_load_a(uint32_t (&a)[HS / 16][4], const floatX* rows, size_t stride, int first, int T, int g,
                                int t) {
