@@ -245,7 +245,9 @@ tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h token
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
 TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_cp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
-test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
+# train_gpt too where nvcc exists: the suite's no-GPU check runs the CUDA build it needs, with or
+# without a prior make
+test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu $(filter train_gpt,$(BUILDABLE))
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
 # deliberate bugs (tests/mutants/), each of which a check of make test must catch; after make test,

@@ -105,6 +105,8 @@ def compare_params(out, steps, ref_dir, accum, tol):
             if still.any() else ""
         print(f"{name:>9}: ||ours - ref|| / ||ref - init|| {err:.2e}   / ||ref|| {of_ref:.2e}{note}")
     print(f"parameters: worst {worst:.2e} ({worst_name}) (tolerance {tol:g})")
+    if not worst < tol:  # (a NaN fails too)
+        print(f"FAIL: parameter tensor {worst_name}: ||ours - ref|| / ||ref - init|| {worst:.2e} over the tolerance {tol:g}")
     return worst
 
 
@@ -121,6 +123,8 @@ def check_losses(cmd, log, a):
             worst = diff
         print(f"step {r['step']}: loss {r['loss']:.7f} reference {want:.7f} |diff| {diff:.2e}")
     print(f"max |diff| {worst:.2e} (tolerance {a.tol:g})")
+    if not worst < a.tol:  # (a NaN fails too)
+        print(f"FAIL: losses: max |diff| {worst:.2e} from the float64 trajectory, over the tolerance {a.tol:g}")
     return worst < a.tol
 
 

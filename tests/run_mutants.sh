@@ -3,23 +3,30 @@
 # a deliberate bug (a small patch) with the check of `make test` that must catch it:
 #
 #     caught by: NAME     the check of tests/run_tests.sh that catches it (what it proves)
+#     kind: lab           only for a bug in a dev/ kernel lab, which the trainer never runs (else: trainer)
 #     build: TARGETS      what the check needs built (make targets)
-#     check: COMMAND      the check itself, run from the tree's root; the mutant is caught when it fails
+#     check: COMMAND      the check itself, run from the tree's root; it must fail with the bug
+#     expect: REGEX       a line the check must print when it catches the bug (grep -E): the
+#                         assertion or FAIL line naming the quantity the bug breaks
 #     --- a/FILE          then the patch, as `git diff` writes it
 #
-# Every check first runs on an unchanged copy of the tree, where it must pass: a check that fails
-# without the bug (a missing file, a stale path) would "catch" every mutant and prove nothing. Then
-# each mutant gets a copy of that tree with its patch applied, its targets rebuilt (make rebuilds
-# only what the patched file touches) and its check run. Prints one line per mutant and "N of N
-# mutants caught"; exits 1 if one survives, if a patch no longer applies or no longer builds, or if
-# a check fails without its bug.
+# A mutant is CAUGHT only when its check exits non-zero *and* its log holds a line matching
+# `expect:`: a check that fails for another reason (a timeout, a crash, a missing file, another
+# assertion) proves nothing about this bug, and is reported as TIMEOUT, CRASHED or OTHER REASON.
+# Every distinct check first runs on an unchanged copy of the tree, where it must pass and print no
+# line matching any of its mutants' `expect:` (else the check, or the expected line, not the bug,
+# would be what is seen). Then each mutant gets a copy of that tree with its patch applied, its
+# targets rebuilt (make rebuilds only what the patched file touches) and its check run. Prints one
+# line per mutant and "N of N trainer mutants caught; M of M lab mutants caught"; exits 1 if one is
+# not caught, if a patch no longer applies or no longer builds, or if a check fails without its bug.
 #
 #     bash tests/run_mutants.sh [NAME...]     (make test-mutants; after make test, which builds the
-#                                             binaries and references the copies start from)
+#                                             binaries and references the copies start from;
+#                                             MUTANT_DIR=DIR: where the copies go, tests/build/mutants)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
-S=tests/build/mutants
+S=${MUTANT_DIR:-tests/build/mutants}  # another folder for a second run at once
 ROOT=$PWD
 source tests/checkpoint_files.sh  # defines: drop_checkpoints
 rm -rf $S; mkdir -p $S
@@ -46,7 +53,7 @@ copy_tree() {  # copy_tree DIR
 }
 run_check() {  # run_check DIR NAME TAG: builds the mutant's targets in DIR and runs its check there (logs: NAME.TAG.*)
     local dir=$1 name=$2
-    (cd $dir && make -s $(field $name build) > $ROOT/$S/$name.$3.build.log 2>&1) || return 2
+    (cd $dir && make -s $(field $name build) > $ROOT/$S/$name.$3.build.log 2>&1) || return 250  # (no check exits 250)
     local code=0
     (cd $dir && timeout 600 bash -c "$(field $name check)") > $S/$name.$3.log 2>&1 || code=$?
     drop_checkpoints $dir/tests/build  # GBs of checkpoints, read by no later check
@@ -58,35 +65,55 @@ echo "copying the tree and checking that every check passes without its bug"
 copy_tree $S/base  # stays as built: each mutant starts from a copy of it, not of what the checks wrote
 cp -a $S/base $S/clean
 clean_fails=0
+declare -A clean_log  # "build|check" -> the clean run's log: mutants sharing a check share its clean run
 for name in "${names[@]}"; do
     [ -f tests/mutants/$name.patch ] || { echo "no mutant tests/mutants/$name.patch"; exit 1; }
-    t=$SECONDS
-    if run_check $S/clean $name clean; then echo "  clean $name: passes ($((SECONDS - t)) s)"
-    else echo "  clean $name: FAILS without the bug: $(field $name check)"; tail -n 5 $S/$name.clean.log; clean_fails=$((clean_fails + 1)); fi
+    for key in build check expect; do
+        [ -n "$(field $name $key)" ] || { echo "FAIL: tests/mutants/$name.patch has no '$key:' line"; exit 1; }
+    done
+    key="$(field $name build)|$(field $name check)"
+    if [ -z "${clean_log[$key]:-}" ]; then
+        t=$SECONDS
+        clean_log[$key]=$S/$name.clean.log
+        if run_check $S/clean $name clean; then echo "  clean $name: passes ($((SECONDS - t)) s)"
+        else echo "  clean $name: FAILS without the bug: $(field $name check)"; tail -n 5 $S/$name.clean.log; clean_fails=$((clean_fails + 1)); fi
+    fi
+    if grep -Eq -- "$(field $name expect)" ${clean_log[$key]}; then
+        echo "  clean $name: prints its expected line without the bug: $(grep -Em1 -- "$(field $name expect)" ${clean_log[$key]} | cut -c1-120)"
+        clean_fails=$((clean_fails + 1))
+    fi
 done
 
 rm -rf $S/clean
-caught=0; survived=0
+caught=(0 0); total=(0 0); missed=0  # [0]: trainer mutants, [1]: lab mutants
 for name in "${names[@]}"; do
     t=$SECONDS
     dir=$S/$name
+    kind=0; [ "$(field $name kind)" = lab ] && kind=1
+    total[$kind]=$((total[$kind] + 1))
     cp -a $S/base $dir
     if ! (cd $dir && patch -p1 --quiet --no-backup-if-mismatch) < tests/mutants/$name.patch > $S/$name.patch.log 2>&1; then
-        echo "STALE  $name: the patch no longer applies"; cat $S/$name.patch.log; survived=$((survived + 1)); continue
+        echo "STALE  $name: the patch no longer applies"; cat $S/$name.patch.log; missed=$((missed + 1)); rm -rf $dir; continue
     fi
     code=0; run_check $dir $name mutant || code=$?
-    if [ $code -eq 2 ]; then  # a bug that does not compile tests nothing
-        echo "BROKEN $name: does not build: $(grep -m1 error $S/$name.mutant.build.log)"; survived=$((survived + 1))
-    elif [ $code -ne 0 ]; then
-        why=$(grep -m1 'FAIL\|rror\|failed\|mismatch\|not fewer\|deadlock\|out-of-range\|data race' $S/$name.mutant.log || tail -n 1 $S/$name.mutant.log)
-        echo "CAUGHT $name by $(field $name 'caught by' | cut -d' ' -f1) ($((SECONDS - t)) s): $(echo "$why" | cut -c1-150)"
-        caught=$((caught + 1))
+    log=$S/$name.mutant.log expect=$(field $name expect)
+    seen=$(grep -Em1 -- "$expect" $log | cut -c1-150)
+    if [ $code -eq 250 ]; then  # a bug that does not compile tests nothing
+        echo "BROKEN $name: does not build: $(grep -m1 'rror' $S/$name.mutant.build.log)"; missed=$((missed + 1))
+    elif [ $code -eq 0 ]; then
+        echo "SURVIVED $name: $(field $name check) passed with the bug"; missed=$((missed + 1))
+    elif [ -n "$seen" ]; then
+        echo "CAUGHT $name by $(field $name 'caught by' | cut -d' ' -f1) ($((SECONDS - t)) s): $seen"
+        caught[$kind]=$((caught[$kind] + 1))
     else
-        echo "SURVIVED $name: $(field $name check) passed with the bug"; survived=$((survived + 1))
+        why="OTHER REASON"
+        [ $code -eq 124 ] && why="TIMEOUT"
+        { [ $code -gt 128 ] && [ $code -ne 250 ] || grep -Eq 'Segmentation fault|core dumped|Aborted|terminated by signal|BAD TERMINATION' $log; } && why="CRASHED"
+        echo "$why $name (exit $code): the check failed without printing /$expect/; its last line: $(tail -n 1 $log | cut -c1-120)"
+        missed=$((missed + 1))
     fi
     rm -rf $dir
 done
-total=${#names[@]}
-echo "$caught of $total mutants caught ($((SECONDS - start)) s)"
-[ $clean_fails -eq 0 ] || echo "FAIL: $clean_fails checks fail without their bug, so they prove nothing"
-[ $survived -eq 0 ] && [ $clean_fails -eq 0 ]
+echo "${caught[0]} of ${total[0]} trainer mutants caught; ${caught[1]} of ${total[1]} lab mutants caught ($((SECONDS - start)) s)"
+[ $clean_fails -eq 0 ] || echo "FAIL: $clean_fails checks fail or print an expected line without their bug, so they prove nothing"
+[ $missed -eq 0 ] && [ $clean_fails -eq 0 ]

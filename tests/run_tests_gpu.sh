@@ -27,6 +27,7 @@ check() {
     if [ -n "${ONLY:-}" ] && [[ ! $name =~ $ONLY ]] && [[ ! $name =~ pytorch_reference ]]; then return; fi
     local start=$SECONDS
     if "$@" > $BUILD/$name.log 2>&1; then echo "PASS $name ($((SECONDS - start)) s)"; passed=$((passed + 1))
+        grep -h '^max |diff|' $BUILD/$name.log | sed 's/^/    /'  # the measured error, which the bars are set from
     else echo "FAIL $name ($((SECONDS - start)) s)"; tail -n 25 $BUILD/$name.log | sed 's/^/    /'; failed=$((failed + 1)); fi
 }
 export TRAINER_FP32=./train_gpt_fp32 TRAINER_BF16=./train_gpt TRAINER_FP16=./train_gpt_fp16 TRAINER_FLAGS="-comm mpi"
@@ -34,10 +35,14 @@ nvidia-smi -L 2> /dev/null || echo "nvidia-smi: not found (no GPU here?)"
 [ -f $REF/debug_state.bin ] || check pytorch_reference $PYTHON tests/reference.py --out $REF
 if [ -x $BUILD/test_gpt2_gpu ]; then check gpu_gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2_gpu
 else skip gpu_gpt2_vs_pytorch "no Catch2 here, so make test-gpu did not build tests/build/test_gpt2_gpu"; fi
+# 16-bit bars ~10x the measured error, as on the CPU (tests/README.md, 16-bit bars). The GPU leases did
+# not record their max |diff| lines, so the bars come from the emulated build, which runs these kernels
+# with the same roundings: bf16 4.1e-4, fp16 4.3e-5 (tests/test_emu.sh) -> 5e-3, 5e-4 (were 3e-2, 1e-2,
+# never measured). Each check's log ends with its "max |diff|": a GPU lease records them in docs/gpu.md
 for K in 1 2 4; do
     check gpu_fp32_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP32 --ref $REF --accum $K --tol 1e-4
-    check gpu_bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_BF16 --ref $REF --accum $K --tol 3e-2
-    check gpu_fp16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP16 --ref $REF --accum $K --tol 1e-2
+    check gpu_bf16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_BF16 --ref $REF --accum $K --tol 5e-3
+    check gpu_fp16_trajectory_accum$K $PYTHON tests/check_trajectory.py --trainer $TRAINER_FP16 --ref $REF --accum $K --tol 5e-4
 done
 check gpu_recompute_identical_and_memory bash tests/test_recompute.sh $REF
 check gpu_loss_scaling_injected_overflow bash tests/test_loss_scaling.sh $REF

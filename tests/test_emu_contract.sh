@@ -16,7 +16,7 @@ set -uo pipefail
 E=tests/build/emu
 D=$E/contract; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-fails=0
+fails=0 skipped=0
 
 $E/test_emu_contract > $D/checks.txt 2>&1 || fails=1
 cat $D/checks.txt
@@ -102,8 +102,10 @@ if [ -n "$NVCC" ]; then
         echo "ok   nvcc-wmma: the contract's WMMA kernels (bf16, fp16, tf32, every layout) compile with nvcc -arch=sm_90 and CUDA's <mma.h>"
     else echo "FAIL nvcc-wmma: nvcc cannot compile the contract's WMMA kernels"; head -n 20 $D/wmma_nvcc.txt; fails=1; fi
 elif [ -n "${CI:-}" ]; then echo "FAIL nvcc-wmma: no nvcc under CI, which installs the CUDA toolkit"; fails=1
-else echo "SKIP nvcc-wmma: no nvcc here (NVCC=), the WMMA kernels were compiled by g++ only"; fi
+else echo "SKIP nvcc-wmma: no nvcc here (NVCC=), the WMMA kernels were compiled by g++ only"; skipped=1; fi
 if TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_kernels_bf16 > $D/kernels-tsan.txt 2>&1; then
     echo "ok   every kernel launcher (bf16) under ThreadSanitizer: no data race, $(grep -c '^ok' $D/kernels-tsan.txt) checks passed"
 else echo "FAIL kernels under ThreadSanitizer"; grep -m3 -A12 "WARNING" $D/kernels-tsan.txt; fails=1; fi
-exit $fails
+[ $fails -eq 0 ] || exit 1
+# a case not run is a skip, which run_tests.sh counts (and CI refuses), not a pass
+[ $skipped -eq 0 ] || { echo "skipped: nvcc-wmma (no nvcc here); every other case passed"; exit 77; }

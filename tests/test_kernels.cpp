@@ -19,6 +19,7 @@ for backward passes. Also the AdamW element math, the LR schedule and the loader
 #include "../adamw.h"
 #include "../lr_schedule.h"
 #include "../dataloader.h"
+#include "../mfu.h"
 
 using std::vector;
 typedef std::function<void(const vector<double>&, vector<double>&)> DoubleFn;
@@ -337,6 +338,15 @@ TEST_CASE("AdamW matches PyTorch's update written in float64") {
     CHECK(rel_err(p, pd) < 1e-6);
 }
 
+// the schedule as llm.c's train_gpt2.cu writes it, in double, apart from lr_schedule.h: step counts
+// from 0, so warmup's first step already has lr / warmup, and the cosine reaches lr_min at max_steps
+static double schedule_reference(int step, double lr, int warmup, int max_steps, double final_fraction) {
+    if (step < warmup) return lr * (step + 1.0) / warmup;
+    if (max_steps <= warmup) return lr;
+    double decay = fmin(1.0, (double)(step - warmup) / (max_steps - warmup)), lr_min = lr * final_fraction;
+    return lr_min + 0.5 * (1.0 + cos(M_PI * decay)) * (lr - lr_min);
+}
+
 TEST_CASE("learning rate: warmup, cosine to the final fraction, constant") {
     CHECK(learning_rate_at(0, 1.0f, 4, 20, 0.1f) == Approx(0.25));
     CHECK(learning_rate_at(3, 1.0f, 4, 20, 0.1f) == Approx(1.0));
@@ -344,6 +354,36 @@ TEST_CASE("learning rate: warmup, cosine to the final fraction, constant") {
     CHECK(learning_rate_at(12, 1.0f, 4, 20, 0.1f) == Approx(0.55));  // halfway: the mean of 1 and 0.1
     CHECK(learning_rate_at(20, 1.0f, 4, 20, 0.1f) == Approx(0.1));
     for (int s = 0; s < 30; s++) CHECK(learning_rate_at(s, 0.5f, 0, 30, 1.0f) == Approx(0.5));
+    // every step of several schedules (warmup 0, 1 and longer; the floor 0 and 0.1; past the end)
+    struct Case { float lr; int warmup, max_steps; float final_fraction; };
+    for (Case c : {Case{6e-4f, 0, 50, 0.0f}, Case{6e-4f, 1, 50, 0.1f}, Case{1.0f, 4, 20, 0.1f},
+                   Case{3e-4f, 700, 5000, 0.0f}, Case{1e-3f, 10, 10, 0.1f}, Case{1e-3f, 5, 6, 0.5f}})
+        for (int step = 0; step < c.max_steps + 3; step++) {
+            double want = schedule_reference(step, c.lr, c.warmup, c.max_steps, c.final_fraction);
+            INFO("learning rate at step " << step << " (lr " << c.lr << ", warmup " << c.warmup << ", max_steps "
+                                           << c.max_steps << ", final fraction " << c.final_fraction << ")");
+            REQUIRE(fabs(learning_rate_at(step, c.lr, c.warmup, c.max_steps, c.final_fraction) - want) <= 1e-6 * c.lr);
+        }
+}
+
+// mfu.h's numbers against ones written here: NVIDIA's datasheets (dense, without sparsity: H100 SXM5
+// 989.4 TFLOP/s bf16/fp16 on tensor cores and 66.9 fp32, H100 PCIe 756.5 and 51.2, H200 as H100
+// SXM5, A100 312 and 19.5), and llm.c's GPT-2 124M: 124,475,904 parameters with the padded
+// vocabulary (its "num_parameters"), so 6N + 6LCT at T = 1024 is 746,855,424 + 56,623,104
+TEST_CASE("mfu: FLOPs per token of GPT-2 124M and the datasheet peaks, written apart") {
+    INFO("mfu: model FLOPs per token of GPT-2 124M at T = 1024");
+    CHECK(model_flops_per_token(124475904, 12, 768, 1024) == 803478528.0);
+    struct Sheet { const char* name; double tensor, fp32; };
+    for (Sheet g : {Sheet{"NVIDIA H100 80GB HBM3", 989.4e12, 66.9e12}, Sheet{"NVIDIA H100 PCIe", 756.5e12, 51.2e12},
+                    Sheet{"NVIDIA H200", 989.4e12, 66.9e12}, Sheet{"NVIDIA A100-SXM4-80GB", 312e12, 19.5e12},
+                    Sheet{"NVIDIA A100-PCIE-40GB", 312e12, 19.5e12}}) {
+        INFO("mfu: the datasheet peak of " << g.name);
+        CHECK(device_peak_flops(g.name, false) == Approx(g.tensor).epsilon(1e-12));
+        CHECK(device_peak_flops(g.name, true) == Approx(g.fp32).epsilon(1e-12));
+    }
+    CHECK(device_peak_flops("CUDA emulation (device 0)", false) == 0.0);  // not in the table: no MFU
+    CHECK(mfu_of(1e9, 100.0, 0.0) < 0.0);
+    CHECK(mfu_of(1e9, 100.0, 1e12) == Approx(0.1));
 }
 
 // ---------------------------------------------------------------- data loader
@@ -408,6 +448,49 @@ TEST_CASE("loader: shuffling visits every sample once per epoch, reproducibly, s
     vector<int> sequential;
     for (int s = 0; s < 3; s++) for (int j = 0; j < 8; j++) sequential.push_back(s * 100 + j * 8);
     CHECK(r0 != sequential);
+}
+
+// Each epoch draws new permutations: of the shards, and of every shard's samples. The orders of one
+// epoch reused by the next (a seed without the epoch in it) would show each sample at the same
+// place of its shard every epoch. Seed 7 (fixed): two independent orders of 8 samples agree with
+// probability 1/40320, so "every shard, every pair of epochs differs" holds for a correct loader
+TEST_CASE("loader: every epoch shuffles anew, the shards' order and each shard's samples") {
+    // the files of the test above: 3 shards of 8 samples of 1 x 4 tokens at 2 ranks
+    system("mkdir -p tests/build/loader3 && rm -f tests/build/loader3/*");
+    for (int s = 0; s < 3; s++) {
+        vector<uint16_t> t(8 * 4 * 2 + 1);
+        for (size_t i = 0; i < t.size(); i++) t[i] = (uint16_t)(s * 100 + i);
+        write_test_shard("tests/build/loader3/s_" + std::to_string(s) + ".bin", t);
+    }
+    const int epochs = 5;
+    DataLoader d;
+    dataloader_init(&d, "tests/build/loader3/s_*.bin", 1, 4, 0, 2, 1000, true, 7);
+    vector<vector<vector<int>>> order(epochs, vector<vector<int>>(3));  // [epoch][shard]: its samples in order
+    vector<vector<int>> shards(epochs);                                   // [epoch]: the shards in order
+    for (int e = 0; e < epochs; e++)
+        for (int i = 0; i < 3 * 8; i++) {
+            dataloader_next_batch(&d);
+            int shard = d.inputs[0] / 100, sample = (d.inputs[0] % 100) / 8;
+            if (shards[e].empty() || shards[e].back() != shard) shards[e].push_back(shard);
+            order[e][shard].push_back(sample);
+        }
+    dataloader_free(&d);
+    for (int e = 0; e < epochs; e++) {
+        INFO("loader: epoch " << e << " reads each shard once, whole");
+        REQUIRE(shards[e].size() == 3);
+        for (int s = 0; s < 3; s++) REQUIRE(std::set<int>(order[e][s].begin(), order[e][s].end()).size() == 8);
+    }
+    int same_shard_order = 0;
+    for (int e = 1; e < epochs; e++) {
+        same_shard_order += shards[e] == shards[e - 1];
+        for (int s = 0; s < 3; s++) {
+            INFO("loader: shard " << s << "'s samples in epoch " << e << " in the order of epoch " << e - 1
+                                  << ": the shuffle reused an epoch's permutation");
+            CHECK(order[e][s] != order[e - 1][s]);
+        }
+    }
+    INFO("loader: the shard order repeated from one epoch to the next " << same_shard_order << " of 4 times");
+    CHECK(same_shard_order < 4);  // 3 shards: 6 orders, so some repeats happen by chance, not all
 }
 
 TEST_CASE("a file's digest (checkpoint markers): the same however the writes cut it; a flipped bit changes it") {

@@ -3,7 +3,8 @@ tests/test_tokenizer.cpp: properties of the encoder that need no reference:
 decode(encode(x)) == x for random byte strings (invalid UTF-8 included) and random
 Unicode text; the vocabulary's size, EOT and single-byte tokens; the UTF-8 validator
 against a brute-force definition; the word cache's table in memory before the threads start.
-Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh.
+Exact ids against GPT-2's own algorithm are checked by tests/test_tokenizer.sh; four short texts'
+ids, as GPT-2's algorithm gives them, are also written here, a check that costs milliseconds.
 Vocabulary directory: $GPT2_VOCAB (default data/gpt2, where `make data` puts it).
 */
 #include <catch2/catch.hpp>
@@ -137,4 +138,30 @@ TEST_CASE("the word cache's table is in memory before any thread reads it") {
     for (unsigned char r : resident) in_memory += r & 1;
     CHECK(in_memory == resident.size());
     word_cache_free(w);
+}
+
+// ids from GPT-2's own algorithm (tests/gpt2_encoder_reference.py: OpenAI's encoder.py with Python
+// `regex`, run on these texts written to files), not from ./tokenize. Each text leans on one part:
+// whitespace runs (`\s+(?!\S)` leaves a run's last space to the next word, and takes a run at the
+// end whole), contractions, numbers and punctuation, Unicode letters and emoji; every one needs
+// BPE's merges in rank order (the lowest first), so a pre-tokenization boundary or a merge order
+// off changes the ids
+TEST_CASE("four texts give GPT-2's ids: whitespace runs, contractions, numbers, Unicode") {
+    struct Case { const char* text; std::vector<int> ids; };
+    const Case cases[] = {
+        {"Hello   world\n\n  two spaces  \tand tabs\t\tend   ",
+         {15496, 220, 220, 995, 628, 220, 734, 9029, 220, 220, 197, 392, 22524, 197, 197, 437, 220, 220, 220}},
+        {"I'm sure they'll say it's 'quoted' we'd've DON'T",
+         {40, 1101, 1654, 484, 1183, 910, 340, 338, 705, 421, 5191, 6, 356, 1549, 1053, 23917, 6, 51}},
+        {"In 2024, 3.14159 apples cost $1,234.56 (x\u00b2) \u00bd",
+         {818, 48609, 11, 513, 13, 1415, 19707, 22514, 1575, 720, 16, 11, 24409, 13, 3980, 357, 87, 31185, 8, 25208}},
+        {"Stra\u00dfe na\u00efve \u041c\u043e\u0441\u043a\u0432\u0430 \u6771\u4eac \U0001f44b\U0001f3fd "
+         "\u2014 \u00abdone\u00bb!!!",
+         {41347, 39683, 68, 41492, 12466, 250, 15166, 21727, 31583, 38857, 16142, 10545, 251, 109, 12859, 105, 50169,
+          233, 8582, 237, 121, 851, 21110, 28060, 17730, 10185}},
+    };
+    for (const Case& c : cases) {
+        INFO("GPT-2's ids of \"" << c.text << "\"");
+        CHECK(encode(c.text) == c.ids);
+    }
 }
