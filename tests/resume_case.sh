@@ -9,7 +9,8 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
     rm $D/$name-cut/*_00000008*                      # as if the run had stopped after step 4's checkpoint
     head -n 4 $D/$name-cut.jsonl > $D/$name-cut.tmp && mv $D/$name-cut.tmp $D/$name-cut.jsonl
     $launch $trainer $FLAGS $extra -o $D/$name-cut -y 1 -log $D/$name-cut.jsonl > $D/$name-resume.txt
-    grep -q "resuming from step 4" $D/$name-resume.txt
+    grep -q "^resuming from step 4:" $D/$name-resume.txt \
+        || { echo "FAIL $name: resumed from $(grep -m1 -o '^resuming from step [0-9]*' $D/$name-resume.txt || echo 'no step'), not step 4"; exit 1; }
     # identical rows but for timing (ms, tok_per_s, mfu, the bubble) and the first step's measured block
     strip() { sed -E -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*, "mfu": ([0-9.e+-]+|null)//' -e 's/, "bubble[a-z_]*": (\[[^]]*\]|[0-9.-]+)//g' -e 's/, "measured": .*}$/}/' "$1"; }
     diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) > /dev/null || { echo "FAIL $name: logs differ"; diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) | head; exit 1; }

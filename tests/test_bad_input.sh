@@ -7,12 +7,16 @@ D=tests/build/bad; rm -rf $D; mkdir -p $D
 fails=0
 GOOD="-e $REF/model.bin -i $REF/train.bin -b 2 -t 16 -x 1 -v 0 -s 0"
 
-expect_error() {  # expect_error "EXPECTED MESSAGE PART" ARGS...
-    local want=$1; shift
+# a refusal is one line per rank: stderr holds exactly one line for each of the RANKS ranks (default
+# 1; every case here runs one process), each an `error:` line saying WANT; stdout has no error line
+expect_error() {  # [RANKS=N] expect_error "EXPECTED MESSAGE PART" ARGS...
+    local want=$1 ranks=${RANKS:-1}; shift
     "$@" > $D/out.txt 2> $D/err.txt
     local code=$?
-    if [ $code -ne 1 ] || ! grep -q -- "$want" $D/err.txt; then
-        echo "FAIL: $* -> exit $code, stderr: $(head -c 300 $D/err.txt)"; fails=$((fails + 1))
+    local lines=$(grep -c . $D/err.txt) errors=$(grep -c -- "^error: .*$want" $D/err.txt) stray=$(grep -c '^error:' $D/out.txt)
+    if [ $code -ne 1 ] || [ "$errors" -ne $ranks ] || [ "$lines" -ne $ranks ] || [ "$stray" -ne 0 ]; then
+        echo "FAIL: $* -> exit $code, $errors of $ranks rank(s) said 'error: ...$want' in $lines stderr line(s) ($stray error lines on stdout), stderr: $(head -c 300 $D/err.txt)"
+        fails=$((fails + 1))
     else
         echo "ok: $(head -n 1 $D/err.txt)"
     fi
@@ -101,9 +105,9 @@ expect_error "MPI sees 1 rank but the launcher started OMPI_COMM_WORLD_SIZE=2" e
 out_refused() {  # out_refused "EXPECTED" DIR: 2 ranks, both say it, exit 1, no step taken
     local want=$1 dir=$2 code=0
     timeout 120 mpirun -np 2 $TRAINER $GOOD -n 1 -o $dir > $D/out.txt 2> $D/err.txt || code=$?
-    local count=$(grep -c -- "^error: -o $dir.*$want" $D/err.txt || true)
-    if [ $code -ne 1 ] || [ "$count" -ne 2 ] || grep -q "^step" $D/out.txt; then
-        echo "FAIL: -o $dir -> exit $code, $count of 2 ranks said '$want': $(head -c 300 $D/err.txt)"; fails=$((fails + 1))
+    local count=$(grep -c -- "^error: -o $dir.*$want" $D/err.txt || true) lines=$(grep -c . $D/err.txt || true)
+    if [ $code -ne 1 ] || [ "$count" -ne 2 ] || [ "$lines" -ne 2 ] || grep -q "^step" $D/out.txt; then
+        echo "FAIL: -o $dir -> exit $code, $count of 2 ranks said '$want' in $lines stderr lines (want one each): $(head -c 300 $D/err.txt)"; fails=$((fails + 1))
     else echo "ok (2 ranks, before step 1): $(head -n 1 $D/err.txt)"; fi
 }
 touch $D/a_file
@@ -115,15 +119,20 @@ if mount -t tmpfs -o size=1m tmpfs $D/small; then
     out_refused "MiB free, one checkpoint needs" $D/small
     umount $D/small
 else echo "FAIL: cannot mount a 1 MiB tmpfs (root is needed) for the full-disk case"; fails=$((fails + 1)); fi
-$TRAINER $GOOD -o $D/made/here > /dev/null 2> $D/err.txt && { echo "FAIL: -o two levels down was created"; fails=$((fails + 1)); }
-grep -q "cannot create the directory" $D/err.txt && echo "ok: $(head -n 1 $D/err.txt)" || { echo "FAIL: $(cat $D/err.txt)"; fails=$((fails + 1)); }
+expect_error "cannot create the directory" $TRAINER $GOOD -o $D/made/here  # -o two levels down: not created
+[ -e $D/made ] && { echo "FAIL: -o two levels down: $D/made was created"; fails=$((fails + 1)); }
 
 # a failing run leaves an existing model file alone
+# (the file must exist and be non-empty first: two md5s of a missing file are equal too)
 mkdir -p $D/out
 $TRAINER $GOOD -o $D/out > /dev/null 2>&1 || { echo "FAIL: good run"; fails=$((fails + 1)); }
-sum_before=$(md5sum < $D/out/model_00000001.bin)
-expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
-[ "$(md5sum < $D/out/model_00000001.bin)" = "$sum_before" ] || { echo "FAIL: model file changed"; fails=$((fails + 1)); }
+if [ -s $D/out/model_00000001.bin ]; then
+    sum_before=$(md5sum < $D/out/model_00000001.bin)
+    expect_error "outside the vocabulary" $TRAINER $GOOD -o $D/out -i $D/oov.bin
+    if [ ! -s $D/out/model_00000001.bin ]; then echo "FAIL: the failing run removed or emptied the model file"; fails=$((fails + 1))
+    elif [ "$(md5sum < $D/out/model_00000001.bin)" != "$sum_before" ]; then echo "FAIL: the failing run changed the model file"; fails=$((fails + 1))
+    else echo "ok: the failing run left the model file as it was"; fi
+else echo "FAIL: the good run wrote no model file $D/out/model_00000001.bin (nothing to keep unchanged)"; fails=$((fails + 1)); fi
 
 # -h, docs/flags.md and the README list every flag of the option table (options.h: option_table),
 # read from the table itself so that a new flag cannot be left out of the list checked

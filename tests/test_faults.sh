@@ -2,32 +2,78 @@
 # Faults a long run meets, on the CPU build at 2 ranks (tests/reference.py's model, 8 steps, a
 # checkpoint every 2). Usage: test_faults.sh REFERENCE_DIR
 #  - the watchdog (-timeout, watchdog.h): a rank stopped with SIGSTOP as step 3 begins; the other
-#    rank, waiting in its next collective, ends the job within the timeout and a few seconds more,
-#    with its line (naming the operation, group and step) and exit code 3;
+#    rank, waiting in step 3's gradient all-reduce of the dp group, ends the job with its line
+#    (that operation, that group, step 3, idle for at least the timeout) and exit code 3;
+#  - the watchdog's clock restarts at every operation and step: a healthy run whose steps each last
+#    longer than its -timeout (many micro-steps, ZeRO-3's per-unit collectives in between) runs to
+#    the end with exit code 0;
 #  - scripts/supervise.sh: a run that meets three faults, one per attempt (a rank killed as step 3
 #    begins, a rank killed while writing step 6's checkpoint, a rank stopped at step 7 and ended by
 #    the watchdog), resumes each time from its newest complete checkpoint and finishes: its final
 #    model equals the unbroken run's byte for byte, its log holds the three restarts;
+#  - its give-up path: 2 faults under --max-restarts 1: one restart, then one line and the child's
+#    exit code;
 #  - under the supervisor, bad flags (exit 1) are not retried, and a command without -o and -n is
-#    refused in one line.
+#    refused in one line;
+#  - damaged checkpoints passed over (the resumed step and the final model checked first, then the
+#    lines that say why), none verifying, a disk filling mid-checkpoint.
+# FAULTS_PARTS (default: all) runs only some parts, for the mutants' checks (tests/mutants/*.patch):
+# watchdog healthy supervisor giveup bad damaged full. Every failure prints a line starting FAIL.
 set -euo pipefail
 REF=$1
 D=tests/build/faults; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-RUN="timeout 300 mpirun -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -x 8 -l 1e-3 -v 0 -s 0 -n 2 -timeout 10"
+PARTS=" ${FAULTS_PARTS:-watchdog healthy supervisor giveup bad damaged full} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+fail() { echo "FAIL: $*"; exit 1; }
+has() {  # has FILE REGEX WHAT: FILE holds a line matching REGEX (grep -E), else a FAIL line naming WHAT
+    grep -Eq -- "$2" "$1" || { tail -n 5 "$1"; fail "$3: no line /$2/ in $1"; }
+}
+TRAIN="mpirun -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -l 1e-3 -v 0 -s 0"
+RUN="timeout 300 $TRAIN -x 8 -n 2 -timeout 10"
 
-# the watchdog alone
-start=$(date +%s)
-code=0; TRAIN_GPT_STOP_AT_STEP=3 $RUN -o $D/stopped > $D/stopped.txt 2>&1 || code=$?
-took=$(( $(date +%s) - start ))
-grep -q "error: watchdog: rank 0 made no progress for 1[0-9] s, since it began .* at step 3 (-timeout 10)" $D/stopped.txt \
-    || { tail -5 $D/stopped.txt; echo "FAIL: no watchdog line"; exit 1; }
-[ $code -eq 3 ] || { echo "FAIL: exit code $code after the watchdog, not 3"; exit 1; }
-[ $took -le 25 ] || { echo "FAIL: the stopped job ended after $took s (-timeout 10)"; exit 1; }
-echo "ok: a stopped rank: the job ended in $took s with exit code 3: $(grep -m1 'error: watchdog' $D/stopped.txt | cut -c1-150)"
+# the watchdog alone. No bound on how soon the job ends (a busy machine may take long to start the
+# ranks): it must end, by the watchdog (exit code 3); `timeout 130` (the -timeout and 120 s) only
+# guards against a hang. The idle seconds in the line are at least the timeout (watchdog.h fires
+# once idle_ms > 1000 * timeout), however late it fires.
+if part watchdog; then
+    code=0; TRAIN_GPT_STOP_AT_STEP=3 timeout 130 $TRAIN -x 8 -n 2 -timeout 10 -o $D/stopped > $D/stopped.txt 2>&1 || code=$?
+    # rank 1 (the last) stops as step 3 begins; rank 0 computes its step and waits in the gradient
+    # all-reduce (ZeRO-0: zero_reduce_step, comm.h's "an all-reduce" of the dp group)
+    want="^error: watchdog: rank 0 made no progress for ([0-9]+) s, since it began an all-reduce of the dp group at step 3 \(-timeout 10\): a rank has stopped or a link has failed; ending the job \(exit code 3\)$"
+    has $D/stopped.txt "$want" "the watchdog's line (rank 0, an all-reduce of the dp group, step 3)"
+    [ "$(grep -Ec "^error: watchdog" $D/stopped.txt)" = 1 ] || fail "the watchdog: $(grep -Ec "^error: watchdog" $D/stopped.txt) watchdog lines, not 1"
+    idle=$(grep -E "$want" $D/stopped.txt | sed -E "s/$want/\1/")
+    [ "$idle" -ge 10 ] || fail "the watchdog's line says $idle s idle, under its -timeout 10"
+    [ $code -eq 3 ] || fail "the watchdog: exit code $code after a rank stopped, not 3 (124: still running after 130 s)"
+    echo "ok: a stopped rank: exit code 3: $(grep -m1 'error: watchdog' $D/stopped.txt | cut -c1-150)"
+fi
+
+# a healthy run whose steps each last longer than -timeout 2: K micro-steps a step (-d), ZeRO-3, so
+# that every unit's forward begins an all-gather and its backward a reduce-scatter: the longest stretch
+# without progress is one unit's forward or backward (~0.1 s here), well under 2 s; the step, > 3 s.
+# The run must end with exit code 0: the watchdog's clock restarts at each operation, not only at
+# each step. The steps must really be longer than the timeout, or this proves nothing: measured from
+# the log, K doubled (up to twice) on a machine fast enough to do 16 micro-steps in under 3 s.
+if part healthy; then
+    K=16 ok=0
+    for attempt in 1 2 3; do
+        code=0; timeout 300 $TRAIN -z 3 -d $((2 * 32 * 2 * K)) -x 2 -timeout 2 -log $D/healthy.jsonl > $D/healthy.txt 2>&1 || code=$?
+        [ $code -eq 0 ] || { tail -n 3 $D/healthy.txt
+            fail "a healthy run, steps of $K micro-steps under -timeout 2, ended with exit code $code: $(grep -m1 'error' $D/healthy.txt | cut -c1-160)"; }
+        [ "$(grep -c '"step"' $D/healthy.jsonl)" = 2 ] || fail "the healthy run logged $(grep -c '"step"' $D/healthy.jsonl) steps, not 2"
+        shortest=$( (grep -o '"ms": [0-9.]*' $D/healthy.jsonl || true) | awk '{print int($2)}' | sort -n | head -n 1)
+        if [ "$shortest" -gt 3000 ]; then ok=1; break; fi
+        K=$((K * 2))
+    done
+    [ $ok = 1 ] || fail "the healthy run's steps lasted only $shortest ms, not over 3000 (-timeout 2): the watchdog's resets are not exercised"
+    echo "ok: a healthy run, 2 steps of $K micro-steps (the shortest $shortest ms) under -timeout 2: ran to the end, exit code 0"
+fi
+
+# the unbroken run, for the final models
+if part supervisor || part damaged || part full; then $RUN -o $D/whole > $D/whole.txt 2>&1 || { tail -n 5 $D/whole.txt; fail "the unbroken run"; }; fi
 
 # the supervisor through three faults, one per attempt: a wrapper counts the attempts
-$RUN -o $D/whole > /dev/null
 cat > $D/faulty.sh <<'SH'
 #!/usr/bin/env bash
 n=$(( $(cat "$FAULTS_DIR/attempts" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAULTS_DIR/attempts"
@@ -38,57 +84,98 @@ case $n in
 esac
 exec "$@"
 SH
-FAULTS_DIR=$D bash scripts/supervise.sh --max-restarts 3 -- bash $D/faulty.sh $RUN -o $D/supervised -log $D/supervised.jsonl \
-    > $D/supervised.txt 2>&1 || { tail -n 20 $D/supervised.txt; echo "FAIL: the supervised run did not finish"; exit 1; }
-grep "^supervise.sh" $D/supervised.txt
-[ "$(grep -c '^supervise.sh: .* restart [0-9] of 3' $D/supervised.txt)" = 3 ] || { echo "FAIL: 3 restarts expected"; exit 1; }
-grep -q "restart 1 of 3: a crash or a killed rank (exit 9); resuming from step 2" $D/supervised.txt
-grep -q "restart 2 of 3: a crash or a killed rank (exit 9); resuming from step 4" $D/supervised.txt
-grep -q "restart 3 of 3: the watchdog (a rank made no progress; exit 3); resuming from step 6" $D/supervised.txt
-[ "$(grep -c '"restart"' $D/supervised.jsonl)" = 3 ] || { echo "FAIL: the log should hold the 3 restarts"; exit 1; }
-cmp $D/whole/model_00000008.bin $D/supervised/model_00000008.bin || { echo "FAIL: the supervised run's final model differs"; exit 1; }
-echo "ok: killed at step 3, killed writing step 6's checkpoint, stopped at step 7: 3 restarts, final model identical"
+if part supervisor; then
+    FAULTS_DIR=$D bash scripts/supervise.sh --max-restarts 3 -- bash $D/faulty.sh $RUN -o $D/supervised -log $D/supervised.jsonl \
+        > $D/supervised.txt 2>&1 || { tail -n 20 $D/supervised.txt; fail "the supervised run did not finish"; }
+    grep "^supervise.sh" $D/supervised.txt || true
+    [ "$(grep -c '^supervise.sh: .* restart [0-9] of 3' $D/supervised.txt)" = 3 ] || fail "the supervisor: 3 restarts expected"
+    cmp $D/whole/model_00000008.bin $D/supervised/model_00000008.bin || fail "the supervised run's final model differs from the unbroken run's"
+    has $D/supervised.txt "restart 1 of 3: a crash or a killed rank \(exit 9\); resuming from step 2$" "the supervisor's first restart"
+    has $D/supervised.txt "restart 2 of 3: a crash or a killed rank \(exit 9\); resuming from step 4$" "the supervisor's second restart"
+    has $D/supervised.txt "restart 3 of 3: the watchdog \(a rank made no progress; exit 3\); resuming from step 6$" "the supervisor's third restart"
+    [ "$(grep -c '"restart"' $D/supervised.jsonl)" = 3 ] || fail "the log should hold the 3 restarts"
+    echo "ok: killed at step 3, killed writing step 6's checkpoint, stopped at step 7: 3 restarts, final model identical"
+fi
+
+# the supervisor's give-up path: a rank killed at step 3 on the first 2 attempts (a third would run
+# clean) under --max-restarts 1: one restart, then one line saying it gives up, and the child's exit
+# code (recorded by the wrapper, not read from the supervisor's lines)
+if part giveup; then
+    mkdir -p $D/giveup
+    cat > $D/giveup/twice.sh <<'SH'
+#!/usr/bin/env bash
+n=$(( $(cat "$FAULTS_DIR/attempts" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAULTS_DIR/attempts"
+[ $n -le 2 ] && export TRAIN_GPT_KILL_AT_STEP=3
+"$@"; code=$?; echo $code >> "$FAULTS_DIR/codes"; exit $code
+SH
+    code=0; FAULTS_DIR=$D/giveup bash scripts/supervise.sh --max-restarts 1 -- bash $D/giveup/twice.sh \
+        timeout 300 $TRAIN -x 4 -n 2 -o $D/giveup/run > $D/giveup.txt 2>&1 || code=$?
+    attempts=$(cat $D/giveup/attempts 2> /dev/null || echo 0) child=$(sed -n 2p $D/giveup/codes 2> /dev/null || true)  # the second attempt's: the last fault
+    restarts=$(grep -c '^supervise.sh: .* restart [0-9]* of 1: ' $D/giveup.txt || true)
+    gave_up=$(grep -Ec "^supervise.sh: a crash or a killed rank \(exit $child\) after 1 restarts, the most --max-restarts allows: giving up$" $D/giveup.txt || true)
+    if [ "$attempts" != 2 ] || [ "$restarts" != 1 ] || [ "$gave_up" != 1 ] || [ $code -ne "${child:-0}" ] || [ "${child:-0}" -le 3 ]; then
+        cat $D/giveup.txt | grep -v '^step' | tail -n 8
+        fail "supervisor give-up under --max-restarts 1 with 2 faults: $attempts attempts (want 2), $restarts restarts (want 1), $gave_up 'giving up' lines (want 1), exit $code (want the second attempt's, ${child:-none}, a crash's)"
+    fi
+    echo "ok: 2 faults under --max-restarts 1: $(grep 'giving up' $D/giveup.txt); exit $code, the child's"
+fi
 
 # what the supervisor does not retry
-code=0; bash scripts/supervise.sh -- $RUN -o $D/bad -b 0 > $D/bad.txt 2>&1 || code=$?
-[ $code -eq 1 ] && grep -q "not restarted" $D/bad.txt && ! grep -q "restart 1" $D/bad.txt \
-    || { cat $D/bad.txt; echo "FAIL: bad flags under the supervisor"; exit 1; }
-echo "ok: bad flags: $(grep -m1 'error' $D/bad.txt | cut -c1-100); not restarted"
-code=0; bash scripts/supervise.sh -- ./train_gpt_cpu -e $REF/model.bin -x 2 > $D/none.txt 2>&1 || code=$?
-[ $code -eq 1 ] && grep -q "writes no checkpoints" $D/none.txt || { cat $D/none.txt; echo "FAIL: a command without -o, -n"; exit 1; }
-echo "ok: $(cat $D/none.txt)"
+if part bad; then
+    code=0; bash scripts/supervise.sh -- $RUN -o $D/bad -b 0 > $D/bad.txt 2>&1 || code=$?
+    [ $code -eq 1 ] && grep -q "not restarted" $D/bad.txt && ! grep -q "restart 1" $D/bad.txt \
+        || { cat $D/bad.txt; fail "bad flags under the supervisor: exit $code, or restarted"; }
+    echo "ok: bad flags: $(grep -m1 'error' $D/bad.txt | cut -c1-100); not restarted"
+    code=0; bash scripts/supervise.sh -- ./train_gpt_cpu -e $REF/model.bin -x 2 > $D/none.txt 2>&1 || code=$?
+    [ $code -eq 1 ] && [ "$(wc -l < $D/none.txt)" = 1 ] && grep -q "writes no checkpoints" $D/none.txt \
+        || { cat $D/none.txt; fail "a command without -o, -n under the supervisor: exit $code, not one line"; }
+    echo "ok: $(cat $D/none.txt)"
+fi
 
-# damaged checkpoints: the newest (step 8) with a flipped byte in a state file, the one before (6)
-# with a truncated model file; -y 1 passes over both, saying why, resumes from step 4 and ends with
-# the unbroken run's final model. With every checkpoint damaged: one line on every rank, exit 1
-cp -r $D/whole $D/damaged
-printf '\xff' | dd of=$D/damaged/state_00000008_00001.bin bs=1 seek=5000 conv=notrunc 2> /dev/null
-truncate -s 1000 $D/damaged/model_00000006.bin
-$RUN -o $D/damaged -y 1 > $D/damaged.txt 2>&1 || { tail -n 5 $D/damaged.txt; echo "FAIL: resuming past damaged checkpoints"; exit 1; }
-grep -q "checkpoint step 8 passed over: .*state_00000008_00001.bin does not match its hash" $D/damaged.txt
-grep -q "checkpoint step 6 passed over: .*model_00000006.bin is truncated: 1000 bytes" $D/damaged.txt
-grep -q "resuming from step 4" $D/damaged.txt
-cmp $D/whole/model_00000008.bin $D/damaged/model_00000008.bin || { echo "FAIL: resumed past damage, the final model differs"; exit 1; }
-echo "ok: a flipped byte (step 8) and a truncated file (step 6) passed over, resumed from step 4, final model identical"
-for s in 2 4; do truncate -s 100 $D/damaged/optimizer_0000000$s.bin; done
-rm -f $D/damaged/complete_0000000[68]
-code=0; $RUN -o $D/damaged -y 1 > $D/none_verify.txt 2>&1 || code=$?
-[ $code -ne 0 ] && [ "$(grep -c 'error: -y 1: no checkpoint in .* verifies' $D/none_verify.txt)" = 2 ] \
-    || { cat $D/none_verify.txt; echo "FAIL: no checkpoint verifies, yet (exit $code)"; exit 1; }
-echo "ok: $(grep -m1 'error: -y 1' $D/none_verify.txt | cut -c1-140), on both ranks"
+# damaged checkpoints: the newest (step 8) with its model file truncated, the one before (6) with a
+# byte of the last rank's state file flipped far into the file (its last byte, past the first MiB:
+# the top byte of v's last element); -y 1 passes over both, saying why, resumes from step 4 and ends
+# with the unbroken run's final model. Checked first: the step it resumed from and the final model
+# (a damaged checkpoint trusted shows there), then the lines. With every checkpoint damaged: one
+# line on every rank, exit 1
+if part damaged; then
+    cp -r $D/whole $D/damaged
+    truncate -s 1000 $D/damaged/model_00000008.bin
+    f=$D/damaged/state_00000006_00001.bin at=$(( $(stat -c %s $D/damaged/state_00000006_00001.bin) - 1 ))
+    byte=$(od -An -tu1 -j $at -N 1 $f | tr -d ' ')
+    printf "\\x$(printf %02x $((byte ^ 255)))" | dd of=$f bs=1 seek=$at conv=notrunc 2> /dev/null
+    code=0; $RUN -o $D/damaged -y 1 > $D/damaged.txt 2>&1 || code=$?
+    from=$(sed -n 's/^resuming from step \([0-9]*\):.*/\1/p' $D/damaged.txt); from=${from:-0 (none)}
+    same=differs; cmp -s $D/whole/model_00000008.bin $D/damaged/model_00000008.bin && same=identical
+    [ "$from" = 4 ] && [ $same = identical ] && [ $code -eq 0 ] \
+        || { grep -v '^step' $D/damaged.txt | tail -n 5
+             fail "damaged checkpoints (8: a truncated model file, 6: a flipped byte in the last rank's state file): resumed from step $from, not 4; exit $code; the final model $same from the unbroken run's"; }
+    has $D/damaged.txt "^checkpoint step 8 passed over: .*model_00000008.bin is truncated: 1000 bytes" "step 8's truncated model file passed over"
+    has $D/damaged.txt "^checkpoint step 6 passed over: .*state_00000006_00001.bin does not match its hash" "step 6's damaged state file passed over"
+    echo "ok: a truncated file (step 8) and a flipped byte (step 6) passed over, resumed from step 4, final model identical"
+    for s in 2 4; do truncate -s 100 $D/damaged/optimizer_0000000$s.bin; done
+    rm -f $D/damaged/complete_0000000[68]
+    code=0; $RUN -o $D/damaged -y 1 > $D/none_verify.txt 2>&1 || code=$?
+    [ $code -ne 0 ] && [ "$(grep -c 'error: -y 1: no checkpoint in .* verifies' $D/none_verify.txt)" = 2 ] \
+        || { cat $D/none_verify.txt; fail "no checkpoint verifies, yet exit $code, or not one line on each of 2 ranks"; }
+    echo "ok: $(grep -m1 'error: -y 1' $D/none_verify.txt | cut -c1-140), on both ranks"
+fi
 
 # a full disk while a checkpoint is written: a 150 MB tmpfs holds step 2's checkpoint (about 92 MB:
 # the model, the optimizer file, 2 state files) but not step 4's; the run ends with one line, step 2's
 # checkpoint verifies, and a resume from it (moved to a disk with room) ends as the unbroken run
-mkdir -p $D/full
-mount -t tmpfs -o size=150m tmpfs $D/full || { echo "FAIL: cannot mount a tmpfs (root is needed) for the full-disk case"; exit 1; }
-code=0; $RUN -o $D/full/run > $D/full.txt 2>&1 || code=$?
-cp -r $D/full/run $D/after_full
-umount $D/full
-[ $code -ne 0 ] && grep -q "error: writing .* failed (disk full?)" $D/full.txt \
-    || { tail -n 5 $D/full.txt; echo "FAIL: a full disk mid-checkpoint (exit $code)"; exit 1; }
-[ -f $D/after_full/complete_00000002 ] && [ ! -f $D/after_full/complete_00000004 ] || { ls $D/after_full; echo "FAIL: markers"; exit 1; }
-$RUN -o $D/after_full -y 1 > $D/after_full.txt 2>&1
-grep -q "resuming from step 2" $D/after_full.txt
-cmp $D/whole/model_00000008.bin $D/after_full/model_00000008.bin || { echo "FAIL: resumed after the full disk, final model differs"; exit 1; }
-echo "ok: the disk filled writing step 4: $(grep -m1 'error: writing' $D/full.txt | cut -c1-110); step 2 resumed, final model identical"
+if part full; then
+    mkdir -p $D/full
+    mount -t tmpfs -o size=150m tmpfs $D/full || fail "cannot mount a tmpfs (root is needed) for the full-disk case"
+    code=0; $RUN -o $D/full/run > $D/full.txt 2>&1 || code=$?
+    cp -r $D/full/run $D/after_full
+    umount $D/full
+    [ $code -ne 0 ] && grep -q "error: writing .* failed (disk full?)" $D/full.txt \
+        || { tail -n 5 $D/full.txt; fail "a full disk mid-checkpoint: exit $code, or no 'disk full?' line"; }
+    [ -f $D/after_full/complete_00000002 ] && [ ! -f $D/after_full/complete_00000004 ] || { ls $D/after_full; fail "markers after the full disk"; }
+    $RUN -o $D/after_full -y 1 > $D/after_full.txt 2>&1 || { tail -n 5 $D/after_full.txt; fail "resuming after the full disk"; }
+    from=$(sed -n 's/^resuming from step \([0-9]*\):.*/\1/p' $D/after_full.txt)
+    [ "$from" = 2 ] || fail "after the full disk: resumed from step ${from:-0 (none)}, not 2"
+    cmp $D/whole/model_00000008.bin $D/after_full/model_00000008.bin || fail "resumed after the full disk, the final model differs"
+    echo "ok: the disk filled writing step 4: $(grep -m1 'error: writing' $D/full.txt | cut -c1-110); step 2 resumed, final model identical"
+fi
