@@ -14,8 +14,16 @@ but the block's output), every rank holds at least one layer, and a dropped tens
 as scratch (activations_transient), not as kept activations; so every rank's kept bytes shrink at
 every step up in -r, whatever the layout (pipeline stages, sets in flight, cp, tp, sp).
 tests/test_recompute.sh uses first_step_activations and assert_shrinking too.
+
+The "measured" bytes a log row holds are the model's ledger (gpt2.h: model->memory, summed by
+allocate_buffers from the same buffer lists -plan sums): they prove the levels differ as the ledger
+says, not that the process holds less. peak_rss_bytes measures that apart: the kernel's count of
+the pages a run touched (tests/test_recompute.sh compares its drop from -r 0 with recompute.h's
+formula, computed in the test).
 """
 import json
+import os
+import subprocess
 import sys
 
 
@@ -35,6 +43,16 @@ def assert_shrinking(label, levels, paths):
         for rank, (x0, x1) in enumerate(zip(a0, a1)):
             assert x1 < x0, f"{label}: rank {rank} keeps {x1} bytes of activations at -r {r1}, not fewer than {x0} at -r {r0}"
     return acts
+
+
+def peak_rss_bytes(argv):
+    """Runs argv (output discarded) and returns its peak resident memory in bytes: ru_maxrss of the
+    child as wait4 reports it (Linux: kB), the kernel's count of the pages the process touched, which
+    no line of the trainer computes. A nonzero exit fails."""
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"{' '.join(argv)}: exit {os.waitstatus_to_exitcode(status)}"
+    return usage.ru_maxrss * 1024
 
 
 def main(argv):

@@ -37,8 +37,12 @@ int main(int argc, char** argv) {
             int dp = world / (tp * pp);
             EXPECT(g.dp == dp);
             EXPECT(rank == (g.pp_rank * dp + g.dp_rank) * tp + g.tp_rank);  // docs/design.md's order
-            EXPECT(c.tp.size == tp && c.dp.size == dp && c.pp.size == pp);
-            EXPECT(c.tp.rank == g.tp_rank && c.dp.rank == g.dp_rank && c.pp.rank == g.pp_rank);
+            EXPECT(c.tp.size == tp);  // one EXPECT a group, so a failure names the group
+            EXPECT(c.dp.size == dp);
+            EXPECT(c.pp.size == pp);
+            EXPECT(c.tp.rank == g.tp_rank);
+            EXPECT(c.dp.rank == g.dp_rank);
+            EXPECT(c.pp.rank == g.pp_rank);
             // group membership: the sum of world ranks over each group, computed from the formula
             double sum_tp = rank, sum_dp = rank, sum_pp = rank;
             comm_all_reduce_scalars(&c.tp, &sum_tp, 1);
@@ -48,7 +52,9 @@ int main(int argc, char** argv) {
             for (int t = 0; t < tp; t++) want_tp += (g.pp_rank * dp + g.dp_rank) * tp + t;
             for (int d = 0; d < dp; d++) want_dp += (g.pp_rank * dp + d) * tp + g.tp_rank;
             for (int p = 0; p < pp; p++) want_pp += (p * dp + g.dp_rank) * tp + g.tp_rank;
-            EXPECT(sum_tp == want_tp && sum_dp == want_dp && sum_pp == want_pp);
+            EXPECT(sum_tp == want_tp);
+            EXPECT(sum_dp == want_dp);
+            EXPECT(sum_pp == want_pp);
             // the embedding group: the first and last stage of this rank's pipeline, none between
             bool end_stage = g.pp_rank == 0 || g.pp_rank == pp - 1;
             EXPECT(c.embedding.size == (end_stage ? (pp == 1 ? 1 : 2) : 0));

@@ -21,17 +21,17 @@ waits() {  # waits NAME BOUND NP FLAGS...: prints each rank's waits a step; fail
     local name=$1 bound=$2 np=$3; shift 3
     for n in 1 3; do
         CUDA_EMU_WAIT_REPORT=$D/$name.$n.jsonl timeout 300 mpirun -np $np ./train_gpt_emu $FLAGS "$@" -x $n > $D/$name.$n.txt 2>&1 \
-            || { tail -n 5 $D/$name.$n.txt; exit 1; }
+            || { tail -n 5 $D/$name.$n.txt; echo "FAIL: $name: the $n-step run failed"; exit 1; }
     done
     $PYTHON - $D/$name "$name" $bound $np <<'PY'
 import json, sys
 path, name, bound, np = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 runs = [{r["rank"]: r["host_waits"] for r in map(json.loads, open(f"{path}.{n}.jsonl"))} for n in (1, 3)]
-assert sorted(runs[0]) == sorted(runs[1]) == list(range(np)), f"{name}: ranks reported {runs}"
+assert sorted(runs[0]) == sorted(runs[1]) == list(range(np)), f"FAIL: {name}: ranks reported {runs}"
 per_step = [(runs[1][r] - runs[0][r]) / 2 for r in range(np)]
 print(f"{name}: host waits a step, by rank: {per_step}")
-assert all(w >= 1 for w in per_step), f"{name}: no wait counted: the norm's wait at least should be"
-assert bound == 0 or all(w <= bound for w in per_step), f"{name}: more than {bound} host waits a step"
+assert all(w >= 1 for w in per_step), f"FAIL: {name}: no wait counted: the norm's wait at least should be"
+assert bound == 0 or all(w <= bound for w in per_step), f"FAIL: {name}: more than {bound} host waits a step: {per_step}"
 PY
 }
 waits one_rank_accum2 2 1 -d 128

@@ -6,7 +6,8 @@ tests/test_tp.cpp: tensor parallelism's pieces (tp.h) under mpirun, every rank o
     fused op on the gathered logits: every row's loss, and each rank's gradient columns.
     Padded columns (>= V) fall in the last rank's range and targets fall in every rank's;
   - an MLP pair cut as Megatron cuts it: fc column-parallel (its bias cut with it), fcproj
-    row-parallel with g after it and its bias added once; forward output, input gradient
+    row-parallel with g after it and its bias added once (tp_bias_before_g, tp_bias_after_g, as
+    block_forward calls them); forward output, input gradient
     (through f) and every weight and bias gradient shard equal the unsharded layer's;
   - the same pair under sequence parallelism (-sp): each rank holds N/tp of the tokens, f
     all-gathers them and g reduce-scatters; each rank's output and input-gradient rows equal the
@@ -105,9 +106,11 @@ static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_paralle
     tp_f_forward(group, x_r.data(), x_whole.data(), x_r.size());  // the identity (a copy), or -sp's all-gather
     matmul_forward(h_r.data(), x_whole.data(), fcw_r.data(), fcb_r.data(), N, C, Hr);
     gelu_forward(a_r.data(), h_r.data(), h_r.size());
-    matmul_forward(y_whole.data(), a_r.data(), projw_r.data(), NULL, N, Hr, C);
+    // the bias as block_forward adds it: through tp.h's two calls, which must add it once, to g's sum
+    // (added by every rank before g, the sum would hold it tp times)
+    matmul_forward(y_whole.data(), a_r.data(), projw_r.data(), tp_bias_before_g(group, projb.data()), N, Hr, C);
     tp_g_forward(group, y_whole.data(), y_r.data(), y_r.size());
-    bias_forward(y_r.data(), projb.data(), Nh, C);  // once, after the sum
+    tp_bias_after_g(group, y_r.data(), projb.data(), Nh, C);
     tp_g_backward(group, dy_r.data(), dy_whole.data(), dy_r.size());
     matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy_whole.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
     gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());

@@ -49,7 +49,7 @@ d = sys.argv[1]
 logits = lambda f: json.loads(open(f).readline())["measured"][0]["memory"]["logits"]
 one, four = logits(f"{d}/single.jsonl"), logits(f"{d}/tp4-dp1-z0.jsonl")
 print(f"logits per rank: tp 1 {one} bytes, tp 4 {four} bytes = {four / one:.3f} of tp 1")
-assert four * 4 == one
+assert four * 4 == one, f"FAIL: logits per rank at tp 4: {four} bytes, not 1/4 of tp 1's {one}"
 PY
 
 # mixed precision at tp 2: each bar ~10x the max |diff| measured by the same command with --tol 1
