@@ -52,9 +52,10 @@ one line saying which file and why, down to the newest that does (none: one line
 #include "comm.h"        // defines: ProcessGrid
 #include "zero.h"        // defines: Zero, zero_optimizer_state
 #include "loss_scale.h"  // defines: LossScaler
+#include "outlier.h"     // defines: OutlierWindows
 
 #define STATE_MAGIC 20241122
-#define STATE_VERSION 4  // 4: the layers a rank holds (layers_held)
+#define STATE_VERSION 5  // 4: the layers a rank holds (layers_held); 5: the outlier windows (-sl, -sg)
 #define OPTIMIZER_MAGIC 20241123
 
 struct TrainingState {
@@ -65,6 +66,7 @@ struct TrainingState {
     int epoch, shard_index;
     size_t sample_index;   // the data loader's position
     uint64_t sample_rng;
+    OutlierWindows outliers;  // -sl, -sg: the last steps' losses and norms (outlier.h)
 };
 
 struct StateHeader {
@@ -73,6 +75,7 @@ struct StateHeader {
     float scaler_scale;
     uint64_t shard_elements, sample_index, sample_rng;
     uint64_t layers_held;  // which of the model's layers the rank holds (-pl, -vp move them at the same sizes)
+    OutlierWindows outliers;
 };
 
 inline void checkpoint_model_path(char* out, size_t size, const char* dir, int step) {
@@ -92,7 +95,7 @@ inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const T
     StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage,
                      (int)sizeof(floatX), opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch,
                      s->shard_index, s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements,
-                     s->sample_index, s->sample_rng, layers_held};
+                     s->sample_index, s->sample_rng, layers_held, s->outliers};
     WholeFile w = whole_file_open(path, "checkpoint state");
     whole_file_write(&w, &h, sizeof(h));
     std::vector<float> host(opt.elements);
@@ -144,6 +147,7 @@ inline void take_run_state(const StateHeader& h, TrainingState* s) {
     s->sample_rng = h.sample_rng;
     s->micro_batch_tokens = h.micro_batch_tokens;
     s->step_tokens = h.step_tokens;
+    s->outliers = h.outliers;
 }
 
 // whether this rank's state file of `step` was written by this very layout (then it resumes
@@ -344,10 +348,11 @@ inline int checkpoint_resume_step(const char* dir, int rank) {
     return result[0];
 }
 
-// -nk: all but the newest `keep` checkpoints go, each marker first (rank 0)
-inline void checkpoint_prune(const char* dir, int keep) {
+// -nk: all but the newest `keep` checkpoints go, each marker first (rank 0), but for -nm's major ones
+inline void checkpoint_prune(const char* dir, int keep, int major_every) {
     std::vector<int> steps = steps_named(dir, "complete_", "");
     for (size_t k = 0; keep > 0 && k + keep < steps.size(); k++) {
+        if (major_every > 0 && steps[k] % major_every == 0) continue;  // -nm: a major checkpoint stays (llm.c)
         char path[4096];
         marker_path(path, sizeof(path), dir, steps[k]);
         unlink(path);

@@ -23,7 +23,8 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 */
 #pragma once
 // defines: GPT2Config, ModelLayout, LayerRange, whole_model_layout, stage_layout, model_layout, is_first_stage,
-//          is_last_stage, layout_layers, model_layer, gpt2_config_for_depth, MODEL_MAGIC, MODEL_VERSION_FP32,
+//          is_last_stage, layout_layers, model_layer, gpt2_config_for_depth, gpt3_config_for_channels,
+//          gpt2_config_for_descriptor, MODEL_MAGIC, MODEL_VERSION_FP32,
 //          MODEL_VERSION_BF16, GPT2_EOT, ParameterIndex, parameter_names, parameter_is_matrix, parameter_partition,
 //          TensorShape, shape_elements, parameter_count, parameter_shapes, whole_parameter_count, unit_of, slice_of,
 //          tensor_of, gpt2_units, EmbeddingParameters, LayerParameters, FinalNormParameters, embedding_parameters,
@@ -35,6 +36,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          activation_buffer_list, staging_for_step, gpt2_allocate_activations, gpt2_grad_norm_squared,
 //          sum_layernorm_gradients, gpt2_free
 #include <stddef.h>   // defines: size_t
+#include <string.h>   // defines: strspn, strncmp, strlen
 #include <algorithm>  // defines: std::max
 #include <string>     // defines: std::string
 #include <vector>     // defines: std::vector
@@ -114,14 +116,41 @@ inline int model_layer(const ModelLayout& lay, int l) {
     return -1;
 }
 
-// GPT-2 of depth N as llm.c names them: d12, d24, d36, d48 are 124M, 350M, 774M, 1558M
+// GPT-2 of depth N as llm.c names them (llm.c's gpt2_set_hyperparameters): d12, d24, d36, d48 are
+// 124M, 350M, 774M, 1558M; d6, d60, d72, d84 llm.c's unofficial 30M, 2.7B, 7.3B, 12.2B. Other depths,
+// which llm.c refuses: C = 64 N, NH = N (head size 64)
 inline GPT2Config gpt2_config_for_depth(int depth) {
     GPT2Config c = {1024, 50257, 50304, depth, depth, 64 * depth};
-    if (depth == 12) { c.channels = 768; c.num_heads = 12; }
-    else if (depth == 24) { c.channels = 1024; c.num_heads = 16; }
-    else if (depth == 36) { c.channels = 1280; c.num_heads = 20; }
-    else if (depth == 48) { c.channels = 1600; c.num_heads = 25; }
+    static const int table[][3] = {{6, 384, 6},    {12, 768, 12},  {24, 1024, 16}, {36, 1280, 20},
+                                   {48, 1600, 25}, {60, 1920, 30}, {72, 2880, 30}, {84, 3456, 36}};
+    for (const auto& row : table)
+        if (row[0] == depth) { c.channels = row[1]; c.num_heads = row[2]; }
     return c;
+}
+// GPT-3 by its channels, as llm.c names them (llm.c's gpt3_set_hyperparameters; gpt3:c768 is GPT-3 Small, 125M):
+// depth and head size from the GPT-3 paper's table 2.1, T up to 2048, dense attention in every layer
+// (GPT-3 alternates dense and banded). 0 layers: no such GPT-3
+inline GPT2Config gpt3_config_for_channels(int channels) {
+    static const int table[][3] = {{384, 6, 64},    {768, 12, 64},   {1024, 24, 64}, {1536, 24, 96}, {2048, 24, 128},
+                                   {2560, 32, 80}, {4096, 32, 128}, {5140, 40, 128}, {12288, 96, 128}};
+    for (const auto& row : table)
+        if (row[0] == channels) return GPT2Config{2048, 50257, 50304, row[1], channels / row[2], channels};
+    return GPT2Config{2048, 50257, 50304, 0, 0, channels};
+}
+// -e as llm.c reads a model descriptor: dN or gpt2:dN, gpt3:cC. "" when `init` is a descriptor (*c
+// set), else why not: "file" for a name that is no descriptor (a model file), or the problem
+inline std::string gpt2_config_for_descriptor(const char* init, GPT2Config* c) {
+    auto number = [](const char* s) { return s[0] != '\0' && strspn(s, "0123456789") == strlen(s) && strlen(s) < 9; };
+    const char* depth = strncmp(init, "gpt2:d", 6) == 0 ? init + 6 : init[0] == 'd' ? init + 1 : NULL;
+    if (depth && number(depth)) { *c = gpt2_config_for_depth(atoi(depth)); return ""; }
+    if (strncmp(init, "gpt2:", 5) == 0) return "-e gpt2:dN expects a depth N, e.g. gpt2:d12";
+    if (strncmp(init, "gpt3:", 5) != 0) return "file";
+    if (strncmp(init, "gpt3:c", 6) != 0 || !number(init + 6)) return "-e gpt3:cC expects channels C, e.g. gpt3:c768";
+    *c = gpt3_config_for_channels(atoi(init + 6));
+    if (c->num_layers == 0)
+        return "-e " + std::string(init) + ": GPT-3's channels are 384, 768, 1024, 1536, 2048, 2560, 4096, 5140 "
+                                           "or 12288";
+    return "";
 }
 
 // ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ another it re-shards the optimizer file. The model it reads and writes is gpt2.h
 */
 #pragma once
 // defines: reorder_part, layers_held, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
-//          init_model_values, is_depth_init, gather_in_file_order, gpt2_write_file, find_resume_step,
+//          init_model_values, gather_in_file_order, gpt2_write_file, find_resume_step,
 //          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_build
 #include <stdio.h>      // defines: fopen, fread
 #include <sys/stat.h>   // defines: stat
@@ -151,9 +151,6 @@ inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
     return values;
 }
 
-inline bool is_depth_init(const char* init) {  // "dN": GPT-2 of depth N from scratch
-    return init[0] == 'd' && init[1] != '\0' && strspn(init + 1, "0123456789") == strlen(init + 1);
-}
 
 // rank 0: every rank's `mine`, which add_to_part(grid of that rank, its part's units, mine,
 // part values) writes into the unit-order values of that rank's part (all of them, or the
@@ -269,7 +266,7 @@ inline void read_optimizer_file(GPT2* model, const char* dir, int step) {
 
 // the model file of step `done`, and with -n the ranks' state files and the optimizer file; a collective
 inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const LossScaler& scaler,
-                             const DataLoader& loader, const Rng& sample_rng) {
+                             const DataLoader& loader, const Rng& sample_rng, const OutlierWindows& outliers) {
     char path[4096];
     checkpoint_model_path(path, sizeof(path), tc.output_dir, done);
     watchdog_progress("writing a checkpoint", nullptr);
@@ -277,7 +274,7 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
     if (tc.checkpoint_every > 0) {
         const ProcessGrid& g = model->comm->grid;
         TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
-                               loader.shard_index, loader.sample_index, sample_rng.state};
+                               loader.shard_index, loader.sample_index, sample_rng.state, outliers};
         FileDigest optimizer_file = write_optimizer_file(model, tc.output_dir, done);
         FileDigest state_file =
             checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
@@ -287,7 +284,7 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
         if (g.rank == 0) {  // every rank's files are complete: now it counts
             checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file),
                                     file_check(optimizer_file), states);
-            checkpoint_prune(tc.output_dir, tc.keep_checkpoints);
+            checkpoint_prune(tc.output_dir, tc.keep_checkpoints, tc.major_checkpoint_every);
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }
@@ -298,7 +295,7 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
 // -y 1: under the layout that wrote the checkpoint, from this rank's state file (bit for bit);
 // under another, from the optimizer file and rank 0's run state (checkpoint.h)
 inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScaler* scaler, DataLoader* loader,
-                         Rng* sample_rng) {
+                         Rng* sample_rng, OutlierWindows* outliers) {
     TrainingState state = {};
     state.scaler = *scaler;
     const ProcessGrid& g = model->comm->grid;
@@ -321,6 +318,7 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
     *scaler = state.scaler;
     dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);
     sample_rng->state = state.sample_rng;
+    *outliers = state.outliers;
 }
 
 // ---------------------------------------------------------------- the model built from a file or from scratch
@@ -333,8 +331,9 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     *model = GPT2{};
     GPT2Config c;
     float* file_values = NULL;
-    if (is_depth_init(init)) {
-        c = gpt2_config_for_depth(atoi(init + 1));
+    std::string descriptor = gpt2_config_for_descriptor(init, &c);  // dN, gpt2:dN, gpt3:cC: from scratch
+    if (descriptor != "" && descriptor != "file") comm_fail_all("%s", descriptor.c_str());
+    if (descriptor == "") {
         gpt2_validate_config(c, "-e");
         if (allocate) file_values = init_model_values(c, seed);
     } else if (allocate) {

@@ -7,7 +7,8 @@ world (the batch against dp, -pp against the layers) is checked in train_gpt.cu,
 every rank alike (check_batch_flags, gpt2_build).
 */
 #pragma once
-// defines: TrainConfig, OptionKind, Option, OPTION_FIELD, option_table, option_value, print_usage, parse_args
+// defines: TrainConfig, OptionKind, Option, OPTION_FIELD, option_table, option_value, print_usage, llmc_launch_flag,
+//          is_help, parse_args
 #include <stdio.h>   // defines: printf, snprintf
 #include <stdlib.h>  // defines: strtoll, strtod
 #include <errno.h>   // defines: errno, ERANGE
@@ -28,8 +29,10 @@ struct TrainConfig {
     float lr = 3e-4f;
     int warmup = 0;
     float final_fraction = 1.0f;
+    const char* lr_schedule = "cosine";  // -k: cosine | linear | constant | wsd (lr_schedule.h)
     float weight_decay = 0.0f;
     float grad_clip = 1.0f;
+    float skip_loss_z = 0.0f, skip_norm_z = 0.0f;  // -sl, -sg: skip an outlier step's update (outlier.h; 0: off)
     int max_steps = -1;           // -1: one epoch of the training data
     int val_every = 20, val_batches = 20;
     int sample_every = 20, gen_tokens = 64;
@@ -37,8 +40,14 @@ struct TrainConfig {
     const char* tokenizer_path = "data/gpt2_tokenizer.bin";
     int checkpoint_every = 0;
     int keep_checkpoints = 0;
+    int major_checkpoint_every = 0;  // -nm: every N-th step's checkpoint is kept whatever -nk says
     int resume = 0;
     int shuffle = 1;
+    int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (accepted; llmc.h says what runs)
+    int tf32 = 0;                    // -f: llm.c's TF32 switch (accepted; llmc.h)
+    int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (-w 0 refused: llmc.h)
+    int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
+    int overfit_single_batch = 0;    // -a 1: every step trains on the first batch (llm.c's debugging aid)
     int seed = 1337;
     int recompute = 0;
     const char* loss_scale = "default";  // dynamic | off | VALUE; default: dynamic for FP16
@@ -73,7 +82,9 @@ struct Option { const char* flag; OptionKind kind; size_t offset; const char* he
 // every flag: -h prints this table, parse_args reads it
 static const Option option_table[] = {
     {"-e", OPT_STRING, OPTION_FIELD(init),
-     "init: llm.c model file (.bin, fp32 v3 or bf16 v5) or dN = GPT-2 of depth N from scratch (d12 = 124M)"},
+     "init: llm.c model file (.bin, fp32 v3 or bf16 v5), or from scratch as llm.c names models: dN or gpt2:dN = "
+     "GPT-2 of depth N (d12 124M, d24 350M, d36 774M, d48 1558M; d6 d60 d72 d84 llm.c's; other N: C = 64N), "
+     "gpt3:cC = GPT-3 of C channels (gpt3:c768 = 125M, T up to 2048)"},
     {"-i", OPT_STRING, OPTION_FIELD(train_pattern), "train token shards, glob pattern"},
     {"-j", OPT_STRING, OPTION_FIELD(val_pattern), "validation token shards, glob pattern"},
     {"-o", OPT_STRING, OPTION_FIELD(output_dir),
@@ -86,12 +97,23 @@ static const Option option_table[] = {
     {"-l", OPT_FLOAT, OPTION_FIELD(lr), "peak learning rate", 0, 10},
     {"-u", OPT_INT, OPTION_FIELD(warmup), "linear warmup steps", 0, INT_MAX},
     {"-q", OPT_FLOAT, OPTION_FIELD(final_fraction),
-     "final learning rate as a fraction of -l (cosine decay; 1 = constant)", 0, 1},
+     "final learning rate as a fraction of -l, reached at the last step (1: no decay)", 0, 1},
+    {"-k", OPT_STRING, OPTION_FIELD(lr_schedule),
+     "learning-rate schedule after the warmup: cosine, linear (to -q), constant (no warmup either) or wsd (constant, "
+     "then 1 - sqrt decay to -q over the last 20% of the steps) (lr_schedule.h)"},
     {"-c", OPT_FLOAT, OPTION_FIELD(weight_decay), "AdamW weight decay (2-D tensors only)", 0, 10},
     {"-gc", OPT_FLOAT, OPTION_FIELD(grad_clip), "clip the global gradient norm to this (0: off)", 0, 1e9},
+    {"-sl", OPT_FLOAT, OPTION_FIELD(skip_loss_z),
+     "skip the update of a step whose loss has a z-score above this over the last 128 steps (outlier.h; 0: off)", 0,
+     1e9},
+    {"-sg", OPT_FLOAT, OPTION_FIELD(skip_norm_z),
+     "skip the update of a step whose gradient norm has a z-score above this over the last 128 steps (0: off)", 0,
+     1e9},
     {"-x", OPT_INT, OPTION_FIELD(max_steps), "optimizer steps (-1: one epoch of the training shards)", -1, INT_MAX},
     {"-v", OPT_INT, OPTION_FIELD(val_every), "validate every N steps (0: off)", 0, INT_MAX},
     {"-m", OPT_INT, OPTION_FIELD(val_batches), "validation micro-batches", 1, INT_MAX},
+    {"-h", OPT_INT, OPTION_FIELD(hellaswag),
+     "1: HellaSwag's accuracy with each validation, llm.c's -h (not built yet: refused); -h alone: this help", 0, 1},
     {"-s", OPT_INT, OPTION_FIELD(sample_every), "sample every N steps (0: off)", 0, INT_MAX},
     {"-g", OPT_INT, OPTION_FIELD(gen_tokens), "tokens to generate per sample", 1, 1 << 20},
     {"-temp", OPT_FLOAT, OPTION_FIELD(temperature), "sampling temperature", 1e-6, 1e6},
@@ -100,9 +122,21 @@ static const Option option_table[] = {
      "write a checkpoint (model + per-rank state) into -o every N steps (0: off)", 0, INT_MAX},
     {"-nk", OPT_INT, OPTION_FIELD(keep_checkpoints),
      "keep the newest N checkpoints in -o, delete older ones (0: keep all)", 0, INT_MAX},
+    {"-nm", OPT_INT, OPTION_FIELD(major_checkpoint_every),
+     "every N steps a major checkpoint, which -nk never deletes (0: none)", 0, INT_MAX},
     {"-y", OPT_INT, OPTION_FIELD(resume), "1: resume from the newest checkpoint in -o (bit-exact continuation)", 0, 1},
     {"-shuffle", OPT_INT, OPTION_FIELD(shuffle),
      "1: seeded shuffle of shards and samples; 0: llm.c's sequential order", 0, 1},
+    {"-a", OPT_INT, OPTION_FIELD(overfit_single_batch),
+     "1: overfit a single batch: every step trains on the step-1 batch again (debugging)", 0, 1},
+    {"-ge", OPT_INT, OPTION_FIELD(gelu_fusion),
+     "llm.c's GELU fusion into cuBLASLt's epilogue (0 none, 1 forward, 2 both): accepted; GELU runs in its own "
+     "kernel here whatever it says (the same values), and the CPU build has no cuBLASLt", 0, 2},
+    {"-f", OPT_INT, OPTION_FIELD(tf32),
+     "llm.c's TF32 switch: accepted; the fp32 CUDA build's GEMMs stay true fp32 (checked against float64), the "
+     "16-bit builds use bf16/fp16 tensor cores, the CPU build sgemm", 0, 1},
+    {"-w", OPT_INT, OPTION_FIELD(master_weights),
+     "llm.c's fp32 master weights in 16-bit builds: 1 (always here); -w 0 is refused, not built yet", 0, 1},
     {"-seed", OPT_INT, OPTION_FIELD(seed),
      "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
     {"-r", OPT_INT, OPTION_FIELD(recompute),
@@ -159,13 +193,34 @@ inline void print_usage(const TrainConfig& defaults) {
         else snprintf(def, sizeof(def), "%s", *(const char**)value ? *(const char**)value : "none");
         printf("  %-9s %s (default %s)\n", o.flag, o.help, def);
     }
-    printf("  %-9s this help\n", "-h");
+}
+
+// llm.c's flags for starting ranks without mpirun (its -pn -pr -pg -pm -pi -pf): mpirun or srun start
+// the ranks here, so each is refused, saying so; "" for a flag that is none of them
+inline const char* llmc_launch_flag(const char* flag) {
+    static const char* flags[][2] = {{"-pn", "number of processes"}, {"-pr", "process rank"},
+                                     {"-pg", "GPUs per node"},       {"-pm", "NCCL init method"},
+                                     {"-pi", "NCCL init method"},    {"-pf", "file-system path of its NCCL init"}};
+    for (const auto& f : flags)
+        if (strcmp(flag, f[0]) == 0) return f[1];
+    return "";
+}
+
+// -h alone is help; -h N (an integer after it) is llm.c's HellaSwag switch
+inline bool is_help(int a, int argc, char** argv) {
+    if (strcmp(argv[a], "--help") == 0) return true;
+    if (strcmp(argv[a], "-h") != 0) return false;
+    char* end = NULL;
+    return a + 1 >= argc || (strtol(argv[a + 1], &end, 10), *argv[a + 1] == '\0' || *end != '\0');
 }
 
 // returns false when -h was given
 inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) return false;
+        if (is_help(a, argc, argv)) return false;
+        if (*llmc_launch_flag(argv[a]))
+            fail("flag %s is llm.c's %s for starting ranks without mpirun: here mpirun or srun starts them "
+                 "(mpirun -np 8 ./train_gpt); drop it", argv[a], llmc_launch_flag(argv[a]));
         const Option* opt = NULL;
         for (const Option& o : option_table) if (strcmp(argv[a], o.flag) == 0) opt = &o;
         if (!opt) fail("unknown flag '%s' (see -h)", argv[a]);
@@ -175,7 +230,10 @@ inline bool parse_args(TrainConfig* tc, int argc, char** argv) {
         if (opt->kind == OPT_INT) {
             errno = 0;
             long long x = strtoll(v, &end, 10);
-            if (*v == '\0' || *end != '\0') fail("flag %s expects an integer, got '%s'", opt->flag, v);
+            if (*v == '\0' || *end != '\0')
+                fail("flag %s expects an integer, got '%s'%s", opt->flag, v,
+                     strcmp(opt->flag, "-pp") == 0 ? " (here: pipeline stages; llm.c's -pp, the file-system path of "
+                                                     "its NCCL init, is not needed under mpirun)" : "");
             if (errno == ERANGE || x < opt->min || x > opt->max)
                 fail("flag %s must be an integer in [%.0f, %.0f], got %s", opt->flag, opt->min, opt->max, v);
             *(int*)option_value(tc, *opt) = (int)x;

@@ -81,7 +81,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "loss_scale.h"            // defines: LossScaler, loss_scaler_init, loss_scaler_update
 #include "staging.h"               // defines: HostStaging, staging_upload, staging_download_floats, staging_pending_sum
 #include "recompute.h"             // defines: recompute_keeps, layer_activation_bytes
-#include "lr_schedule.h"           // defines: learning_rate_at
+#include "lr_schedule.h"           // defines: learning_rate_at, lr_schedule_from_name
 #include "random.h"                // defines: Rng, rng_normal, rng_uniform, random_u32
 #include "dataloader.h"            // defines: DataLoader, dataloader_init, dataloader_next_batch
 #include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, decode_append, json_escape_utf8
@@ -96,6 +96,8 @@ pipeline_stage, train_step, train_loop, main.
 #include "gpt2.h"                  // defines: GPT2, ModelLayout, ActivationTensors, gpt2_allocate_activations, ...
 #include "model_file.h"            // defines: read_model_file, init_model_values, reorder_part, write_checkpoint, ...
 #include "accounting.h"  // defines: gpt2_plan, print_plans, measured_accounting_json, bubble_json, check_memory
+#include "outlier.h"     // defines: OutlierWindows, outlier_step
+#include "llmc.h"        // defines: MainLog, main_log_open, main_log_line, main_log_done, check_llmc_flags
 
 // ----------------------------------------------------------------------------
 // a block: forward and backward
@@ -488,7 +490,14 @@ inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T_local
 // ----------------------------------------------------------------------------
 // training step, validation, sampling
 
-struct StepResult { double loss, norm; float lr, scale; bool skipped; ScheduleTiming timing; };
+struct StepResult {
+    double loss, norm;
+    float lr, scale;
+    bool skipped;            // no update: non-finite gradients (the loss scaler) or an outlier (-sl, -sg)
+    ScheduleTiming timing;
+    bool outlier;            // skipped as an outlier
+    double z_loss, z_norm;   // their z-scores over the last 128 steps (outlier.h; NaN until 128 steps)
+};
 
 // the step's micro-batches: every stage reads the same ones, its DP rank's slice of each, in order
 // (-cp: the rank's T/cp tokens of each sequence), into `tokens` (inputs, targets), which they point into
@@ -509,8 +518,8 @@ inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loade
 // without a pipeline: forward, loss and backward of each in turn) on this rank's slice of
 // the batch, then the gradient reductions (zero.h; the tied embedding's two copies), the
 // finite check, unscaling, clipping and AdamW. `step` counts from 0.
-inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, const TrainConfig& tc,
-                             int grad_accum, int step, int max_steps) {
+inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler, OutlierWindows* outliers,
+                             const TrainConfig& tc, int grad_accum, int step, int max_steps) {
     int B = tc.B, T = tc.T, T_local = T / model->layout.cp, dp = model->comm->grid.dp;
     staging_for_step(model, grad_accum, B, T_local);
     double tokens_per_step = (double)B * T * grad_accum * dp;
@@ -529,7 +538,8 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage
     sum_layernorm_gradients(model);  // -sp: each TP rank's tokens
-    r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction);
+    int lr_kind = lr_schedule_from_name(tc.lr_schedule);
+    r.lr = learning_rate_at(step, tc.lr, tc.warmup, max_steps, tc.final_fraction, lr_kind);
     double norm_squared = gpt2_grad_norm_squared(model);  // the step's wait: the host decides on it
     r.norm = sqrt(norm_squared) / scaler->scale;  // unscaled before clipping
     double loss_sum = staging_pending_sum(&model->staging);  // landed by now: the last stage's token losses
@@ -541,6 +551,9 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
         r.skipped = true;
         return r;
     }
+    r.outlier = outlier_step(outliers, r.loss, r.norm, tc.skip_loss_z, tc.skip_norm_z, &r.z_loss, &r.z_norm);
+    r.skipped = r.outlier;
+    if (r.outlier) return r;  // -sl, -sg: llm.c's guard
     float clip_scale = (tc.grad_clip > 0.0f && r.norm > tc.grad_clip) ? (float)(tc.grad_clip / r.norm) : 1.0f;
     int t = ++model->adam_steps;
     uint64_t rounding_seed = random_u32((uint64_t)tc.seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
@@ -630,6 +643,7 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
                  "\"mfu\": %s", step, r.loss, r.lr, norm, ms, tokens / (ms / 1000.0), utilization);
     if (scaling) fprintf(log, ", \"scale\": %.9g", r.scale);
     if (r.skipped) fprintf(log, ", \"skipped\": true");
+    if (r.outlier) fprintf(log, ", \"outlier\": true");
     if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
     if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
     fprintf(log, "%s%s}\n", bubble.c_str(), accounting.c_str());
@@ -643,7 +657,9 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 // accumulation steps per optimizer step
 inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
     int schedule = schedule_kind_from_name(tc->schedule);
-    if (schedule < 0) comm_fail_all("-ps expects 1f1b, gpipe, zb or interleaved, got '%s'", tc->schedule);
+    if (schedule < 0)
+        comm_fail_all("-ps expects 1f1b, gpipe, zb or interleaved, got '%s' (llm.c's -ps, the server IP of its TCP "
+                      "init, is not needed under mpirun)", tc->schedule);
     if (tc->chunks > 1 && (schedule != SCHEDULE_INTERLEAVED || grid.pp == 1))
         comm_fail_all("-vp %d: model chunks are for -ps interleaved with -pp > 1", tc->chunks);
     if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
@@ -710,8 +726,10 @@ inline void print_step(int done, int max_steps, const StepResult& r, double ms, 
     if (mfu >= 0.0) printf(" | MFU %.1f%%", 100.0 * mfu);
     printf(" | %.0f s elapsed, ETA %.0f s", elapsed, eta);
     if (scaling) printf(" | scale %g", r.scale);
-    printf("%s\n", r.skipped ? " | skipped: non-finite gradients" : "");
-    if (r.skipped && !scaling) fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
+    if (r.outlier) printf(" | skipped: an outlier, loss z %.2f, norm z %.2f", r.z_loss, r.z_norm);
+    printf("%s\n", r.skipped && !r.outlier ? " | skipped: non-finite gradients" : "");
+    if (r.skipped && !r.outlier && !scaling)
+        fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
 }
 
 // `n` sampled tokens as text (ids when there is no decoder); a collective
@@ -766,10 +784,12 @@ struct Run {
     bool validate;
     int grad_accum, max_steps, resume_step;
     LossScaler scaler;
+    OutlierWindows outliers;  // -sl, -sg: the last 128 steps' losses and norms (outlier.h)
     Rng sample_rng;    // the same on every rank: sampling is a collective
     Decoder decoder;
     bool can_decode;
     FILE* log;         // rank 0, with -log
+    MainLog main_log;  // rank 0, with -o: llm.c's main.log
     Trace trace;       // -trace
     double flops_per_token;  // mfu.h: the model's, 6 N + 6 L C T
     PeakFlops peak;          // mfu.h: every rank's peak FLOP/s summed (0: unknown)
@@ -840,7 +860,9 @@ inline void train_loop(Run* run) {
         CommLedger sent_before = comm_ledger(model);
         device_synchronize();
         auto start = std::chrono::steady_clock::now();
-        StepResult r = train_step(model, &run->train_loader, &run->scaler, tc, run->grad_accum, step, run->max_steps);
+        if (tc.overfit_single_batch) dataloader_reset(&run->train_loader);  // -a 1: the first batch again
+        StepResult r = train_step(model, &run->train_loader, &run->scaler, &run->outliers, tc, run->grad_accum, step,
+                                  run->max_steps);
         device_synchronize();
         double ms = ms_since(start);
         int done = step + 1;
@@ -853,6 +875,8 @@ inline void train_loop(Run* run) {
         bool validated = run->validate && (done % tc.val_every == 0 || last);
         double val_loss = validated ? gpt2_validate(model, &run->val_loader, tc.val_batches) : 0.0;
         if (validated && rank == 0) printf("val loss %.6f\n", val_loss);
+        main_log_line(run->main_log, "s:%d trl:%.4f lr:%.6f norm:%.2f", step, r.loss, r.lr, r.norm);
+        if (validated) main_log_line(run->main_log, "s:%d tel:%.4f", done, val_loss);
         bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
         std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
         if (sampled && rank == 0)
@@ -864,7 +888,7 @@ inline void train_loop(Run* run) {
         if (run->trace.on && (done - run->resume_step == tc.trace_steps || last))
             write_trace(model->comm, &run->trace, tc.trace_path);
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
-            write_checkpoint(model, tc, done, run->scaler, run->train_loader, run->sample_rng);
+            write_checkpoint(model, tc, done, run->scaler, run->train_loader, run->sample_rng, run->outliers);
     }
     watchdog_stop();
 }
@@ -901,9 +925,11 @@ inline void prepare_run(Run* run, Collectives* comm, bool use_nccl) {
     if (rank == 0) print_run_header(run->model, tc, use_nccl, run->grad_accum, run->max_steps, run->train_loader);
     measure_peak(run);
     if (rank == 0 && tc.log_path && !(run->log = fopen(tc.log_path, "a"))) fail("cannot open log file %s", tc.log_path);
+    run->main_log = main_log_open(tc.output_dir, rank, tc.resume != 0);
     run->sample_rng = Rng{(uint64_t)tc.seed + 0x5A5A};
     if (run->resume_step > 0)
-        resume_state(run->model, tc, run->resume_step, &run->scaler, &run->train_loader, &run->sample_rng);
+        resume_state(run->model, tc, run->resume_step, &run->scaler, &run->train_loader, &run->sample_rng,
+                     &run->outliers);
     run->can_decode = decoder_load(&run->decoder, tc.tokenizer_path);
     if (!run->can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
@@ -928,6 +954,7 @@ int main(int argc, char** argv) {
     Run run = {};
     run.tc = &tc;
     run.grad_accum = check_batch_flags(&tc, comm.grid);
+    check_llmc_flags(tc, rank);
     char resume_model[4096];
     run.resume_step = find_resume_step(&tc, resume_model, sizeof(resume_model), rank);
 
@@ -948,6 +975,7 @@ int main(int argc, char** argv) {
     build_model(&model, tc, &comm, run.grad_accum, true);
     prepare_run(&run, &comm, use_nccl);
     train_loop(&run);
+    main_log_done(run.main_log, tc.output_dir, run.max_steps);  // llm.c's DONE file: the run is over
     if (run.log) fclose(run.log);
     dataloader_free(&run.train_loader);
     if (run.validate) dataloader_free(&run.val_loader);
