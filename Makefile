@@ -99,7 +99,7 @@ train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 -x c++ $< -x none $(CPU_LIBS) -o $@
 
 # the GPT-2 tokenizer and data preparation (PCRE2); needs neither MPI nor CUDA
-tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h precision.h
+tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h precision.h hellaswag.h
 	$(CXX) -O2 -std=c++17 -Wall $< -lpcre2-8 -lz -pthread -o $@
 
 # GPT-2 weights between Hugging Face's safetensors and llm.c's model file (nlohmann-json)

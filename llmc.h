@@ -8,7 +8,7 @@ something else said in one line (check_llmc_flags), and what llm.c writes into i
     -o DIR/main.log       one line per event, rank 0, emptied when a run starts afresh (-y 0):
         s:S trl:LOSS lr:LR norm:NORM    after optimizer step S + 1 (S counts from 0, as llm.c's loop)
         s:S tel:LOSS                    the validation loss after S steps
-        s:S eval:ACCURACY               HellaSwag's accuracy after S steps
+        s:S eval:ACCURACY               HellaSwag's accuracy after S steps (-h 1)
     -o DIR/DONE_%08d      empty, written when the run has done all its steps: llm.c's scripts
                           loop `while [ ! -f $done_file ]` around a resumable run, and stop here
 
@@ -22,6 +22,7 @@ four decimals. Applied in train_gpt.cu: train_loop and main (check_llmc_flags, m
 #include <string>    // defines: std::string
 #include "base.h"         // defines: fail
 #include "comm.h"         // defines: comm_fail_all
+#include "hellaswag.h"    // defines: EVAL_ENDINGS
 #include "lr_schedule.h"  // defines: lr_schedule_from_name
 #include "options.h"      // defines: TrainConfig
 
@@ -29,7 +30,9 @@ four decimals. Applied in train_gpt.cu: train_loop and main (check_llmc_flags, m
 inline void check_llmc_flags(const TrainConfig& tc, int rank) {
     if (lr_schedule_from_name(tc.lr_schedule) < 0)
         comm_fail_all("-k expects cosine, linear, constant or wsd, got '%s'", tc.lr_schedule);
-    if (tc.hellaswag) comm_fail_all("-h 1: HellaSwag evaluation is not built yet; run without it (-h 0)");
+    if (tc.hellaswag && tc.B < EVAL_ENDINGS)
+        comm_fail_all("-h 1 needs -b >= %d: each example's endings are rows of one micro-batch (llm.c's rule too)",
+                      EVAL_ENDINGS);
     if (!tc.master_weights) comm_fail_all("-w 0: AdamW without the fp32 master weights is not built yet; use -w 1");
     if (rank == 0 && tc.gelu_fusion > 0)
         printf("note: -ge %d: GELU runs in its own kernel in this build (llm.c's -ge 0): the same values\n",

@@ -47,6 +47,7 @@ struct TrainConfig {
     int tf32 = 0;                    // -f: llm.c's TF32 switch (accepted; llmc.h)
     int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (-w 0 refused: llmc.h)
     int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
+    const char* hellaswag_path = "data/hellaswag_val.bin";  // -hf: llm.c's eval file (./tokenize hellaswag)
     int overfit_single_batch = 0;    // -a 1: every step trains on the first batch (llm.c's debugging aid)
     int seed = 1337;
     int recompute = 0;
@@ -113,7 +114,9 @@ static const Option option_table[] = {
     {"-v", OPT_INT, OPTION_FIELD(val_every), "validate every N steps (0: off)", 0, INT_MAX},
     {"-m", OPT_INT, OPTION_FIELD(val_batches), "validation micro-batches", 1, INT_MAX},
     {"-h", OPT_INT, OPTION_FIELD(hellaswag),
-     "1: HellaSwag's accuracy with each validation, llm.c's -h (not built yet: refused); -h alone: this help", 0, 1},
+     "1: HellaSwag's accuracy (completion style, llm.c's) with each validation (-v); -h alone: this help", 0, 1},
+    {"-hf", OPT_STRING, OPTION_FIELD(hellaswag_path),
+     "-h 1's examples: llm.c's eval file, which ./tokenize hellaswag writes from HellaSwag's JSON lines"},
     {"-s", OPT_INT, OPTION_FIELD(sample_every), "sample every N steps (0: off)", 0, INT_MAX},
     {"-g", OPT_INT, OPTION_FIELD(gen_tokens), "tokens to generate per sample", 1, 1 << 20},
     {"-temp", OPT_FLOAT, OPTION_FIELD(temperature), "sampling temperature", 1e-6, 1e6},

@@ -97,6 +97,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "model_file.h"            // defines: read_model_file, init_model_values, reorder_part, write_checkpoint, ...
 #include "accounting.h"  // defines: gpt2_plan, print_plans, measured_accounting_json, bubble_json, check_memory
 #include "outlier.h"     // defines: OutlierWindows, outlier_step
+#include "hellaswag.h"   // defines: EvalExample, eval_file_read, eval_batch_fill, eval_batch_answers, ...
 #include "llmc.h"        // defines: MainLog, main_log_open, main_log_line, main_log_done, check_llmc_flags
 
 // ----------------------------------------------------------------------------
@@ -579,6 +580,48 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
     return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
 }
 
+// HellaSwag's examples answered right (hellaswag.h): this data-parallel rank's, B/4 to a micro-batch;
+// each row's masked loss sum over the tokens this rank holds (-cp: its chunks, cp_batch_index),
+// summed over the cp ranks and from the last stage to every stage; each example's answer, counted
+// once a data-parallel rank (its cp rank 0) and summed over them
+inline int gpt2_hellaswag(GPT2* model, const std::vector<EvalExample>& examples, int B, int T) {
+    const ProcessGrid& g = model->comm->grid;
+    size_t first, end;
+    eval_rank_examples(examples.size(), g.dp, g.dp_rank, &first, &end);
+    FILE* out = eval_scores_file(g.dp_rank, g.tp_rank == 0 && g.cp_rank == 0 && g.pp_rank == 0);
+    int cp = model->layout.cp, right = 0;
+    EvalBatch batch;
+    std::vector<float> losses((size_t)B * T / cp);
+    for (size_t k = 0; k < eval_batches_per_rank(examples.size(), g.dp, B); k++) {
+        eval_batch_fill(&batch, examples, first + k * (B / EVAL_ENDINGS), end, B, T);
+        std::vector<int> inputs = tokens_of_rank(model, batch.inputs.data(), B, T);
+        std::vector<int> targets = tokens_of_rank(model, batch.targets.data(), B, T);
+        std::vector<int> mask = tokens_of_rank(model, batch.mask.data(), B, T);
+        forward_only(model, MicroBatch{inputs.data(), targets.data()}, B, T / cp);
+        std::vector<double> sums(B, 0.0), counts(B, 0.0), scores;
+        if (is_last_stage(model->layout)) {
+            device_to_host(losses.data(), activation_set(model, gpt2_chunks(model) - 1, 0).losses,
+                           losses.size() * sizeof(float));
+            for (size_t i = 0; i < losses.size(); i++) {
+                size_t row = (cp == 1 ? i : cp_batch_index(cp, model->layout.cp_rank, B, T, i)) / T;
+                if (mask[i]) sums[row] += losses[i], counts[row] += 1.0;
+            }
+        }
+        for (Comm* group : {&model->comm->cp, &model->comm->pp}) {
+            comm_all_reduce_scalars(group, sums.data(), B);
+            comm_all_reduce_scalars(group, counts.data(), B);
+        }
+        right += eval_batch_answers(batch, examples, sums, counts, &scores);
+        for (size_t e = 0; out && e < batch.example.size() && batch.example[e] >= 0; e++)
+            for (int j = 0; j < EVAL_ENDINGS; j++)
+                fprintf(out, "%d %d %.17g\n", batch.example[e], j, scores[EVAL_ENDINGS * e + j]);
+    }
+    if (out) fclose(out);
+    double total = g.cp_rank == 0 ? right : 0;  // the cp ranks agree: counted once
+    comm_all_reduce_scalars(&model->comm->dp, &total, 1);  // over dp x cp
+    return (int)total;
+}
+
 // the logits that follow `context` tokens, into scratch.logit_row on every rank: one forward of
 // them padded with EOT to a multiple of the ranks that split the sequence (-sp's tp, -cp's 2cp
 // chunks; attention is causal, so what follows the last real position does not change its
@@ -785,6 +828,7 @@ struct Run {
     int grad_accum, max_steps, resume_step;
     LossScaler scaler;
     OutlierWindows outliers;  // -sl, -sg: the last 128 steps' losses and norms (outlier.h)
+    std::vector<EvalExample> hellaswag;  // -h 1: the examples of -hf (hellaswag.h)
     Rng sample_rng;    // the same on every rank: sampling is a collective
     Decoder decoder;
     bool can_decode;
@@ -826,6 +870,10 @@ inline void open_data(Run* run) {
     run->validate = val_B > 0;
     if (run->validate)
         dataloader_init(&run->val_loader, tc.val_pattern, val_B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
+    if (tc.hellaswag) run->hellaswag = eval_file_read(tc.hellaswag_path);  // every rank: one line each if bad
+    if (eval_longest(run->hellaswag) > (size_t)tc.T)
+        comm_fail_all("-hf %s: an example of %zu tokens, longer than -t %d", tc.hellaswag_path,
+                      eval_longest(run->hellaswag), tc.T);
     run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
     if (run->max_steps <= 0)
         comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
@@ -846,6 +894,14 @@ inline void measure_peak(Run* run) {
 }
 
 // the steps, each followed by what the flags ask for: log, validation, samples, trace, checkpoint
+// -h 1's result: printed, in main.log, and the JSON log's fields (returned)
+inline std::string hellaswag_report(Run* run, int done, int right) {
+    size_t total = run->hellaswag.size();
+    if (run->model->comm->grid.rank == 0) printf("HellaSwag: %d / %zu = %.4f\n", right, total, (double)right / total);
+    main_log_line(run->main_log, "s:%d eval:%.4f", done, (double)right / total);
+    return ", \"hellaswag_correct\": " + std::to_string(right) + ", \"hellaswag_total\": " + std::to_string(total);
+}
+
 inline void train_loop(Run* run) {
     GPT2* model = run->model;
     const TrainConfig& tc = *run->tc;
@@ -877,6 +933,9 @@ inline void train_loop(Run* run) {
         if (validated && rank == 0) printf("val loss %.6f\n", val_loss);
         main_log_line(run->main_log, "s:%d trl:%.4f lr:%.6f norm:%.2f", step, r.loss, r.lr, r.norm);
         if (validated) main_log_line(run->main_log, "s:%d tel:%.4f", done, val_loss);
+        bool evaluated = tc.hellaswag && tc.val_every > 0 && (done % tc.val_every == 0 || last);
+        std::string hellaswag =
+            evaluated ? hellaswag_report(run, done, gpt2_hellaswag(model, run->hellaswag, tc.B, tc.T)) : "";
         bool sampled = tc.sample_every > 0 && tc.gen_tokens > 0 && done % tc.sample_every == 0;
         std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
         if (sampled && rank == 0)
@@ -884,7 +943,7 @@ inline void train_loop(Run* run) {
         std::string bubble = bubble_json(model, r.timing, run->grad_accum);
         if (run->log)
             log_step(run->log, done, r, ms, tc.total_batch_tokens, mfu, run->scaler.enabled, validated, val_loss,
-                     sampled, sample, accounting, bubble);
+                     sampled, sample, accounting, bubble + hellaswag);
         if (run->trace.on && (done - run->resume_step == tc.trace_steps || last))
             write_trace(model->comm, &run->trace, tc.trace_path);
         if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))

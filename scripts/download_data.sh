@@ -4,6 +4,9 @@
 #   https://openaipublic.blob.core.windows.net/gpt-2/models/124M/encoder.json
 #   https://openaipublic.blob.core.windows.net/gpt-2/models/124M/vocab.bpe
 #   https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+# `download_data.sh hellaswag` fetches HellaSwag's validation set (10,042 examples, as llm.c's
+# dev/data/hellaswag.py does) and writes data/hellaswag_val.bin, the trainer's -h 1 default -hf:
+#   https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p data/gpt2
@@ -17,3 +20,9 @@ fetch() {  # fetch DEST SHARED_PATH URL
 fetch data/gpt2/encoder.json ../shared/data/gpt2/encoder.json https://openaipublic.blob.core.windows.net/gpt-2/models/124M/encoder.json
 fetch data/gpt2/vocab.bpe ../shared/data/gpt2/vocab.bpe https://openaipublic.blob.core.windows.net/gpt-2/models/124M/vocab.bpe
 fetch data/tinyshakespeare.txt ../shared/data/tinyshakespeare.txt https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+if [ "${1:-}" = hellaswag ]; then
+    fetch data/hellaswag_val.jsonl ../shared/data/hellaswag_val.jsonl \
+        https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
+    [ -x ./tokenize ] || make tokenize
+    ./tokenize hellaswag data/hellaswag_val.jsonl data/hellaswag_val.bin
+fi

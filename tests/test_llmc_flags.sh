@@ -15,8 +15,8 @@
 #  - llm.c's launch flags (-pn -pr -pg -pm -pi -pf) refused in one line; -pp and -ps name both meanings;
 #  - -o: llm.c's main.log lines (trl, tel) equal the JSON log's values to 4 decimals, and DONE_%08d
 #    marks the finished run;
-#  - every flag of llm.c's five run scripts (scripts/run_gpt2_124M.sh ... run_gpt3_125M.sh) but -h 1
-#    (HellaSwag is not built yet) is accepted through -plan 1.
+#  - every flag of llm.c's five run scripts (scripts/run_gpt2_124M.sh ... run_gpt3_125M.sh), data paths
+#    aside, is accepted through -plan 1 (HellaSwag itself, -h 1: tests/test_hellaswag.py).
 # Usage: test_llmc_flags.sh REFERENCE_DIR
 set -euo pipefail
 REF=${1:?usage: test_llmc_flags.sh REFERENCE_DIR}; PYTHON=${PYTHON:-/usr/bin/python3}
@@ -167,15 +167,15 @@ assert got == want, f"FAIL: main.log {got}, expected llm.c's lines {want}"
 print(f"main.log: {len(got)} lines in llm.c's format, e.g. {got[0]!r}")
 PY
 
-# every flag of llm.c's five scripts but -h 1 and the data paths, through -plan 1 (-x 1 where none)
+# every flag of llm.c's five scripts but the data paths, through -plan 1
 while read -r name flags; do
     out=$(./train_gpt_cpu $flags -o $D/log_$name -plan 1 2>&1) || { echo "$out" | tail -3; echo "FAIL: llm.c's $name flags"; exit 1; }
 done <<'SCRIPTS'
-run_gpt2_124M -v 250 -s 20000 -g 144 -b 64 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0006 -q 0.0 -u 700 -n 5000 -y 1 -e d12
-run_gpt2_350M -v 250 -s 100000 -g 144 -b 64 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0003 -q 0.0 -u 700 -n 2000 -x 60000 -y 1 -e d24
-run_gpt2_774M -v 250 -s 300000 -g 144 -b 32 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.00025 -q 0.0 -u 700 -n 4000 -x 286102 -y 1 -e d36
-run_gpt2_1558M -v 250 -s 300000 -g 384 -b 16 -t 1024 -d 1048576 -r 0 -z 1 -c 0.1 -k cosine -l 0.0006 -q 0.1 -u 700 -n 2000 -x 32000 -ge 1 -y 1 -e d48
-run_gpt3_125M -v 250 -s 20000 -g 144 -b 32 -t 2048 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0006 -q 0.1 -u 700 -n 10000 -nk 5 -nm 50000 -ge 1 -sl 7.0 -sg 7.0 -y 1 -x 572204 -e gpt3:c768
+run_gpt2_124M -v 250 -s 20000 -g 144 -h 1 -b 64 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0006 -q 0.0 -u 700 -n 5000 -y 1 -e d12
+run_gpt2_350M -v 250 -s 100000 -g 144 -h 1 -b 64 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0003 -q 0.0 -u 700 -n 2000 -x 60000 -y 1 -e d24
+run_gpt2_774M -v 250 -s 300000 -g 144 -h 1 -b 32 -t 1024 -d 524288 -r 0 -z 1 -c 0.1 -l 0.00025 -q 0.0 -u 700 -n 4000 -x 286102 -y 1 -e d36
+run_gpt2_1558M -v 250 -s 300000 -g 384 -h 1 -b 16 -t 1024 -d 1048576 -r 0 -z 1 -c 0.1 -k cosine -l 0.0006 -q 0.1 -u 700 -n 2000 -x 32000 -ge 1 -y 1 -e d48
+run_gpt3_125M -v 250 -s 20000 -g 144 -h 1 -b 32 -t 2048 -d 524288 -r 0 -z 1 -c 0.1 -l 0.0006 -q 0.1 -u 700 -n 10000 -nk 5 -nm 50000 -ge 1 -sl 7.0 -sg 7.0 -y 1 -x 572204 -e gpt3:c768
 SCRIPTS
-echo "llm.c's five scripts' flags (but -h 1) accepted through -plan 1"
+echo "llm.c's five scripts' flags accepted through -plan 1"
 echo "ok: llm.c's flags"

@@ -8,6 +8,9 @@ tokenizer/tokenize.cpp: GPT-2 tokenization and data preparation, no Python neede
                       [--piece-bytes N] [--read-ahead-bytes N] FILES...
                                      llm.c token shards, EOT before each document
     ./tokenize decoder -o FILE       llm.c's tokenizer file (ids -> bytes) for the trainer
+    ./tokenize hellaswag IN.jsonl OUT.bin
+                                     HellaSwag's JSON lines (ctx, endings, label) as llm.c's eval
+                                     file (../hellaswag.h): the context's ids, " " + each ending's
     --vocab DIR (before the command) where encoder.json and vocab.bpe are
                                      (default data/gpt2, then ../shared/data/gpt2)
 
@@ -43,6 +46,7 @@ progress lines.
 #include <string_view>  // defines: std::string_view
 #include <nlohmann/json.hpp>  // defines: nlohmann::json (JSON lines)
 #include "tokenizer.h"  // defines: Tokenizer, tokenizer_encode, tokenizer_safe_cut, tokenizer_decode
+#include "../hellaswag.h"  // defines: EvalExample, eval_file_write, EVAL_ENDINGS
 
 static bool exists(const std::string& p) { struct stat st; return stat(p.c_str(), &st) == 0; }
 
@@ -65,6 +69,7 @@ static void usage() {
            "      --read-ahead-bytes N     read at most N bytes of text ahead of the shards\n"
            "                               (default: 16 x piece-bytes per thread)\n"
            "  decoder -o FILE              write llm.c's tokenizer file for decoding samples\n"
+           "  hellaswag IN.jsonl OUT.bin   HellaSwag's JSON lines as llm.c's eval file (the trainer's -h 1 -hf)\n"
            "  --vocab DIR                  encoder.json and vocab.bpe (default data/gpt2, then ../shared/data/gpt2)\n");
 }
 
@@ -549,6 +554,52 @@ static void shards(const Tokenizer* t, ShardsCommand& c) {
     word_cache_free(words);
 }
 
+// one example of HellaSwag's JSON lines, as llm.c's dev/data/hellaswag.py renders it: GPT-2's ids of
+// "ctx", and of " " + each of the 4 "endings"; "label" the right one
+static EvalExample hellaswag_example(const Tokenizer* t, EncodeCache* cache, const std::string& line,
+                                     const std::string& where) {
+    EvalExample x;
+    try {
+        nlohmann::json o = nlohmann::json::parse(line);
+        const std::string ctx = o.at("ctx").get<std::string>();
+        x.label = o.at("label").get<int>();
+        const auto& endings = o.at("endings");
+        if (!endings.is_array() || endings.size() != EVAL_ENDINGS || x.label < 0 || x.label >= EVAL_ENDINGS)
+            fail("%s: %d endings expected and a label among them", where.c_str(), EVAL_ENDINGS);
+        tokenizer_encode(t, ctx.data(), ctx.size(), cache, &x.context);
+        for (const auto& ending : endings) {
+            std::string text = " " + ending.get<std::string>();
+            x.endings.emplace_back();
+            tokenizer_encode(t, text.data(), text.size(), cache, &x.endings.back());
+        }
+    } catch (const nlohmann::json::exception& e) {
+        fail("%s: %s", where.c_str(), e.what());
+    }
+    if (x.context.empty()) fail("%s: an empty context", where.c_str());
+    for (const auto& ending : x.endings)
+        if (ending.empty()) fail("%s: an empty ending", where.c_str());
+    return x;
+}
+
+static void hellaswag(const Tokenizer* t, const char* in, const char* out) {
+    std::string text = read_whole_file(in, "HellaSwag JSON lines");
+    std::vector<EvalExample> examples;
+    EncodeCache* cache = encode_cache_new(t);
+    size_t line_number = 0;
+    for (size_t at = 0; at < text.size();) {
+        size_t end = std::min(text.find('\n', at), text.size());
+        std::string line = text.substr(at, end - at);
+        at = end + 1;
+        line_number++;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        examples.push_back(hellaswag_example(t, cache, line, std::string(in) + ":" + std::to_string(line_number)));
+    }
+    encode_cache_free(cache);
+    if (examples.empty()) fail("%s: no examples", in);
+    eval_file_write(out, examples);
+    printf("wrote %s: %zu examples\n", out, examples.size());
+}
+
 int main(int argc, char** argv) {
     std::string vocab;
     int a = 1;
@@ -556,7 +607,7 @@ int main(int argc, char** argv) {
     if (a >= argc || !strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) { usage(); return a >= argc ? 1 : 0; }
     if (vocab.empty()) vocab = exists("data/gpt2/encoder.json") ? "data/gpt2" : "../shared/data/gpt2";
     std::string command = argv[a++];
-    if (command != "ids" && command != "text" && command != "shards" && command != "decoder") {
+    if (command != "ids" && command != "text" && command != "shards" && command != "decoder" && command != "hellaswag") {
         usage();
         fail("unknown command '%s'", command.c_str());
     }
@@ -589,6 +640,9 @@ int main(int argc, char** argv) {
         }
         std::string text = tokenizer_decode(&t, ids);
         fwrite(text.data(), 1, text.size(), stdout);
+    } else if (command == "hellaswag") {
+        if (a + 2 != argc) fail("usage: ./tokenize hellaswag IN.jsonl OUT.bin");
+        hellaswag(&t, argv[a], argv[a + 1]);
     } else if (command == "shards") {
         ShardsCommand c = parse_shards_command(argc - a, argv + a);
         shards(&t, c);
