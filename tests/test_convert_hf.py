@@ -16,6 +16,9 @@ An llm.c model file (the reference model) goes to Hugging Face's layout and back
 - from-hf of files this script writes itself, as the hub has them ("transformer." prefixes,
   tensors in another order, the "attn.bias" mask buffers, F16 values): the same parameters
   (F16: rounded as numpy rounds), and the hub-like file runs to the same logits;
+- transformers' own GPT2LMHeadModel (from_pretrained, fp32) on the export: the float64 reference's
+  logits within 1e-5; a checkpoint transformers saved (save_pretrained), imported by from-hf and
+  trained from: ./train_gpt_cpu's first loss is transformers' on the same batch within 1e-5;
 - bad files: one error line, exit 1.
 Usage: test_convert_hf.py REFERENCE_DIR   (CONVERT_HF=path: another build of ./convert_hf)"""
 import json, os, shutil, struct, subprocess, sys, tempfile
@@ -24,6 +27,11 @@ import torch
 import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 import reference
+
+
+def transformers_version():
+    import transformers
+    return transformers.__version__
 
 ref = sys.argv[1]
 work = tempfile.mkdtemp(prefix="convert_hf_", dir="tests/build")
@@ -165,6 +173,40 @@ for dtype, prefix, buffers in (("F32", "transformer.", True), ("F16", "", False)
           f"{', attn.bias buffers' if buffers else ''}): the same parameters")
     if buffers:
         check_hf_logits(tensors, config, f"the hub-like file ({dtype}, prefix '{prefix}', attn.bias buffers)", prefix)
+
+# Hugging Face transformers' own GPT2LMHeadModel (scripts/install_deps.sh installs it), in fp32: the
+# export loaded by from_pretrained runs to the float64 reference's logits of the llm.c file
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+torch.set_default_dtype(torch.float32)  # (tests/reference.py sets float64): transformers' models in fp32
+hf = GPT2LMHeadModel.from_pretrained(f"{work}/hf", local_files_only=True, torch_dtype=torch.float32).eval()
+assert hf.transformer.wte.weight.dtype == torch.float32
+with torch.no_grad():
+    diff = (hf(idx).logits.double()[..., :cfg["V"]] - logits_llmc).abs().max().item()
+assert diff < 1e-5, f"FAIL: transformers' GPT2LMHeadModel on the export: logits {diff:.3g} off the float64 reference's"
+print(f"ok: transformers {transformers_version()} GPT2LMHeadModel.from_pretrained of the export (fp32): logits within "
+      f"{diff:.1e} of the float64 reference's on the llm.c file (bar 1e-5)")
+
+# a checkpoint transformers saved (save_pretrained: its safetensors and config.json) imported by
+# ./convert_hf and trained from by ./train_gpt_cpu: the first step's loss (before its update) is
+# transformers' loss of the same batch (the shard's first B T + 1 tokens, -shuffle 0), in fp32
+torch.manual_seed(7)
+saved = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, vocab_size=cfg["V"])).eval()
+saved.save_pretrained(f"{work}/saved", safe_serialization=True)
+r = convert("from-hf", f"{work}/saved/model.safetensors", f"{work}/saved.bin")
+assert r.returncode == 0, r.stderr
+tokens = np.frombuffer(open(f"{ref}/train.bin", "rb").read()[1024:], dtype=np.uint16).astype(np.int64)
+B, T = 2, 32
+x, y = torch.tensor(tokens[:B * T].reshape(B, T)), torch.tensor(tokens[1:B * T + 1].reshape(B, T))
+with torch.no_grad():
+    want = F.cross_entropy(saved(x).logits.double().view(-1, cfg["V"]), y.view(-1)).item()
+r = subprocess.run(["./train_gpt_cpu", "-e", f"{work}/saved.bin", "-i", f"{ref}/train.bin", "-b", str(B), "-t", str(T),
+                    "-x", "1", "-shuffle", "0", "-v", "0", "-s", "0", "-log", f"{work}/saved.jsonl"],
+                   capture_output=True, text=True)
+assert r.returncode == 0, r.stdout[-500:] + r.stderr[-500:]
+got = json.loads(open(f"{work}/saved.jsonl").readline())["loss"]
+assert abs(got - want) < 1e-5, f"FAIL: trained from transformers' checkpoint: loss {got:.7f}, transformers' {want:.7f}"
+print(f"ok: a checkpoint transformers saved, through ./convert_hf from-hf: our first loss {got:.7f}, transformers' "
+      f"{want:.7f} (|diff| {abs(got - want):.1e}, bar 1e-5)")
 
 raw = open(f"{work}/hf/model.safetensors", "rb").read()
 os.makedirs(f"{work}/bad", exist_ok=True)

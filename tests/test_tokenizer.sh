@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ./tokenize against GPT-2's own algorithm (tests/gpt2_encoder_reference.py, Python `regex`):
+# ./tokenize against GPT-2's own algorithm (tests/gpt2_encoder_reference.py, Python `regex`) and,
+# on every text that is valid UTF-8, against tiktoken's gpt2 encoding (tests/tiktoken_reference.py):
 # exact ids on the fixture texts (every case: contractions, Unicode letters and numbers,
 # whitespace runs, emoji, "<|endoftext|>" as text, invalid UTF-8), on texts generated fresh
 # for this run (a new seed each time, printed), and on all of tinyshakespeare; `text` gives
@@ -27,7 +28,7 @@ for k in range(30):
     else:
         open(f"{d}/fresh_{k}.txt", "w", encoding="utf-8").write(text)
 PY
-n=0
+n=0 k=0
 for f in tests/fixtures/tok_*.txt $D/fresh_*.txt $SHAKESPEARE; do
     $TOK ids $f > $D/ours.txt
     $PYTHON tests/gpt2_encoder_reference.py $VOCAB $f > $D/ref.txt
@@ -35,8 +36,14 @@ for f in tests/fixtures/tok_*.txt $D/fresh_*.txt $SHAKESPEARE; do
     $TOK text $D/ours.txt > $D/back.txt
     cmp -s $D/back.txt $f || { echo "FAIL: ./tokenize text does not give back $f"; exit 1; }
     n=$((n + 1))
+    # tiktoken, OpenAI's library, on every text that is valid UTF-8 (it takes str, not bytes)
+    if iconv -f UTF-8 -t UTF-8 $f > /dev/null 2>&1; then
+        $PYTHON tests/tiktoken_reference.py $VOCAB $f > $D/tiktoken.txt
+        cmp -s $D/ours.txt $D/tiktoken.txt || { echo "FAIL: ids of $f differ from tiktoken's gpt2 encoding"; exit 1; }
+        k=$((k + 1))
+    fi
 done
-echo "ok: $n texts: ids equal GPT-2's, text round-trips byte for byte ($(wc -w < $D/ours.txt) tokens in tinyshakespeare)"
+echo "ok: $n texts: ids equal GPT-2's, $k of them (the valid UTF-8 ones) tiktoken's too; text round-trips byte for byte ($(wc -w < $D/ours.txt) tokens in tinyshakespeare)"
 
 # shards: documents split on blank lines, EOT first, val then train, written and read back
 printf 'First para.\n\nSecond one, longer.\n\n\nThird\n' > $D/doc.txt
