@@ -95,6 +95,10 @@ check plot_log bash -c "rm -f $BUILD/plot.png && $PYTHON scripts/plot_log.py $RE
 check bad_input bash tests/test_bad_input.sh "$TRAINER" "$REF"
 check convert_hf_both_ways $PYTHON tests/test_convert_hf.py $REF
 check fuzz_flags_and_files $PYTHON tests/fuzz_inputs.py "$TRAINER" "$REF"
+# llm.c's users at home: its flags and files (llmc.h), HellaSwag (hellaswag.h), the GPT-2 124M recipe's scripts
+check llmc_flags bash tests/test_llmc_flags.sh $REF
+check hellaswag $PYTHON tests/test_hellaswag.py $REF
+check recipe_scripts bash tests/test_recipe.sh
 check gpu_build_without_gpu_one_line bash tests/test_no_gpu.sh
 check front_door_np8_default_batch bash tests/test_front_door.sh
 check makefile_without_libraries bash tests/test_makefile.sh
