@@ -19,8 +19,9 @@ sum: ms per micro-step, a step, tokens per second and MFU (mfu.h's model FLOPs p
 the GPU's dense bf16 peak, llm.c's convention). It describes one GPU holding the whole model
 (tp, cp, pp 1; ZeRO 0 or 1 at dp 1, the layout scripts/bench_gpu.sh measures). The emulated
 build counts what the kernels really launch and touch (CUDA_EMU_LAUNCH_REPORT) and
-tests/test_ledger.sh holds this ledger to it: the same kernels, the same launches, the bytes
-within 15%. docs/gpu.md sets llm.c's kernels beside it.
+tests/test_ledger.sh holds this ledger to it: the same kernels, the same launches, every kernel's
+bytes within 5%, the GEMMs' FLOPs equal to the emulated cuBLAS's 2mnk and every other kernel's to a
+formula in the test. docs/gpu.md sets llm.c's kernels beside it.
 Applied in accounting.h (print_plans).
 */
 #pragma once

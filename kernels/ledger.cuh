@@ -15,9 +15,10 @@ launches for those sizes, and per launch
 Bytes count each byte once per launch, as if every re-read hit the cache (flash attention reads
 each key tile once per query tile; its L2 holds them); the emulated build measures the distinct
 bytes each launch touches (CUDA_EMU_LAUNCH_REPORT, tests/emu/cuda_emu.cpp), and
-tests/test_ledger.sh holds the two within 15%, launch for launch the same kernels. Pages are its
-grain: a kernel that writes a column slice of every row (flash attention's dq into dqkv's first C
-of 3C) touches every page of the rows, and is measured above its bytes. The launchers
+tests/test_ledger.sh holds each kernel's two within 5%, launch for launch the same kernels. Pages
+are its grain: a kernel that writes a column slice of every row (flash attention's dq into dqkv's
+first C of 3C) touches every page of the rows, and is measured above its bytes (the test takes that
+share off). The launchers
 pick a kernel by size and alignment; a ledger knows only sizes, so it assumes what cudaMalloc
 gives (256-byte aligned allocations), as the trainer's tensors are.
 

@@ -110,7 +110,7 @@ static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperati
         gemm_one(tf32_inputs, ta, tb, m, n, k, al, a + (size_t)i * sa * type_bytes(at), at, lda, b + (size_t)i * sb * type_bytes(bt),
                  bt, ldb, be, c + (size_t)i * sc * type_bytes(ct), ct, ldc, c + (size_t)i * sc * type_bytes(ct), ldc,
                  Epilogue{nullptr, CUDA_R_32F, false});
-    cuda_emu::watch_end(who);
+    cuda_emu::watch_end(who, 2.0 * m * n * k * batch);  // the launch report's FLOPs, from the sizes given
     cuda_emu::check_canaries(who);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -261,7 +261,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
     gemm_one(Ad->type == CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, d->transa != CUBLAS_OP_N,
              d->transb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, a, Ad->type, (int)Ad->ld, b, Bd->type, (int)Bd->ld, be, c,
              Dd->type, (int)Cd->ld, dd, (int)Dd->ld, ep);
-    cuda_emu::watch_end("cublasLtMatmul");
+    cuda_emu::watch_end("cublasLtMatmul", 2.0 * m * n * k);  // the launch report's FLOPs (the epilogue not counted)
     cuda_emu::check_canaries("cublasLtMatmul");
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -188,8 +188,11 @@ using namespace cuda_emu;
 // ---------------------------------------------------------------- the launch report
 // CUDA_EMU_LAUNCH_REPORT=FILE (one process): at exit, FILE gets one JSON line per kernel name, a
 // cuBLAS call, a device-to-device copy and a memset each counted as a kernel of its own:
-//     {"kernel": ..., "launches": ..., "bytes_touched": ...}
+//     {"kernel": ..., "launches": ..., "bytes_touched": ..., "flops": ...}
 // bytes_touched: the distinct device bytes each launch read or wrote, summed over its launches;
+// flops: for cuBLAS's and cuBLASLt's GEMMs, 2 m n k (times the batch) from the sizes the call was
+// given (cublas_emu.cpp), summed over the calls, the epilogue's bias and GELU not counted; 0 for a
+// kernel, a copy or a memset, whose arithmetic the emulator cannot see;
 // what a roofline's memory time counts, if each launch's bytes cross DRAM once. Found by page
 // protection: before a launch every allocation's data pages become inaccessible; a launch's first
 // access to a page faults, and the handler marks the page and opens it; after the launch each
@@ -197,7 +200,7 @@ using namespace cuda_emu;
 // counts the page's bytes of that allocation (up to 4 KB, or the allocation's size): compare at
 // sizes where the tensors span many pages. A copy counts its bytes twice, a memset once.
 namespace cuda_emu {
-struct ReportRow { long long launches = 0; double bytes_touched = 0; };
+struct ReportRow { long long launches = 0; double bytes_touched = 0, flops = 0; };
 static std::map<std::string, ReportRow>& report_rows() { static std::map<std::string, ReportRow> m; return m; }
 static const char* report_path() { static const char* p = getenv("CUDA_EMU_LAUNCH_REPORT"); return p; }
 static volatile bool watching = false;
@@ -210,17 +213,18 @@ static void write_report() {
     FILE* f = fopen(report_path(), "w");
     if (!f) { fprintf(stderr, "CUDA emulation: cannot write the launch report %s\n", report_path()); return; }
     for (auto& [name, row] : report_rows())
-        fprintf(f, "{\"kernel\": \"%s\", \"launches\": %lld, \"bytes_touched\": %.0f}\n", name.c_str(), row.launches,
-                row.bytes_touched);
+        fprintf(f, "{\"kernel\": \"%s\", \"launches\": %lld, \"bytes_touched\": %.0f, \"flops\": %.0f}\n", name.c_str(),
+                row.launches, row.bytes_touched, row.flops);
     fclose(f);
 }
-static void count_launch(const char* name, double bytes) {
+static void count_launch(const char* name, double bytes, double flops = 0) {
     std::map<std::string, ReportRow>& rows = report_rows();  // constructed before atexit: destroyed after the report
     static bool registered = (atexit(write_report), true);
     (void)registered;
     ReportRow& row = rows[name];
     row.launches++;
     row.bytes_touched += bytes;
+    row.flops += flops;
 }
 // called by the fault handler: true if `at` is on a watched page, now marked and open
 static bool mark_touched(uintptr_t at) {
@@ -246,7 +250,7 @@ void watch_begin() {
     }
     watching = true;
 }
-void watch_end(const char* name) {
+void watch_end(const char* name, double flops) {
     if (!report_path()) return;
     watching = false;
     double bytes = 0;
@@ -258,7 +262,7 @@ void watch_end(const char* name) {
         for (size_t p = 0; p < a.touched.size(); p++)
             if (a.touched[p]) bytes += std::min(end, first + (p + 1) * PAGE) - std::max(begin, first + p * PAGE);
     }
-    count_launch(name, bytes);
+    count_launch(name, bytes, flops);
 }
 void count_copy(const char* name, double bytes) { if (report_path()) count_launch(name, bytes); }
 }  // namespace cuda_emu

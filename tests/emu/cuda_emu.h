@@ -213,9 +213,10 @@ void* kernel_argument(const void* p, const LaunchSite& site, int index);
 // null, the library call named `call`); a write out of range ends the run with a line naming it
 void check_canaries(const char* call, const LaunchSite* site = nullptr);
 // CUDA_EMU_LAUNCH_REPORT (cuda_emu.cpp): the device bytes touched between watch_begin and
-// watch_end(name) count as one launch of `name`; count_copy counts a launch of known bytes
+// watch_end(name, flops) count as one launch of `name` (flops: a GEMM's 2 m n k, else 0); count_copy
+// counts a launch of known bytes
 void watch_begin();
-void watch_end(const char* name);
+void watch_end(const char* name, double flops = 0);
 void count_copy(const char* name, double bytes);
 // runs every thread of the grid: run_thread(bound) is one CUDA thread's body
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound);
