@@ -201,11 +201,11 @@ inline void print_usage(const TrainConfig& defaults) {
 // llm.c's flags for starting ranks without mpirun (its -pn -pr -pg -pm -pi -pf): mpirun or srun start
 // the ranks here, so each is refused, saying so; "" for a flag that is none of them
 inline const char* llmc_launch_flag(const char* flag) {
-    static const char* flags[][2] = {{"-pn", "number of processes"}, {"-pr", "process rank"},
-                                     {"-pg", "GPUs per node"},       {"-pm", "NCCL init method"},
-                                     {"-pi", "NCCL init method"},    {"-pf", "file-system path of its NCCL init"}};
-    for (const auto& f : flags)
-        if (strcmp(flag, f[0]) == 0) return f[1];
+    static const char* names[] = {"-pn", "-pr", "-pg", "-pm", "-pi", "-pf"};  // (not option_table's rows)
+    static const char* meanings[] = {"number of processes", "process rank", "GPUs per node", "NCCL init method",
+                                     "NCCL init method", "file-system path of its NCCL init"};
+    for (int k = 0; k < 6; k++)
+        if (strcmp(flag, names[k]) == 0) return meanings[k];
     return "";
 }
 

@@ -58,6 +58,7 @@ fi
 if part healthy; then
     K=16 ok=0
     for attempt in 1 2 3; do
+        rm -f $D/healthy.jsonl  # -log appends: each attempt's own rows
         code=0; timeout 300 $TRAIN -z 3 -d $((2 * 32 * 2 * K)) -x 2 -timeout 2 -log $D/healthy.jsonl > $D/healthy.txt 2>&1 || code=$?
         [ $code -eq 0 ] || { tail -n 3 $D/healthy.txt
             fail "a healthy run, steps of $K micro-steps under -timeout 2, ended with exit code $code: $(grep -m1 'error' $D/healthy.txt | cut -c1-160)"; }

@@ -65,7 +65,8 @@ grep -q "resuming from step 2" $D/crash-resume.txt || { echo "FAIL: $(grep resum
 cmp $D/crash-whole/model_00000006.bin $D/crash/model_00000006.bin || { echo "FAIL: resumed after the crash, final models differ"; exit 1; }
 echo "ok: a rank killed mid-checkpoint: the job ended, -y 1 took step 2 (complete), final model identical"
 timeout 300 mpirun -np 2 $TRAINER_FP32 $CRASH_FLAGS -nk 2 -o $D/keep > /dev/null
-[ "$(cd $D/keep && ls | tr '\n' ' ')" = "complete_00000004 complete_00000006 model_00000004.bin model_00000006.bin optimizer_00000004.bin optimizer_00000006.bin state_00000004_00000.bin state_00000004_00001.bin state_00000006_00000.bin state_00000006_00001.bin " ] \
+[ -f $D/keep/DONE_00000006 ] && [ -f $D/keep/main.log ] || { echo "FAIL: -o has no llm.c DONE_00000006 or main.log"; exit 1; }
+[ "$(cd $D/keep && ls | grep -E '^(complete|model|optimizer|state)_' | tr '\n' ' ')" = "complete_00000004 complete_00000006 model_00000004.bin model_00000006.bin optimizer_00000004.bin optimizer_00000006.bin state_00000004_00000.bin state_00000004_00001.bin state_00000006_00000.bin state_00000006_00001.bin " ] \
     || { echo "FAIL: -nk 2 left $(ls $D/keep)"; exit 1; }
 echo "ok: -nk 2 keeps steps 4 and 6"
 
