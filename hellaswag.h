@@ -79,9 +79,10 @@ inline std::vector<EvalExample> eval_file_read(const char* path) {
     const int32_t* header = (const int32_t*)bytes.data();
     if (header[0] != EVAL_MAGIC || header[1] != EVAL_VERSION)
         fail("%s: not an llm.c eval file (magic %d, version %d)", path, header[0], header[1]);
+    if (header[2] <= 0) fail("%s: %d examples: an eval file holds at least one", path, header[2]);
     const uint16_t* w = (const uint16_t*)(bytes.data() + 1024);
     size_t words = (bytes.size() - 1024) / 2, at = 0;
-    std::vector<EvalExample> examples(header[2] > 0 ? header[2] : 0);
+    std::vector<EvalExample> examples(header[2]);
     for (size_t e = 0; e < examples.size(); e++) {
         if (at + 5 > words || w[at] != 65535 || w[at + 2] != (uint16_t)e || w[at + 1] % 2 || w[at + 4] != EVAL_ENDINGS)
             fail("%s: example %zu is damaged (its header words)", path, e);

@@ -99,6 +99,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "outlier.h"     // defines: OutlierWindows, outlier_step
 #include "hellaswag.h"   // defines: EvalExample, eval_file_read, eval_batch_fill, eval_batch_answers, ...
 #include "llmc.h"        // defines: MainLog, main_log_open, main_log_line, main_log_done, check_llmc_flags
+#include "kv_cache.h"    // defines: KVCache, kv_cache_allocate, kv_cache_embed, kv_cache_block, kv_cache_head
 
 // ----------------------------------------------------------------------------
 // a block: forward and backward
@@ -647,8 +648,34 @@ inline void next_token_logits(GPT2* model, const int* context_tokens, int contex
     comm_broadcast(&model->comm->pp, model->scratch.logit_row, Vp, lay.pp - 1);
 }
 
-// samples `n` tokens after EOT at `temperature`, one full forward per token over the last
-// T tokens (simple, not fast: no KV cache). A collective: every rank calls it with the
+// the logits after `token` at the cache's next position, into scratch.logit_row: one row through
+// one rank's whole model (kv_cache.h), the units gathered as stage_forward gathers them
+inline void gpt2_decode(GPT2* model, KVCache* cache, int token) {
+    Zero* z = &model->zero;
+    int norm_unit = final_norm_unit(model);
+    zero_gather_unit(z, 0);  // ZeRO-3: the embeddings and the final LayerNorm stay gathered throughout
+    zero_gather_unit(z, norm_unit);
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    kv_cache_embed(cache, e, token, vocab_range(model));
+    for (int l = 0; l < cache->L; l++) {
+        zero_gather_unit(z, 1 + l);
+        kv_cache_block(cache, l, block_params(model, l));
+    }
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
+    kv_cache_head(cache, h, e, model->scratch.logit_row, model->config.padded_vocab_size);
+}
+
+// one rank's whole model: the KV cache applies (kv_cache.h); TRAIN_GPT_SAMPLE_FULL_FORWARD=1 turns it
+// off, so that tests compare the two
+inline bool kv_cache_applies(const GPT2* model) {
+    const ModelLayout& lay = model->layout;
+    const char* off = getenv("TRAIN_GPT_SAMPLE_FULL_FORWARD");
+    return lay.tp == 1 && lay.pp == 1 && lay.cp == 1 && !(off && strcmp(off, "1") == 0);
+}
+
+// samples `n` tokens after EOT at `temperature`. Each token's logits come from the KV cache (one
+// row through the model) while the positions fit in T, else from a full forward over the last T
+// tokens (the window slides: every position moves). A collective: every rank calls it with the
 // same Rng state and so draws the same tokens.
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
@@ -656,10 +683,13 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     std::vector<int> tokens(n + 1);
     std::vector<floatX> row(c.padded_vocab_size);
     std::vector<double> weights(c.vocab_size);
+    bool cached = kv_cache_applies(model);
+    KVCache cache = cached ? kv_cache_allocate(gpt2_layers(model), T, c.channels, c.num_heads) : KVCache{};
     tokens[0] = GPT2_EOT;
     for (int t = 1; t <= n; t++) {
         int context = t < T ? t : T;
-        next_token_logits(model, tokens.data() + (t - context), context);
+        if (cached && t <= T) gpt2_decode(model, &cache, tokens[t - 1]);
+        else next_token_logits(model, tokens.data() + (t - context), context);
         device_to_host(row.data(), model->scratch.logit_row, c.padded_vocab_size * sizeof(floatX));
         float maxval = -INFINITY;
         for (int v = 0; v < c.vocab_size; v++) maxval = fmaxf(maxval, to_float(row[v]));
@@ -673,6 +703,7 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
         }
         tokens[t] = out[t - 1] = next;
     }
+    if (cached) kv_cache_free(&cache);
 }
 
 // one JSON object per optimizer step (docs/flags.md: Log rows)
@@ -871,9 +902,9 @@ inline void open_data(Run* run) {
     if (run->validate)
         dataloader_init(&run->val_loader, tc.val_pattern, val_B, tc.T, grid.dp_rank, grid.dp, V, false, 0);
     if (tc.hellaswag) run->hellaswag = eval_file_read(tc.hellaswag_path);  // every rank: one line each if bad
-    if (eval_longest(run->hellaswag) > (size_t)tc.T)
-        comm_fail_all("-hf %s: an example of %zu tokens, longer than -t %d", tc.hellaswag_path,
-                      eval_longest(run->hellaswag), tc.T);
+    size_t longest = eval_longest(run->hellaswag);
+    if (longest > (size_t)tc.T)
+        comm_fail_all("-hf %s: an example of %zu tokens, longer than -t %d", tc.hellaswag_path, longest, tc.T);
     run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
     if (run->max_steps <= 0)
         comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);

@@ -13,6 +13,7 @@
 #    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4, 7e-4);
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
+#  - sampling with the KV cache (fp32) draws the tokens a full forward per token draws;
 #  - the watchdog (-timeout 5) under NCCL: a rank stopped at step 3, the job ended with exit code 3;
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
@@ -90,6 +91,21 @@ FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespea
 source tests/resume_case.sh
 resume_case bf16_pp2_zero3 "$MPIRUN -np 2" ./train_gpt_emu "-pp 2 -z 3"
 resume_case bf16_cp2 "$MPIRUN -np 2" ./train_gpt_emu "-cp 2"  # ring attention's flash kernels (WMMA)
+
+# sampling with the KV cache (kv_cache.h: one query against the cached keys, the kernels of ring
+# attention's blocks) against a full forward per token: the same 40 tokens (T 32: the last 8 by full
+# forwards either way, as the window slides)
+S="-e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -x 1 -v 0 -s 1 -g 40"
+./train_gpt_emu_fp32 $S -log $D/kv_cache.jsonl > $D/kv_cache.txt 2>&1 \
+    && TRAIN_GPT_SAMPLE_FULL_FORWARD=1 ./train_gpt_emu_fp32 $S -log $D/full_forward.jsonl > $D/full_forward.txt 2>&1 \
+    || { tail -n 3 $D/kv_cache.txt $D/full_forward.txt; echo "FAIL: the sampling runs"; exit 1; }
+$PYTHON - $D/kv_cache.jsonl $D/full_forward.jsonl <<'PY'
+import json, sys
+cached, full = ([json.loads(l).get("sample") for l in open(p)] for p in sys.argv[1:])
+assert cached[-1], f"FAIL: KV cache: no sample: {cached}"
+assert cached == full, f"FAIL: KV cache: samples {cached} differ from the full forward's {full}"
+print(f"ok: fp32, samples with the KV cache equal the full forward's: {cached[-1][:60]}...")
+PY
 
 # the watchdog under (emulated) NCCL: a rank stopped as step 3 begins; the other, its collective
 # queued and its host waiting on the GPU, ends the job with the watchdog's line and exit code 3

@@ -148,3 +148,45 @@ TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     dataloader_free(&loader);
     gpt2_free(&model);
 }
+
+TEST_CASE("the KV cache's logits match PyTorch float64 and the full forward's; samples identical") {
+    device_init(0, 1);
+    Collectives comm = comm_single_process();
+    GPT2 model;
+    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
+    const GPT2Config& c = model.config;
+    DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
+    gpt2_allocate_activations(&model, 1, s.T, 0, StageBuffers{1, 1, 0}, true);
+    REQUIRE(kv_cache_applies(&model));
+    KVCache cache = kv_cache_allocate(c.num_layers, s.T, c.channels, c.num_heads);
+    const int* tokens = s.inputs.data();  // the reference's first sequence: its logits are the reference's row 0
+    double vs_reference = 0, vs_full = 0;
+    for (int t = 0; t < s.T; t++) {
+        gpt2_decode(&model, &cache, tokens[t]);  // position t, over the cache of 0..t-1
+        auto cached = device_floats(model.scratch.logit_row, c.padded_vocab_size);
+        next_token_logits(&model, tokens, t + 1);  // a forward over tokens 0..t
+        auto full = device_floats(model.scratch.logit_row, c.padded_vocab_size);
+        for (int v = 0; v < c.vocab_size; v++) {
+            double want = s.logits[(size_t)t * c.padded_vocab_size + v];
+            double d_reference = fabs(cached[v] - want), d_full = fabs((double)cached[v] - full[v]);
+            if (std::isnan(d_reference) || d_reference > vs_reference) vs_reference = d_reference;  // a NaN stays
+            if (std::isnan(d_full) || d_full > vs_full) vs_full = d_full;
+        }
+    }
+    kv_cache_free(&cache);
+    INFO("positions 0.." << s.T - 1 << ": max |cached logit - PyTorch float64| " << vs_reference
+                         << ", max |cached - full forward| " << vs_full);
+    CHECK(vs_reference < 1e-5);
+    CHECK(vs_full < 1e-5);
+    // samples past T (the window slides: full forwards from there), with and without the cache
+    int n = s.T + 8;
+    std::vector<int> with_cache(n), without(n);
+    Rng a = {1234}, b = {1234};
+    gpt2_sample(&model, with_cache.data(), n, 1.0f, &a);
+    setenv("TRAIN_GPT_SAMPLE_FULL_FORWARD", "1", 1);
+    REQUIRE(!kv_cache_applies(&model));
+    gpt2_sample(&model, without.data(), n, 1.0f, &b);
+    unsetenv("TRAIN_GPT_SAMPLE_FULL_FORWARD");
+    CHECK(with_cache == without);
+    gpt2_free(&model);
+}

@@ -131,11 +131,15 @@ for label, (np_, extra) in layouts.items():
     print(f"{label}: {row['hellaswag_correct']} of {row['hellaswag_total']} right, every ending's mean loss "
           f"within {worst:.1e} of float64")
 
-# refusals: a damaged file, and B under 4
+# refusals: a damaged file, one without examples, and B under 4
 bad = bytearray(open(f"{D}/eval.bin", "rb").read())
 bad[1024 + 4] ^= 0xFF  # the first example's index word
 open(f"{D}/bad.bin", "wb").write(bad)
+empty = bytearray(open(f"{D}/eval.bin", "rb").read()[:1024])
+empty[8:12] = (0).to_bytes(4, "little")  # the header's example count
+open(f"{D}/empty.bin", "wb").write(empty)
 for what, args, message in (("a damaged file", ["-hf", f"{D}/bad.bin"], "example 0 is damaged"),
+                            ("no examples", ["-hf", f"{D}/empty.bin"], "0 examples: an eval file holds at least one"),
                             ("-b 3", ["-b", "3"], "-h 1 needs -b >= 4")):
     r = subprocess.run(["./train_gpt_cpu"] + flags + args, capture_output=True, text=True)
     errors = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
