@@ -250,6 +250,10 @@ TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pyt
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu $(filter train_gpt,$(BUILDABLE))
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
+# a learner's first result (docs/shakespeare.md)
+shakespeare: train_gpt_cpu data
+	PYTHON=$(PYTHON) bash scripts/shakespeare.sh
+
 # deliberate bugs (tests/mutants/), each of which a check of make test must catch; after make test,
 # whose binaries and references the mutants' copies of the tree start from (MUTANTS="a b": just those)
 test-mutants: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu
@@ -284,6 +288,8 @@ help:
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
 	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
+	@echo "  make shakespeare     a learner's first result: a small GPT trained on tinyshakespeare in ~5 min on 2 cores"
+	@echo "                       (scripts/shakespeare.sh: samples, loss plot, validation loss against a bigram model's)"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md)"
 	@echo "  make test-mutants    deliberate bugs (tests/mutants/), each caught by a check of make test; MUTANTS=\"a b\" for some"
 	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
@@ -301,4 +307,4 @@ help:
 clean:
 	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) $(EMU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
 
-.PHONY: all data test test-mutants test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32
+.PHONY: all data shakespeare test test-mutants test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32

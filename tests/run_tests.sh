@@ -88,6 +88,7 @@ check pipeline_interleaved bash tests/test_interleaved.sh $BUILD/ref4
 check sequence_parallel bash tests/test_sp.sh $REF $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
+check make_shakespeare_small bash tests/test_shakespeare.sh
 check mfu_in_log bash tests/test_mfu.sh "$TRAINER" "$REF"
 check faults_watchdog_supervisor bash tests/test_faults.sh $REF
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)
