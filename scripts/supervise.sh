@@ -8,6 +8,10 @@
 #   1                 a refusal (bad flags or files, one line on every rank): stop, retrying cannot help
 #   3                 the watchdog (-timeout, watchdog.h): a rank stopped making progress: restart
 #   anything else     a crash or a killed rank (the launcher's signal status, 9, 134, 137, ...): restart
+# The watchdog is also known by its line ("error: watchdog: ..."), whatever the status: the launcher
+# reports one rank's end, and when the watchdog's rank exits 3 while it is killing the stopped one,
+# MPICH's mpiexec has been seen to return that one's signal (1, a hangup), which alone reads as a
+# refusal. So the command's output (stdout and stderr, merged) passes through tee, and is read.
 # A restart appends -y 1 (resume from the newest complete checkpoint in -o; bit-exact, so the run
 # ends as an unbroken one would) and prints one line: the time, the cause, the step it resumes
 # from, which also goes into the run's -log as {"restart": K, "cause": ..., "resume_from": STEP}.
@@ -47,9 +51,11 @@ newest_checkpoint() {  # the newest step with a completion marker in $OUT (check
 }
 
 restarts=0 resume=()
+attempt=$(mktemp); trap 'rm -f "$attempt"' EXIT  # the last attempt's output
 while :; do
-    "$@" "${resume[@]}"
-    status=$?
+    "$@" "${resume[@]}" 2>&1 | tee "$attempt"
+    status=${PIPESTATUS[0]}
+    grep -q "^error: watchdog:" "$attempt" && [ $status -ne 0 ] && status=3
     case $status in
         0) exit 0 ;;
         1) echo "supervise.sh: the command refused its input (exit 1): not restarted"; exit 1 ;;

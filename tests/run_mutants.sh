@@ -22,7 +22,8 @@
 #
 #     bash tests/run_mutants.sh [NAME...]     (make test-mutants; after make test, which builds the
 #                                             binaries and references the copies start from;
-#                                             MUTANT_DIR=DIR: where the copies go, tests/build/mutants)
+#                                             MUTANT_DIR=DIR: where the copies go, tests/build/mutants;
+#                                             MUTANT_JOBS=N: how many run at once, 2)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
@@ -60,59 +61,94 @@ run_check() {  # run_check DIR NAME TAG: builds the mutant's targets in DIR and 
     return $code
 }
 
+# the runs go JOBS at a time (MUTANT_JOBS, default 2: compiling a mutant takes one core, most checks
+# one or two): each job in a copy of its own, its result a file ($S/NAME.result) read at the end.
+# (Polled each second: simpler than bash's wait -n, whose view of jobs already ended varies by version.)
+JOBS=${MUTANT_JOBS:-2}
+slots=()  # the process running in each slot, for the clean runs (each slot has its copy, $S/cleanK)
+take_slot() {  # take_slot: waits for a free slot, sets `slot`
+    while :; do
+        for ((slot = 0; slot < JOBS; slot++)); do
+            [ -z "${slots[slot]:-}" ] && return
+            kill -0 ${slots[slot]} 2> /dev/null || { slots[slot]=""; return; }
+        done
+        sleep 1
+    done
+}
+running_at_most() {  # running_at_most N: waits until at most N background jobs run
+    while [ $(jobs -rp | wc -l) -gt $1 ]; do sleep 1; done
+}
+
 start=$SECONDS
-echo "copying the tree and checking that every check passes without its bug"
+echo "copying the tree and checking that every check passes without its bug ($JOBS at a time)"
 copy_tree $S/base  # stays as built: each mutant starts from a copy of it, not of what the checks wrote
-cp -a $S/base $S/clean
-clean_fails=0
+for ((k = 0; k < JOBS; k++)); do cp -a $S/base $S/clean$k; done
 declare -A clean_log  # "build|check" -> the clean run's log: mutants sharing a check share its clean run
+clean_names=()
 for name in "${names[@]}"; do
     [ -f tests/mutants/$name.patch ] || { echo "no mutant tests/mutants/$name.patch"; exit 1; }
     for key in build check expect; do
         [ -n "$(field $name $key)" ] || { echo "FAIL: tests/mutants/$name.patch has no '$key:' line"; exit 1; }
     done
     key="$(field $name build)|$(field $name check)"
-    if [ -z "${clean_log[$key]:-}" ]; then
+    if [ -z "${clean_log[$key]:-}" ]; then clean_log[$key]=$S/$name.clean.log; clean_names+=($name); fi
+done
+for name in "${clean_names[@]}"; do
+    take_slot
+    (
         t=$SECONDS
-        clean_log[$key]=$S/$name.clean.log
-        if run_check $S/clean $name clean; then echo "  clean $name: passes ($((SECONDS - t)) s)"
-        else echo "  clean $name: FAILS without the bug: $(field $name check)"; tail -n 5 $S/$name.clean.log; clean_fails=$((clean_fails + 1)); fi
-    fi
+        if run_check $S/clean$slot $name clean; then echo "  clean $name: passes ($((SECONDS - t)) s)"; echo ok > $S/$name.clean.result
+        else echo "  clean $name: FAILS without the bug: $(field $name check)"; tail -n 5 $S/$name.clean.log; echo fail > $S/$name.clean.result; fi
+    ) &
+    slots[slot]=$!
+done
+wait
+clean_fails=0
+for name in "${clean_names[@]}"; do [ "$(cat $S/$name.clean.result 2> /dev/null)" = ok ] || clean_fails=$((clean_fails + 1)); done
+for name in "${names[@]}"; do
+    key="$(field $name build)|$(field $name check)"
     if grep -Eq -- "$(field $name expect)" ${clean_log[$key]}; then
         echo "  clean $name: prints its expected line without the bug: $(grep -Em1 -- "$(field $name expect)" ${clean_log[$key]} | cut -c1-120)"
         clean_fails=$((clean_fails + 1))
     fi
 done
+for ((k = 0; k < JOBS; k++)); do rm -rf $S/clean$k; done
 
-rm -rf $S/clean
-caught=(0 0); total=(0 0); missed=0  # [0]: trainer mutants, [1]: lab mutants
-for name in "${names[@]}"; do
-    t=$SECONDS
-    dir=$S/$name
-    kind=0; [ "$(field $name kind)" = lab ] && kind=1
-    total[$kind]=$((total[$kind] + 1))
+# one mutant in its own copy: prints its line, writes CAUGHT or MISSED to $S/NAME.result
+run_mutant() {  # run_mutant NAME
+    local name=$1 t=$SECONDS dir=$S/$1 code=0
     cp -a $S/base $dir
     if ! (cd $dir && patch -p1 --quiet --no-backup-if-mismatch) < tests/mutants/$name.patch > $S/$name.patch.log 2>&1; then
-        echo "STALE  $name: the patch no longer applies"; cat $S/$name.patch.log; missed=$((missed + 1)); rm -rf $dir; continue
+        echo "STALE  $name: the patch no longer applies: $(head -n 1 $S/$name.patch.log)"; echo MISSED > $S/$name.result; rm -rf $dir; return
     fi
-    code=0; run_check $dir $name mutant || code=$?
-    log=$S/$name.mutant.log expect=$(field $name expect)
-    seen=$(grep -Em1 -- "$expect" $log | cut -c1-150)
+    run_check $dir $name mutant || code=$?
+    local log=$S/$name.mutant.log expect=$(field $name expect)
+    local seen=$(grep -Em1 -- "$expect" $log | cut -c1-150) result=MISSED
     if [ $code -eq 250 ]; then  # a bug that does not compile tests nothing
-        echo "BROKEN $name: does not build: $(grep -m1 'rror' $S/$name.mutant.build.log)"; missed=$((missed + 1))
+        echo "BROKEN $name: does not build: $(grep -m1 'rror' $S/$name.mutant.build.log)"
     elif [ $code -eq 0 ]; then
-        echo "SURVIVED $name: $(field $name check) passed with the bug"; missed=$((missed + 1))
+        echo "SURVIVED $name: $(field $name check) passed with the bug"
     elif [ -n "$seen" ]; then
-        echo "CAUGHT $name by $(field $name 'caught by' | cut -d' ' -f1) ($((SECONDS - t)) s): $seen"
-        caught[$kind]=$((caught[$kind] + 1))
+        echo "CAUGHT $name by $(field $name 'caught by' | cut -d' ' -f1) ($((SECONDS - t)) s): $seen"; result=CAUGHT
     else
-        why="OTHER REASON"
+        local why="OTHER REASON"
         [ $code -eq 124 ] && why="TIMEOUT"
         { [ $code -gt 128 ] && [ $code -ne 250 ] || grep -Eq 'Segmentation fault|core dumped|Aborted|terminated by signal|BAD TERMINATION' $log; } && why="CRASHED"
         echo "$why $name (exit $code): the check failed without printing /$expect/; its last line: $(tail -n 1 $log | cut -c1-120)"
-        missed=$((missed + 1))
     fi
+    echo $result > $S/$name.result
     rm -rf $dir
+}
+for name in "${names[@]}"; do
+    running_at_most $((JOBS - 1))
+    run_mutant $name &
+done
+wait
+caught=(0 0); total=(0 0); missed=0  # [0]: trainer mutants, [1]: lab mutants
+for name in "${names[@]}"; do
+    kind=0; [ "$(field $name kind)" = lab ] && kind=1
+    total[$kind]=$((total[$kind] + 1))
+    if [ "$(cat $S/$name.result 2> /dev/null)" = CAUGHT ]; then caught[$kind]=$((caught[$kind] + 1)); else missed=$((missed + 1)); fi
 done
 echo "${caught[0]} of ${total[0]} trainer mutants caught; ${caught[1]} of ${total[1]} lab mutants caught ($((SECONDS - start)) s)"
 [ $clean_fails -eq 0 ] || echo "FAIL: $clean_fails checks fail or print an expected line without their bug, so they prove nothing"
