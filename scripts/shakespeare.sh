@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make shakespeare: a learner's first result. Trains a small GPT-2 from scratch on tinyshakespeare
-# with the CPU build (about 6 to 9 minutes on 2 cores: docs/shakespeare.md), and shows that it learns: a sample of the
-# untrained model, one halfway and one at the end; the loss curves (train and validation) as a
-# PNG; the validation loss at the end beside what a bigram model gets on the same tokens
+# with the CPU build (6 to 9 minutes on 2 cores: docs/shakespeare.md), and shows that it learns:
+# a sample of the untrained model, one halfway and one at the end; the loss curves (train and
+# validation) as a PNG; the validation loss at the end beside what a bigram model gets on the same tokens
 # (scripts/bigram_loss.py, counted apart from the trainer): under it, the model has learnt more
 # than which token follows which. The model and its settings are the sweep's choice
 # (docs/shakespeare.md); each can be changed from the environment:
