@@ -11,7 +11,11 @@ to the 2-D matrices only (docs/design.md: Numerical conventions).
 Memory per parameter: m and v are fp32 (8 bytes). In a 16-bit build the update
 runs on an fp32 master copy (4 bytes) and writes the floatX parameter (2 bytes) by
 stochastic rounding; with the 2-byte gradient that is mixed precision's 16 bytes
-per parameter. Read adamw_element first: kernel and host loop both call it.
+per parameter. Without the master (-w 0, as llm.c's) the update reads the floatX
+parameter itself and writes it back by the same rounding: 12 bytes, and an update
+smaller than half a floatX step survives only on average (the rounding goes up with
+probability update / step), not in a copy. Read adamw_element first: kernel and host
+loop both call it.
 
 Applied in zero.h: zero_optimizer_step (one launch for every tensor slice of this rank's shard,
 adamw_update_slices, whatever the ZeRO stage), called by train_gpt.cu: train_step, which passes
@@ -37,7 +41,7 @@ HOST_DEVICE inline float adamw_element(float p, float g, float* m, float* v, flo
     return p * (1.0f - lr * weight_decay) - (lr / bias_correction1) * (*m / denom);
 }
 
-// element i of the update; master may be NULL (fp32 build: the parameters are the master)
+// element i of the update; master may be NULL (the fp32 build, whose parameters are the master; -w 0)
 template <typename Grad>
 HOST_DEVICE inline void adamw_apply(size_t i, floatX* params, float* master, const Grad* grads, float* m, float* v,
                                     AdamWConfig c, float bc1, float bc2, float grad_scale, uint64_t seed,
@@ -45,12 +49,8 @@ HOST_DEVICE inline void adamw_apply(size_t i, floatX* params, float* master, con
     float p = master ? master[i] : to_float(params[i]);
     float updated = adamw_element(p, to_float(grads[i]) * grad_scale, &m[i], &v[i], c.lr, c.beta1, c.beta2, c.eps,
                                   c.weight_decay, bc1, bc2);
-    if (master) {
-        master[i] = updated;
-        params[i] = round_stochastic(updated, random_u32(seed, index_offset + i));
-    } else {
-        params[i] = from_float(updated);
-    }
+    if (master) master[i] = updated;
+    params[i] = round_stochastic(updated, random_u32(seed, index_offset + i));  // the fp32 build: the value itself
 }
 
 #ifdef __CUDACC__

@@ -222,7 +222,7 @@ inline FileDigest checkpoint_write_optimizer(const char* dir, int step,
     return whole_file_commit(&w);
 }
 inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir, int step, int num_buffers,
-                                                                 size_t elements) {
+                                                                 size_t elements, int rank) {
     char path[4096];
     optimizer_path(path, sizeof(path), dir, step);
     FILE* f = fopen(path, "rb");
@@ -231,7 +231,13 @@ inline std::vector<std::vector<float>> checkpoint_read_optimizer(const char* dir
     if (fread(header, sizeof(header), 1, f) != 1 || header[0] != OPTIMIZER_MAGIC || header[1] != 1)
         fail("%s is not a version-1 optimizer state file", path);
     size_t n = (size_t)(uint32_t)header[3] | (size_t)(uint32_t)header[4] << 32;
-    if (header[2] != num_buffers || n != elements)
+    // m and v come first: a run under -w 0 takes them and leaves the master (llm.c warns likewise);
+    // the other way there is no master to take (llm.c refuses too)
+    if (header[2] == 2 && num_buffers == 3 && n == elements)
+        fail("%s was written under -w 0 (no fp32 master weights); resume it with -w 0", path);
+    bool master_left = header[2] == 3 && num_buffers == 2;
+    if (master_left && rank == 0) printf("note: %s: its fp32 master weights are left (-w 0)\n", path);
+    if ((header[2] != num_buffers && !master_left) || n != elements)
         fail("%s holds %d buffers of %zu values; this model needs %d of %zu", path, header[2], n, num_buffers,
              elements);
     std::vector<std::vector<float>> buffers(num_buffers, std::vector<float>(n));

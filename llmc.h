@@ -33,7 +33,8 @@ inline void check_llmc_flags(const TrainConfig& tc, int rank) {
     if (tc.hellaswag && tc.B < EVAL_ENDINGS)
         comm_fail_all("-h 1 needs -b >= %d: each example's endings are rows of one micro-batch (llm.c's rule too)",
                       EVAL_ENDINGS);
-    if (!tc.master_weights) comm_fail_all("-w 0: AdamW without the fp32 master weights is not built yet; use -w 1");
+    if (rank == 0 && !tc.master_weights && FLOATX_IS_FP32)
+        printf("note: -w 0: this fp32 build's parameters are their own master copy; nothing changes\n");
     if (rank == 0 && tc.gelu_fusion > 0)
         printf("note: -ge %d: GELU runs in its own kernel in this build (llm.c's -ge 0): the same values\n",
                tc.gelu_fusion);

@@ -45,7 +45,7 @@ struct TrainConfig {
     int shuffle = 1;
     int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (accepted; llmc.h says what runs)
     int tf32 = 0;                    // -f: llm.c's TF32 switch (accepted; llmc.h)
-    int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (-w 0 refused: llmc.h)
+    int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (adamw.h, zero.h)
     int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
     const char* hellaswag_path = "data/hellaswag_val.bin";  // -hf: llm.c's eval file (./tokenize hellaswag)
     int overfit_single_batch = 0;    // -a 1: every step trains on the first batch (llm.c's debugging aid)
@@ -139,7 +139,8 @@ static const Option option_table[] = {
      "llm.c's TF32 switch: accepted; the fp32 CUDA build's GEMMs stay true fp32 (checked against float64), the "
      "16-bit builds use bf16/fp16 tensor cores, the CPU build sgemm", 0, 1},
     {"-w", OPT_INT, OPTION_FIELD(master_weights),
-     "llm.c's fp32 master weights in 16-bit builds: 1 (always here); -w 0 is refused, not built yet", 0, 1},
+     "llm.c's fp32 master weights in 16-bit builds: 1 keep them (16 bytes a parameter), 0 AdamW on the floatX "
+     "weights with stochastic rounding (12 bytes); the fp32 build has none either way", 0, 1},
     {"-seed", OPT_INT, OPTION_FIELD(seed),
      "seed for initialisation, shuffling, sampling and stochastic rounding", INT_MIN, INT_MAX},
     {"-r", OPT_INT, OPTION_FIELD(recompute),

@@ -838,7 +838,7 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
 // out and books their bytes without allocating (-plan, the memory check)
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
     gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0,
-               allocate, tc.stage_layers, tc.chunks);
+               allocate, tc.stage_layers, tc.chunks, tc.master_weights != 0);
     model->layout.sequence_parallel = tc.sequence_parallel;
     model->layout.cp = comm->grid.cp;
     model->layout.cp_rank = comm->grid.cp_rank;

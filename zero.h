@@ -122,7 +122,7 @@ struct Zero {
     Collectives* comm;
     floatX* params;                 // stages 0-2: all units; stage 3: this rank's shard
     floatX* gathered[NUM_SLOTS];    // stage 3: the gathered embeddings, current layer and final norm
-    float* master;                  // shard; 16-bit builds only
+    float* master;                  // shard; 16-bit builds only, NULL under -w 0
     float* m;                       // shard
     float* v;                       // shard
     // what the backward writes, always floatX (the kernels' type):
@@ -166,8 +166,9 @@ inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks
 
 // sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
 // allocate = false lays out the shards without allocating (-plan).
+// master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
-                      bool allocate, size_t ledger[NUM_MEMORY_KINDS]) {
+                      bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS]) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
     *z = Zero{};
     z->stage = stage;
@@ -185,7 +186,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     }
     size_t full = z->full_elements, shard = z->shard_elements, X = sizeof(floatX), fp32 = sizeof(float);
     const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
-    bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32;
+    bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32 && master_weights;
     std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z, &z->adamw_blocks);
     z->norm_ranges = 1;  // the gradient norm's ranges: at most one more than the tensors a rank may skip
     for (int u = 0; u < num_units; u++) z->norm_ranges += units[u].num_slices;
@@ -224,7 +225,7 @@ inline void zero_free(Zero* z) {
     free(z->units);
 }
 
-// what a checkpoint saves of this rank: the optimizer shard (m, v, and the fp32 master in 16-bit builds)
+// what a checkpoint saves of this rank: the optimizer shard (m, v, and the fp32 master if kept)
 struct ZeroOptimizerState { int stage, num_buffers; size_t elements; float* buffers[3]; };
 inline ZeroOptimizerState zero_optimizer_state(const Zero* z) {
     ZeroOptimizerState s = {z->stage, z->master ? 3 : 2, z->shard_elements, {z->m, z->v, z->master}};

@@ -97,7 +97,7 @@ def state_memory(a, s):
     X, zero = a.x, a.zero
     Psi = E + Ls * Lu + H
     P = Psi // shards
-    K = 8 if X == 4 else 12           # m, v (+ the fp32 master in 16-bit builds)
+    K = 8 if X == 4 or a.no_master else 12  # m, v (+ the fp32 master in 16-bit builds, unless -w 0)
     G = 4 if a.ga_fp32 else X         # the gradient sum's element
     full_grads = X * Psi + (4 * Psi if a.ga_fp32 else 0)
     return {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
@@ -211,6 +211,7 @@ def main():
     ap.add_argument("--cp", type=int, default=1)
     ap.add_argument("--heads", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
+    ap.add_argument("--no-master", action="store_true")  # -w 0
     ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)
     a = ap.parse_args()
     plans = sorted((json.loads(l) for l in open(a.plan) if l.startswith("{")), key=lambda p: p["rank"])

@@ -9,7 +9,7 @@ One rule beyond encoder.py, which only sees valid text: a byte that is not part 
 valid UTF-8 is a chunk of its own (its single-byte token), and the pattern runs on the
 valid stretches between such bytes. ./tokenize documents the same rule.
 
-    gpt2_encoder_reference.py VOCAB_DIR FILE   -> prints the ids, space-separated
+    gpt2_encoder_reference.py VOCAB_DIR FILE...   -> prints each file's ids, space-separated, a line a file
 """
 import json
 import sys
@@ -99,4 +99,5 @@ class Encoder:
 
 if __name__ == "__main__":
     enc = Encoder(sys.argv[1])
-    print(" ".join(map(str, enc.encode_bytes(open(sys.argv[2], "rb").read()))))
+    for path in sys.argv[2:]:  # a line each: one start-up for many files
+        print(" ".join(map(str, enc.encode_bytes(open(path, "rb").read()))))

@@ -487,6 +487,7 @@ static void gradients_and_adamw(size_t n) {
         check("adamw_update m, fp32 gradients", download(d_m, n), m, 0.0);
     }
     adamw_slices(d_p, p, master_or_null, master, d_g, g, d_m, m, d_v, v, n, c);
+    if (!FLOATX_IS_FP32) adamw_slices(d_p, p, NULL, master, d_g, g, d_m, m, d_v, v, n, c);  // -w 0: no master
     for (void* q : {(void*)d_g, (void*)d_p, (void*)d_accx, (void*)d_acc32, (void*)d_m, (void*)d_v, (void*)d_master, (void*)scratch})
         device_free(q);
 }

@@ -15,6 +15,8 @@
 #  - llm.c's launch flags (-pn -pr -pg -pm -pi -pf) refused in one line; -pp and -ps name both meanings;
 #  - -o: llm.c's main.log lines (trl, tel) equal the JSON log's values to 4 decimals, and DONE_%08d
 #    marks the finished run;
+#  - -w 0 (bf16): 8 optimizer bytes a parameter in -plan, not 12; losses that part from -w 1's after the
+#    first step; a bit-exact resume; a -w 1 checkpoint resumed under -w 0, a -w 0 one refused under -w 1;
 #  - every flag of llm.c's five run scripts (scripts/run_gpt2_124M.sh ... run_gpt3_125M.sh), data paths
 #    aside, is accepted through -plan 1 (HellaSwag itself, -h 1: tests/test_hellaswag.py).
 # Usage: test_llmc_flags.sh REFERENCE_DIR
@@ -115,6 +117,42 @@ for s in 1 2 4 5; do
     [ -z "$(ls $D/major/*_0000000${s}* 2> /dev/null)" ] || { echo "FAIL: -nk 2 -nm 3: step $s's files left"; exit 1; }
 done
 echo "-nk 2 -nm 3: checkpoints $left left"
+
+# -w 0 (the bf16 build): AdamW on the bf16 weights, no fp32 master. The optimizer's bytes in -plan
+# are 8 a parameter (m, v) where -w 1 keeps 12, P read from the same line; the run differs from -w 1's
+# from its second step on; it resumes bit for bit; a -w 1 checkpoint resumes under -w 0 (its master left,
+# as llm.c warns), a -w 0 checkpoint is refused under -w 1 in one line (llm.c refuses it too)
+BF="./train_gpt_cpu_bf16 -e $REF/model.bin -i $REF/train.bin -v 0 -s 0 -b 1 -t 16"
+for w in 0 1; do $BF -w $w -plan 1 | grep '^{' > $D/w$w.plan.jsonl; done
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+for w, K in ((0, 8), (1, 12)):
+    plan = json.loads(open(f"{d}/w{w}.plan.jsonl").readline())
+    P, got = plan["num_parameters"], plan["memory"]["optimizer"]
+    assert got == K * P, f"FAIL: -w {w}: -plan books {got} optimizer bytes for {P} parameters, {K} a parameter is {K * P}"
+print(f"-w 0: -plan books 8 optimizer bytes a parameter, -w 1 12 ({P} parameters)")
+PY
+for w in 0 1; do $BF -w $w -x 4 -n 2 -o $D/w$w -log $D/w$w.jsonl > $D/w$w.txt; done
+$PYTHON - $D <<'PY'
+import json, sys
+d = sys.argv[1]
+w0, w1 = ([json.loads(l)["loss"] for l in open(f"{d}/w{w}.jsonl")] for w in (0, 1))
+assert w0[0] == w1[0] and w0[1:] != w1[1:], f"FAIL: -w 0 losses {w0} against -w 1's {w1}: the same first, then not"
+print(f"-w 0: losses {[round(x, 6) for x in w0]}, -w 1: {[round(x, 6) for x in w1]}")
+PY
+mkdir -p $D/w0_again $D/w1_to_w0 $D/w0_to_w1
+cp $D/w0/*_00000002* $D/w0_again/ && cp $D/w1/*_00000002* $D/w1_to_w0/ && cp $D/w0/*_00000002* $D/w0_to_w1/
+$BF -w 0 -x 4 -n 2 -o $D/w0_again -y 1 > $D/w0_again.txt
+cmp $D/w0/model_00000004.bin $D/w0_again/model_00000004.bin || { echo "FAIL: -w 0 resumed at step 2: model differs"; exit 1; }
+$BF -w 0 -x 4 -n 2 -o $D/w1_to_w0 -y 1 > $D/w1_to_w0.txt
+grep -q "^note: .*optimizer_00000002.bin: its fp32 master weights are left (-w 0)" $D/w1_to_w0.txt && grep -q "resuming from step 2" \
+    $D/w1_to_w0.txt || { cat $D/w1_to_w0.txt; echo "FAIL: a -w 1 checkpoint resumed under -w 0"; exit 1; }
+code=0; $BF -w 1 -x 4 -n 2 -o $D/w0_to_w1 -y 1 > $D/w0_to_w1.txt 2>&1 || code=$?
+[ $code -eq 1 ] && [ "$(grep -c error $D/w0_to_w1.txt)" -eq 1 ] && grep -q \
+    "^error: .*optimizer_00000002.bin was written under -w 0 (no fp32 master weights); resume it with -w 0" $D/w0_to_w1.txt \
+    || { cat $D/w0_to_w1.txt; echo "FAIL: a -w 0 checkpoint under -w 1: exit $code"; exit 1; }
+echo "-w 0: resumed bit for bit; a -w 1 checkpoint resumes under -w 0; $(grep -m1 error $D/w0_to_w1.txt)"
 
 # model descriptors: llm.c's tables (train_gpt2.cu: gpt2_set_hyperparameters, gpt3_set_hyperparameters)
 while read -r name L C maxT; do

@@ -163,6 +163,64 @@ TEST_CASE("16-bit AdamW: the fp32 master against float64 AdamW, the floatX weigh
     printf("16-bit AdamW master against float64: worst error %.3g of the bar\n", worst);
 }
 
+// -w 0 (llm.c's AdamW without the fp32 master): the update reads the floatX weight itself and writes
+// it back by stochastic rounding. One step from weights on the grid, repeated over S seeds: each
+// element's mean is float64 AdamW's value from the same weight, within 5 standard errors of the
+// rounding (p(1 - p) floored at 0.01, so that a p near 0 or 1 cannot fail on one unlucky draw).
+// Rounding to nearest instead (adamw.h's no-master branch once) leaves each element at its nearest
+// neighbour, off by min(p, 1 - p) of a step: most elements fail
+TEST_CASE("16-bit AdamW without the master (-w 0): the floatX weights an unbiased rounding of float64 AdamW") {
+    const size_t n = N_MATRIX + N_VECTOR;
+    AdamWSlice slices[2];
+    unsigned blocks;
+    two_slices(slices, &blocks);
+    Rng rng = {37};
+    std::vector<floatX> start(n), params(n), grads(n);
+    std::vector<double> want(n), lo(n), hi(n), sum(n, 0.0);
+    const double wd = 0.1, lr = 2e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+    AdamWConfig c;
+    c.lr = (float)lr;
+    c.weight_decay = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        start[i] = from_float((float)(0.1 * rng_normal(&rng)));
+        grads[i] = from_float((float)(0.05 * rng_normal(&rng)));
+        double x = to_float(start[i]), g = to_float(grads[i]);  // torch.optim.AdamW's first step, float64
+        double md = (1 - b1) * g, vd = (1 - b2) * g * g;
+        want[i] = x * (1 - lr * (i < N_MATRIX ? wd : 0.0)) - lr / (1 - b1) * md / (sqrt(vd) / sqrt(1 - b2) + eps);
+        grid_neighbours(want[i], &lo[i], &hi[i]);
+    }
+    const int S = 400;
+    int off_grid = 0;
+    for (int s = 0; s < S; s++) {
+        std::vector<float> m(n, 0.0f), v(n, 0.0f);
+        params = start;
+        adamw_update_slices(params.data(), (float*)nullptr, grads.data(), m.data(), v.data(), slices, 2, blocks, c,
+                            (float)wd, 1, 1.0f, random_u32(13, (uint64_t)s));
+        for (size_t i = 0; i < n; i++) {
+            double r = to_float(params[i]);
+            off_grid += !(r == lo[i] || r == hi[i]);
+            sum[i] += r;
+        }
+    }
+    int biased = 0, moved = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (hi[i] == lo[i]) continue;  // float64 AdamW landed on the grid
+        moved++;
+        double p = (want[i] - lo[i]) / (hi[i] - lo[i]), mean = sum[i] / S;
+        double se = (hi[i] - lo[i]) * sqrt(fmax(p * (1 - p), 0.01) / S);
+        worst = fmax(worst, fabs(mean - want[i]) / se);
+        biased += fabs(mean - want[i]) > 5 * se;
+    }
+    INFO("-w 0: " << off_grid << " weights not a grid neighbour of float64 AdamW's value; " << biased << " of " << moved
+                  << " elements whose mean over " << S << " seeds is off by over 5 standard errors (worst " << worst
+                  << ")");
+    CHECK(off_grid == 0);
+    CHECK(moved > (int)n / 2);
+    CHECK(biased == 0);
+    printf("16-bit AdamW without the master: %d elements, worst mean %.2f standard errors from float64\n", moved, worst);
+}
+
 // P(two independent draws agree) = p^2 + (1 - p)^2; within five standard errors over `pairs` pairs
 static void check_agreement(const char* what, int agree, int pairs, double p) {
     double q = p * p + (1 - p) * (1 - p), se = sqrt(q * (1 - q) / pairs), got = (double)agree / pairs;

@@ -7,7 +7,8 @@ here its cache (TIKTOKEN_CACHE_DIR, keyed by the URL's SHA-1) is filled from VOC
 tiktoken checks each file against the SHA-256 it expects, so these are GPT-2's files. "<|endoftext|>"
 in the text is text (disallowed_special=()), as ./tokenize reads it.
 
-    tiktoken_reference.py VOCAB_DIR FILE   -> prints the ids, space-separated (FILE: valid UTF-8)
+    tiktoken_reference.py VOCAB_DIR FILE...   -> prints each file's ids, space-separated, a line a file
+                                                (each FILE valid UTF-8)
 """
 import hashlib
 import os
@@ -33,5 +34,6 @@ def encoding(vocab_dir):
 
 if __name__ == "__main__":
     enc = encoding(sys.argv[1])
-    text = open(sys.argv[2], "rb").read().decode("utf-8")
-    print(" ".join(map(str, enc.encode(text, disallowed_special=()))))
+    for path in sys.argv[2:]:  # a line each: one start-up for many files
+        text = open(path, "rb").read().decode("utf-8")
+        print(" ".join(map(str, enc.encode(text, disallowed_special=()))))

@@ -35,7 +35,6 @@ never completes and ncclCommGetAsyncError reports ncclRemoteError (for the train
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -76,6 +75,21 @@ const char* ncclGetErrorString(ncclResult_t r) {
 static void free_mpi_objects();
 static int live_communicators_count(int change);
 static bool finish_in_flight(bool wait);
+
+
+// a posted MPI operation finished by polling, sleeping between polls after a short spin: MPICH's
+// blocking calls spin on their core, and the tests run more ranks than cores (comm.h's mpi_wait)
+static void pause_between_polls(unsigned polls) {
+    if (polls >= 64) usleep(polls < 1024 ? 10 : 50);
+}
+static void wait_for(MPI_Request* request) {
+    int done = 0;
+    for (unsigned polls = 0;; polls++) {
+        MPI_Test(request, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        pause_between_polls(polls);
+    }
+}
 
 // ---------------------------------------------------------------- communicators
 struct IdContents { int magic, creator, serial; };
@@ -258,7 +272,9 @@ static std::string describe(const Call& c) {
 }
 static void agree(ncclComm* comm, Call mine) {
     std::vector<Call> all(comm->size);
-    MPI_Allgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE, comm->mpi);
+    MPI_Request request;
+    MPI_Iallgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE, comm->mpi, &request);
+    wait_for(&request);
     for (int r = 0; r < comm->size; r++)
         if (memcmp(&all[r], &mine, sizeof(Call)) != 0)
             die("collective #" + std::to_string(mine.serial) + " of a communicator of " + std::to_string(comm->size) +
@@ -321,7 +337,7 @@ static bool finish_in_flight(bool wait) {
     for (unsigned polls = 1;; polls++) {
         MPI_Testall((int)in_flight.requests.size(), in_flight.requests.data(), &done, statuses.data());
         if (done || !wait) break;
-        sched_yield();  // the peer may need this core (the tests run more ranks than cores)
+        pause_between_polls(polls);  // the peer may need this core (the tests run more ranks than cores)
         if (polls % 1024 == 0 && MPI_Wtime() > next_check) {
             const Pending* p = send_cycle();
             cycle_seen = p ? cycle_seen + 1 : 0;
@@ -409,7 +425,9 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     if (s != r && overlaps(s, bytes, r, bytes)) die("ncclAllReduce: sendbuff and recvbuff overlap without being the same");
     if (s != r) memcpy(r, s, bytes);
     if (op == ncclAvg) premultiply(r, count, t, comm->size);
-    MPI_Allreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(t, op), comm->mpi);
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(t, op), comm->mpi, &request);
+    wait_for(&request);
     cuda_emu::check_canaries("ncclAllReduce");
     return ncclSuccess;
 }
@@ -427,7 +445,9 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
     std::vector<char> input(s, s + block * comm->size);  // MPI's reduce-scatter needs distinct buffers
     if (op == ncclAvg) premultiply(input.data(), recvcount * comm->size, t, comm->size);
     std::vector<int> counts(comm->size, (int)recvcount);
-    MPI_Reduce_scatter(input.data(), r, counts.data(), element(t), reduction(t, op), comm->mpi);
+    MPI_Request request;
+    MPI_Ireduce_scatter(input.data(), r, counts.data(), element(t), reduction(t, op), comm->mpi, &request);
+    wait_for(&request);
     cuda_emu::check_canaries("ncclReduceScatter");
     return ncclSuccess;
 }
@@ -442,7 +462,9 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
     if (!in_place && overlaps(s, block, r, block * comm->size))
         die("ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank * sendcount (NCCL's in-place form)");
     std::vector<char> mine(s, s + block);
-    MPI_Allgather(mine.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm->mpi);
+    MPI_Request request;
+    MPI_Iallgather(mine.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm->mpi, &request);
+    wait_for(&request);
     cuda_emu::check_canaries("ncclAllGather");
     return ncclSuccess;
 }
@@ -457,7 +479,9 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     if (res != ncclSuccess || skip || count == 0) return res;
     if (is_root && s != r && overlaps(s, bytes, r, bytes)) die("ncclBroadcast: sendbuff and recvbuff overlap without being the same");
     if (is_root && s != r) memmove(r, s, bytes);
-    MPI_Bcast(r, (int)bytes, MPI_BYTE, root, comm->mpi);
+    MPI_Request request;
+    MPI_Ibcast(r, (int)bytes, MPI_BYTE, root, comm->mpi, &request);
+    wait_for(&request);
     cuda_emu::check_canaries("ncclBroadcast");
     return ncclSuccess;
 }
