@@ -16,6 +16,10 @@
 # ends as an unbroken one would) and prints one line: the time, the cause, the step it resumes
 # from, which also goes into the run's -log as {"restart": K, "cause": ..., "resume_from": STEP}.
 # The command must write checkpoints (-o and -n), or there is nothing to resume from: refused.
+# SIGTERM, SIGHUP or SIGINT to the supervisor (a scheduler ending the job, a closed terminal, ^C)
+# end the command (SIGTERM, which mpirun passes to its ranks); the supervisor waits for it, then exits with
+# 128 + the signal's number, and restarts nothing. The command is the supervisor's own child, not
+# part of a pipeline, so that its exit status and its process are the ones the supervisor holds.
 # What it cannot do: keep the healthy ranks alive and replace only the failed one (an in-process
 # restart, as torchft does): every restart starts every rank again and re-reads the checkpoint,
 # and the steps since the last checkpoint are computed again.
@@ -23,7 +27,8 @@ set -uo pipefail
 MAX_RESTARTS=10
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     case "$1" in
-        --max-restarts) MAX_RESTARTS=${2:?--max-restarts needs a number}; shift 2 ;;
+        --max-restarts) MAX_RESTARTS=${2:-}; shift $(($# < 2 ? 1 : 2))
+            [[ $MAX_RESTARTS =~ ^[0-9]+$ ]] || { echo "supervise.sh: --max-restarts expects a whole number, got '$MAX_RESTARTS'"; exit 1; } ;;
         *) echo "supervise.sh: unknown option $1 (usage: supervise.sh [--max-restarts N] -- COMMAND...)"; exit 1 ;;
     esac
 done
@@ -50,11 +55,23 @@ newest_checkpoint() {  # the newest step with a completion marker in $OUT (check
     echo $newest
 }
 
+child=""
+stop() {  # stop SIGNAL: the command gets SIGTERM (mpirun passes it to its ranks), then the supervisor ends
+    echo "supervise.sh: SIG$1: ending the command (SIGTERM); not restarting"
+    [ -n "$child" ] && kill -s TERM $child 2> /dev/null && wait $child
+    exit $((128 + $(kill -l $1)))
+}
+for s in TERM HUP INT; do trap "stop $s" $s; done
+
 restarts=0 resume=()
 attempt=$(mktemp); trap 'rm -f "$attempt"' EXIT  # the last attempt's output
 while :; do
-    "$@" "${resume[@]}" 2>&1 | tee "$attempt"
-    status=${PIPESTATUS[0]}
+    "$@" "${resume[@]}" > "$attempt" 2>&1 &  # in the background: a trapped signal interrupts the wait
+    child=$!
+    tail -n +1 -f --pid=$child "$attempt" &  # its output as it comes, stdout and stderr merged
+    wait $child; status=$?
+    wait $!  # the rest of its output
+    child=""
     grep -q "^error: watchdog:" "$attempt" && [ $status -ne 0 ] && status=3
     case $status in
         0) exit 0 ;;

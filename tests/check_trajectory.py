@@ -137,6 +137,7 @@ def main():
     ap.add_argument("--launcher", default="")
     ap.add_argument("--extra", default="", help="more trainer flags")
     ap.add_argument("--steps", type=int, default=None, help="run and compare only the first N steps")
+    ap.add_argument("--log", default=None, help="keep the run's JSON log here (default: a temporary file)")
     ap.add_argument("--params", type=float, default=None,
                     help="also compare every tensor of the final model with the reference's: relative L2 bar")
     a = ap.parse_args()
@@ -152,7 +153,8 @@ def main():
             extra += ["-o", out]
         if "-n" not in extra:
             extra += ["-n", str(t["steps"])]  # a checkpoint: 16-bit builds' fp32 masters are in its optimizer file
-    log = os.path.join(a.ref, f"run_accum{a.accum}.jsonl")
+    own_log = a.log is None  # a file of this run's own: checks running side by side share --ref
+    log = a.log or tempfile.mkstemp(prefix=f"run_accum{a.accum}_", suffix=".jsonl", dir=a.ref)[1]
     if os.path.exists(log):
         os.remove(log)
     cmd = shlex.split(a.launcher) + [a.trainer, "-e", os.path.join(a.ref, "model.bin"), "-i", os.path.join(a.ref, "train.bin"),
@@ -167,6 +169,8 @@ def main():
     finally:
         if own_out:
             shutil.rmtree(out, ignore_errors=True)
+        if own_log and os.path.exists(log):
+            os.remove(log)
     sys.exit(0 if ok else 1)
 
 

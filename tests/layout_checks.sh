@@ -22,9 +22,8 @@ layout_checked() {
     local cp=$(flag_value "$flags" cp 1) tp=$(flag_value "$flags" tp 1) pp=$(flag_value "$flags" pp 1) B=$(flag_value "$flags" b 4)
     local dp=$((np / cp / tp / pp)) tag=np$np$(echo "$flags" | tr -d ' -')
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
-        --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" > $D/$tag.txt
+        --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" --log $D/$tag.jsonl > $D/$tag.txt
     FINAL+=($D/$tag/model_00000003.bin)
-    cp $REF/run_accum2.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -t 32 -d 256 $flags -v 0 -plan 1 | grep '^{' > $D/$tag.plan.jsonl
     echo "np $np $flags: $(tail -n 1 $D/$tag.txt)"
     $PYTHON tests/same_norms.py $D/single.jsonl $D/$tag.jsonl "np $np $flags"

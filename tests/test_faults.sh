@@ -14,16 +14,18 @@
 #  - its give-up path: 2 faults under --max-restarts 1: one restart, then one line and the child's
 #    exit code;
 #  - under the supervisor, bad flags (exit 1) are not retried, and a command without -o and -n is
-#    refused in one line;
+#    refused in one line, as is a --max-restarts that is not a whole number;
+#  - SIGTERM to the supervisor while its run trains ends the run's ranks too (none left), with one
+#    line and exit code 143, and nothing restarted;
 #  - damaged checkpoints passed over (the resumed step and the final model checked first, then the
 #    lines that say why), none verifying, a disk filling mid-checkpoint.
 # FAULTS_PARTS (default: all) runs only some parts, for the mutants' checks (tests/mutants/*.patch):
-# watchdog healthy supervisor giveup bad damaged full. Every failure prints a line starting FAIL.
+# watchdog healthy supervisor giveup bad signal damaged full. Every failure prints a line starting FAIL.
 set -euo pipefail
 REF=$1
 D=tests/build/faults; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-PARTS=" ${FAULTS_PARTS:-watchdog healthy supervisor giveup bad damaged full} "
+PARTS=" ${FAULTS_PARTS:-watchdog healthy supervisor giveup bad signal damaged full} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 fail() { echo "FAIL: $*"; exit 1; }
 has() {  # has FILE REGEX WHAT: FILE holds a line matching REGEX (grep -E), else a FAIL line naming WHAT
@@ -139,6 +141,25 @@ fi
 # with the unbroken run's final model. Checked first: the step it resumed from and the final model
 # (a damaged checkpoint trusted shows there), then the lines. With every checkpoint damaged: one
 # line on every rank, exit 1
+# a signal to the supervisor (a scheduler ending the job) ends the run it started, every rank of it
+if part signal; then
+    code=0; bash scripts/supervise.sh --max-restarts 2.5 -- $RUN -o $D/restarts > $D/restarts.txt 2>&1 || code=$?
+    [ $code -eq 1 ] && [ "$(wc -l < $D/restarts.txt)" = 1 ] || { cat $D/restarts.txt; fail "--max-restarts 2.5: exit $code"; }
+    has $D/restarts.txt "^supervise.sh: --max-restarts expects a whole number, got '2.5'$" "--max-restarts 2.5"
+    bash scripts/supervise.sh -- $TRAIN -x 1000 -n 500 -o $D/signalled > $D/signalled.txt 2>&1 &
+    supervisor=$!
+    for i in $(seq 600); do grep -q "^step" $D/signalled.txt && break; sleep 0.1; done
+    grep -q "^step" $D/signalled.txt || { kill -KILL $supervisor; fail "the supervised run logged no step in 60 s"; }
+    code=0; kill -TERM $supervisor; wait $supervisor || code=$?
+    for i in $(seq 100); do pgrep -f "train_gpt_cpu.*$D/signalled" > /dev/null || break; sleep 0.1; done
+    left=$(pgrep -f "train_gpt_cpu.*$D/signalled" | wc -l || true)
+    [ "$left" = 0 ] || { pkill -KILL -f "train_gpt_cpu.*$D/signalled"; fail "SIGTERM to the supervisor left $left ranks training"; }
+    [ $code -eq 143 ] || { tail -n 3 $D/signalled.txt; fail "SIGTERM to the supervisor: exit code $code, not 143"; }
+    has $D/signalled.txt "^supervise.sh: SIGTERM: ending the command \(SIGTERM\); not restarting$" "SIGTERM to the supervisor"
+    [ "$(grep -c '^supervise.sh' $D/signalled.txt)" = 1 ] || fail "SIGTERM to the supervisor: a restart or another line"
+    echo "ok: SIGTERM to the supervisor ends its run's ranks (none left), exit code 143: $(grep '^supervise.sh' $D/signalled.txt)"
+fi
+
 if part damaged; then
     cp -r $D/whole $D/damaged
     truncate -s 1000 $D/damaged/model_00000008.bin

@@ -22,8 +22,7 @@ layout() {  # layout REF MODEL_ARGS NP DP TP PP V ZERO MICRO_BATCHES: trajectory
     local ref=$1 model=$2 np=$3 dp=$4 tp=$5 pp=$6 V=$7 z=$8 m=$9 B=$((4 / $4)) tag=dp$4-tp$5-pp$6-vp$7-z$8-$(basename $1)
     local flags="-b $B -tp $tp -pp $pp -ps interleaved -vp $V -z $z"
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $ref --accum $m --tol 1e-4 --steps 3 \
-        --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" > $D/$tag.txt
-    cp $ref/run_accum$m.jsonl $D/$tag.jsonl
+        --launcher "$MPIRUN -np $np" --extra "$flags -o $D/$tag" --log $D/$tag.jsonl > $D/$tag.txt
     if [ $ref = $REF ]; then  # (the 8-layer reference's have no single-rank run)
         case $((B * dp * m)) in 32) FINAL8+=($D/$tag/model_00000003.bin) ;; 16) FINAL4+=($D/$tag/model_00000003.bin) ;; *) echo "FAIL: $tag: no single-rank run to compare with"; exit 1 ;; esac
     fi

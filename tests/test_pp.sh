@@ -34,8 +34,7 @@ FINAL8=() FINAL4=()  # every layout's final model, by the single-rank run it fol
 layout() {  # layout NP DP TP PP ZERO SCHEDULE MICRO_BATCHES
     local np=$1 dp=$2 tp=$3 pp=$4 z=$5 ps=$6 m=$7 B=$((4 / $2)) tag=dp$2-tp$3-pp$4-z$5-$6
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum $m --tol 1e-4 --steps 3 \
-        --launcher "$MPIRUN -np $np" --extra "-b $B -tp $tp -pp $pp -ps $ps -z $z -o $D/$tag" > $D/$tag.txt
-    cp $REF/run_accum$m.jsonl $D/$tag.jsonl
+        --launcher "$MPIRUN -np $np" --extra "-b $B -tp $tp -pp $pp -ps $ps -z $z -o $D/$tag" --log $D/$tag.jsonl > $D/$tag.txt
     case $((B * dp * m)) in 32) FINAL8+=($D/$tag/model_00000003.bin) ;; 16) FINAL4+=($D/$tag/model_00000003.bin) ;; *) echo "FAIL: $tag: no single-rank run to compare with"; exit 1 ;; esac
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $B -t 32 -d $((B * 32 * dp * m)) -tp $tp \
         -pp $pp -ps $ps -z $z -plan 1 | grep '^{' > $D/$tag.plan.jsonl
@@ -82,8 +81,7 @@ SPLITS=()  # their final models
 for split in 3,1/1f1b 1,3/gpipe; do
     pl=${split%/*} ps=${split#*/} tag=pl${split%/*}-${split#*/}
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 8 --tol 1e-4 --steps 3 --launcher "$MPIRUN -np 2" \
-        --extra "-b 4 -pp 2 -pl $pl -ps $ps -o $D/$tag" > $D/$tag.txt
-    cp $REF/run_accum8.jsonl $D/$tag.jsonl
+        --extra "-b 4 -pp 2 -pl $pl -ps $ps -o $D/$tag" --log $D/$tag.jsonl > $D/$tag.txt
     $MPIRUN -np 2 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 4 -t 32 -d 1024 -pp 2 -pl $pl -ps $ps -plan 1 > $D/$tag.plan.txt
     grep '^{' $D/$tag.plan.txt > $D/$tag.plan.jsonl
     echo "-pp 2 -pl $pl $ps: $(tail -n 1 $D/$tag.txt)"

@@ -26,9 +26,8 @@ FINAL=()  # every layout's final model, named (a glob would drop a layout that n
 layout() {  # layout NP TP ZERO: the trajectory, the plan, the accounting, the final model
     local np=$1 tp=$2 z=$3 dp=$(($1 / $2)) tag=tp$2-dp$(($1 / $2))-z$3
     $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
-        --launcher "$MPIRUN -np $np" --extra "-b $((4 / dp)) -tp $tp -z $z -o $D/$tag" > $D/$tag.txt
+        --launcher "$MPIRUN -np $np" --extra "-b $((4 / dp)) -tp $tp -z $z -o $D/$tag" --log $D/$tag.jsonl > $D/$tag.txt
     FINAL+=($D/$tag/model_00000003.bin)
-    cp $REF/run_accum2.jsonl $D/$tag.jsonl
     $MPIRUN -np $np ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $((4 / dp)) -t 32 -d 256 -tp $tp -z $z \
         -v 0 -plan 1 | grep '^{' > $D/$tag.plan.jsonl
     echo "tp $tp dp $dp ZeRO-$z: $(tail -n 1 $D/$tag.txt)"

@@ -21,9 +21,8 @@ FINAL=()  # every layout's final model, named (a glob would drop a layout that n
 for dp in 2 4; do
     for z in 0 1 2 3; do
         $PYTHON tests/check_trajectory.py --trainer ./train_gpt_cpu --ref $REF --accum 2 --tol 1e-4 --steps 3 \
-            --launcher "$MPIRUN -np $dp" --extra "-b $((4 / dp)) -z $z -o $D/dp$dp-z$z" > $D/dp$dp-z$z.txt
+            --launcher "$MPIRUN -np $dp" --extra "-b $((4 / dp)) -z $z -o $D/dp$dp-z$z" --log $D/dp$dp-z$z.jsonl > $D/dp$dp-z$z.txt
         FINAL+=($D/dp$dp-z$z/model_00000003.bin)
-        cp $REF/run_accum2.jsonl $D/dp$dp-z$z.jsonl
         $MPIRUN -np $dp ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b $((4 / dp)) -t 32 -d 256 -z $z -v 0 -plan 1 \
             | grep '^{' > $D/dp$dp-z$z.plan.jsonl
         echo "dp $dp ZeRO-$z: $(tail -n 1 $D/dp$dp-z$z.txt)"
