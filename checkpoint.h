@@ -43,6 +43,7 @@ one line saying which file and why, down to the newest that does (none: one line
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
+#include "run_dir.h"   // defines: run_dir_lock
 #include <unistd.h>    // defines: unlink
 #include <algorithm>   // defines: std::sort
 #include <string>      // defines: std::string
@@ -408,14 +409,16 @@ inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* pr
 }
 
 // -o before any work, so that a bad one costs no training (it used to surface at the first checkpoint):
-// rank 0 creates the directory if it is missing; then every rank checks it (output_dir_problem), and
-// the first rank that finds a problem names it on every rank, which all exit 1
+// rank 0 creates the directory if it is missing; then every rank checks it (output_dir_problem), rank 0
+// takes its lock (run_dir.h), and the first rank that finds a problem names it on every rank, which all
+// exit 1
 inline void check_output_dir(const char* dir, size_t bytes, int rank, int world) {
     char problem[1024] = "";
     if (rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0)
         snprintf(problem, sizeof(problem), "-o %s: cannot create the directory (%s)", dir, strerror(errno));
     MPI_Barrier(MPI_COMM_WORLD);
     if (!problem[0]) output_dir_problem(dir, bytes, rank, problem, sizeof(problem));
+    if (rank == 0 && !problem[0]) run_dir_lock(dir, problem, sizeof(problem));  // one run at a time in -o
     int mine = problem[0] ? rank : world, first = world;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (first == world) return;

@@ -16,16 +16,19 @@
 #  - under the supervisor, bad flags (exit 1) are not retried, and a command without -o and -n is
 #    refused in one line, as is a --max-restarts that is not a whole number;
 #  - SIGTERM to the supervisor while its run trains ends the run's ranks too (none left), with one
-#    line and exit code 143, and nothing restarted;
+#    line and exit code 143, and nothing restarted; SIGHUP likewise (129);
+#  - one run at a time in an -o (run_dir.h's lock): a run started into the -o of a training one is
+#    refused on both ranks in one line naming the holder, exit 1; of two started together exactly
+#    one is refused; once the holder is killed, the next run takes the directory (no stale lock);
 #  - damaged checkpoints passed over (the resumed step and the final model checked first, then the
 #    lines that say why), none verifying, a disk filling mid-checkpoint.
 # FAULTS_PARTS (default: all) runs only some parts, for the mutants' checks (tests/mutants/*.patch):
-# watchdog healthy supervisor giveup bad signal damaged full. Every failure prints a line starting FAIL.
+# watchdog healthy supervisor giveup bad signal lock damaged full. Every failure prints a line starting FAIL.
 set -euo pipefail
 REF=$1
 D=tests/build/faults; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-PARTS=" ${FAULTS_PARTS:-watchdog healthy supervisor giveup bad signal damaged full} "
+PARTS=" ${FAULTS_PARTS:-watchdog healthy supervisor giveup bad signal lock damaged full} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 fail() { echo "FAIL: $*"; exit 1; }
 has() {  # has FILE REGEX WHAT: FILE holds a line matching REGEX (grep -E), else a FAIL line naming WHAT
@@ -146,18 +149,44 @@ if part signal; then
     code=0; bash scripts/supervise.sh --max-restarts 2.5 -- $RUN -o $D/restarts > $D/restarts.txt 2>&1 || code=$?
     [ $code -eq 1 ] && [ "$(wc -l < $D/restarts.txt)" = 1 ] || { cat $D/restarts.txt; fail "--max-restarts 2.5: exit $code"; }
     has $D/restarts.txt "^supervise.sh: --max-restarts expects a whole number, got '2.5'$" "--max-restarts 2.5"
-    bash scripts/supervise.sh -- $TRAIN -x 1000 -n 500 -o $D/signalled > $D/signalled.txt 2>&1 &
-    supervisor=$!
-    for i in $(seq 600); do grep -q "^step" $D/signalled.txt && break; sleep 0.1; done
-    grep -q "^step" $D/signalled.txt || { kill -KILL $supervisor; fail "the supervised run logged no step in 60 s"; }
-    code=0; kill -TERM $supervisor; wait $supervisor || code=$?
-    for i in $(seq 100); do pgrep -f "train_gpt_cpu.*$D/signalled" > /dev/null || break; sleep 0.1; done
-    left=$(pgrep -f "train_gpt_cpu.*$D/signalled" | wc -l || true)
-    [ "$left" = 0 ] || { pkill -KILL -f "train_gpt_cpu.*$D/signalled"; fail "SIGTERM to the supervisor left $left ranks training"; }
-    [ $code -eq 143 ] || { tail -n 3 $D/signalled.txt; fail "SIGTERM to the supervisor: exit code $code, not 143"; }
-    has $D/signalled.txt "^supervise.sh: SIGTERM: ending the command \(SIGTERM\); not restarting$" "SIGTERM to the supervisor"
-    [ "$(grep -c '^supervise.sh' $D/signalled.txt)" = 1 ] || fail "SIGTERM to the supervisor: a restart or another line"
-    echo "ok: SIGTERM to the supervisor ends its run's ranks (none left), exit code 143: $(grep '^supervise.sh' $D/signalled.txt)"
+    for sig in TERM HUP; do  # (SIGINT: a shell starts a background job with it ignored, so it cannot be sent here)
+        out=$D/signalled_$sig
+        bash scripts/supervise.sh -- $TRAIN -x 1000 -n 500 -o $out > $out.txt 2>&1 &
+        supervisor=$!
+        for i in $(seq 600); do grep -q "^step" $out.txt && break; sleep 0.1; done
+        grep -q "^step" $out.txt || { kill -KILL $supervisor; fail "the supervised run logged no step in 60 s"; }
+        code=0; kill -$sig $supervisor; wait $supervisor || code=$?
+        for i in $(seq 30); do pgrep -f "train_gpt_cpu.*$out" > /dev/null || break; sleep 0.1; done
+        left=$(pgrep -f "train_gpt_cpu.*$out" | wc -l || true)
+        [ "$left" = 0 ] || { pkill -KILL -f "train_gpt_cpu.*$out"; fail "SIG$sig to the supervisor left $left ranks training after 3 s"; }
+        want=$((128 + $(kill -l $sig)))
+        [ $code -eq $want ] || { tail -n 3 $out.txt; fail "SIG$sig to the supervisor: exit code $code, not $want"; }
+        has $out.txt "^supervise.sh: SIG$sig: ending the command \(SIGTERM\); not restarting$" "SIG$sig to the supervisor"
+        [ "$(grep -c '^supervise.sh' $out.txt)" = 1 ] || fail "SIG$sig to the supervisor: a restart or another line"
+        echo "ok: SIG$sig to the supervisor ends its run's ranks (none left), exit code $want: $(grep '^supervise.sh' $out.txt)"
+    done
+fi
+
+# one run at a time in an -o (run_dir.h): the second is refused on every rank, naming the holder
+if part lock; then
+    LONG="$TRAIN -x 1000 -n 500"
+    $LONG -o $D/locked > $D/lock_a.txt 2>&1 &
+    holder=$!
+    for i in $(seq 600); do grep -q "^step" $D/lock_a.txt && break; sleep 0.1; done
+    code=0; $TRAIN -x 2 -n 1 -o $D/locked > $D/lock_b.txt 2>&1 || code=$?
+    kill -TERM $holder; wait $holder || true
+    [ $code -eq 1 ] && [ "$(grep -c '^error' $D/lock_b.txt)" = 2 ] || { cat $D/lock_b.txt; fail "a run into a training run's -o: exit $code"; }
+    has $D/lock_b.txt "^error: -o $D/locked is in use by another run \(process [0-9]+ on .* holds $D/locked/.lock\); give this run its own -o$" \
+        "a run into a training run's -o"
+    $TRAIN -x 2 -n 1 -o $D/locked > $D/lock_c.txt 2>&1 || { tail -n 3 $D/lock_c.txt; fail "the -o of a killed run stays locked"; }
+    $LONG -o $D/together > $D/together_1.txt 2>&1 & first=$!
+    $LONG -o $D/together > $D/together_2.txt 2>&1 & second=$!
+    code=0; wait -n $first $second || code=$?
+    running=$(for p in $first $second; do kill -0 $p 2> /dev/null && echo $p; done)
+    kill -TERM $first $second 2> /dev/null || true; wait $first $second || true
+    refused=$(grep -l "^error: -o $D/together is in use by another run" $D/together_[12].txt | wc -l)
+    [ $code -eq 1 ] && [ -n "$running" ] && [ $refused = 1 ] || fail "two runs started together into one -o: the first to end exited $code, $refused refused"
+    echo "ok: one run at a time in an -o: $(grep -m1 '^error' $D/lock_b.txt); of two started together one refused; a killed run's lock goes with it"
 fi
 
 if part damaged; then
