@@ -247,6 +247,7 @@ tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h token
 TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_cp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
 # train_gpt too where nvcc exists: the suite's no-GPU check runs the CUDA build it needs, with or
 # without a prior make
+test-binaries: $(TEST_BINARIES)
 test: $(CPU_TRAINERS) convert_hf data $(TEST_BINARIES) emu $(filter train_gpt,$(BUILDABLE))
 	PYTHON=$(PYTHON) bash tests/run_tests.sh
 
@@ -290,7 +291,9 @@ help:
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
 	@echo "  make shakespeare     a learner's first result: a small GPT trained on tinyshakespeare (6-9 min on 2 cores)"
 	@echo "                       (scripts/shakespeare.sh: samples, loss plot, validation loss against a bigram model's)"
-	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md)"
+	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md); make -j2 test"
+	@echo "                       builds what it tests two files at a time, then runs the checks two at a time"
+	@echo "  make test-binaries   the suite's own test programs (tests/build/test_*), alone: make -j2 test-binaries"
 	@echo "  make test-mutants    deliberate bugs (tests/mutants/), each caught by a check of make test; MUTANTS=\"a b\" for some"
 	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
 	@echo "  make dev             the dev/ kernel labs with nvcc (dev/README.md); dev-fp32: the same in fp32, into dev/fp32/"
@@ -307,4 +310,4 @@ help:
 clean:
 	rm -rf tokenize convert_hf train_gpt train_gpt_fp32 train_gpt_fp16 $(CPU_TRAINERS) $(EMU_TRAINERS) tests/build .precision-* $(LABS) dev/fp32 dev/ref
 
-.PHONY: all data shakespeare test test-mutants test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32
+.PHONY: all data shakespeare test test-binaries test-mutants test-gpu help clean print-openblas-dir print-nvcc print-mpi emu dev dev-fp32
