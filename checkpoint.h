@@ -414,7 +414,8 @@ inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* pr
 // exit 1
 inline void check_output_dir(const char* dir, size_t bytes, int rank, int world) {
     char problem[1024] = "";
-    if (rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0)
+    // (EEXIST: another run started at the same moment made it; the lock below decides between them)
+    if (rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0 && errno != EEXIST)
         snprintf(problem, sizeof(problem), "-o %s: cannot create the directory (%s)", dir, strerror(errno));
     MPI_Barrier(MPI_COMM_WORLD);
     if (!problem[0]) output_dir_problem(dir, bytes, rank, problem, sizeof(problem));
