@@ -97,6 +97,11 @@ train_gpt_cpu_bf16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_BF16 -x c++ $< -x none $(CPU_LIBS) -o $@
 train_gpt_cpu_fp16: train_gpt.cu $(HEADERS)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 -x c++ $< -x none $(CPU_LIBS) -o $@
+# the fp32 CPU trainer under AddressSanitizer, for make test's checks of reads past an array (the data
+# loader's resume cases: tests/test_faults.sh)
+tests/build/train_gpt_cpu_asan: train_gpt.cu $(HEADERS)
+	@mkdir -p $(@D)
+	$(MPICXX) $(subst -O3,-O1 -g -fsanitize=address -fno-omit-frame-pointer,$(CXXFLAGS)) -x c++ $< -x none $(CPU_LIBS) -o $@
 
 # the GPT-2 tokenizer and data preparation (PCRE2); needs neither MPI nor CUDA
 tokenize: tokenizer/tokenize.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h precision.h hellaswag.h
@@ -244,7 +249,7 @@ tests/build/test_ops_vs_pytorch_bf16: tests/test_ops_vs_pytorch.cpp dev/pytorch_
 tests/build/test_tokenizer: tests/test_tokenizer.cpp tokenizer/tokenizer.h tokenizer/decoder.h base.h $(CATCH_MAIN)
 	$(CXX) -O2 -std=c++17 -Wall $< $(CATCH_MAIN) -lpcre2-8 -o $@
 
-TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_cp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16
+TEST_BINARIES = tests/build/test_ops_vs_pytorch_fp32 tests/build/test_ops_vs_pytorch_bf16 tests/build/test_tokenizer tests/build/test_comm tests/build/test_tp tests/build/test_cp tests/build/test_pipeline tests/build/test_run_schedule tests/build/test_kernels tests/build/test_gpt2 tests/build/test_precision_bf16 tests/build/test_precision_fp16 tests/build/train_gpt_cpu_asan
 # train_gpt too where nvcc exists: the suite's no-GPU check runs the CUDA build it needs, with or
 # without a prior make
 test-binaries: $(TEST_BINARIES)

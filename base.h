@@ -13,18 +13,20 @@ the same trainer source runs unchanged.
 */
 #pragma once
 // defines: fail, FailHook, fail_hook, print_error_line, ceil_div, read_whole_file, WholeFile, whole_file_open,
-//          whole_file_write, whole_file_commit, whole_file_abandon, FileDigest, file_digest_start, file_digest_add,
-//          file_digest_hash, FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch, async_error_watch,
-//          host_to_device, device_to_host, device_to_device, device_zero, device_synchronize, pinned_host_malloc,
-//          MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists, CALLER, cudaCheck,
-//          cuda_check, pinned_host_free, host_to_device_async, device_to_host_async, DeviceClock, device_clock_stamp,
-//          device_clock_ms, device_clock_free
+//          whole_file_write, whole_file_commit, whole_file_abandon, sync_directory_of, FileDigest, file_digest_start,
+//          file_digest_add, file_digest_hash, FileCheck, file_check, device_malloc, device_free, AsyncErrorWatch,
+//          async_error_watch, host_to_device, device_to_host, device_to_device, device_zero, device_synchronize,
+//          pinned_host_malloc, MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
+//          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async, DeviceClock,
+//          device_clock_stamp, device_clock_ms, device_clock_free
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
 #include <stddef.h>  // defines: size_t
 #include <stdint.h>  // defines: uint64_t
 #include <sys/stat.h>  // defines: stat (file_exists)
+#include <fcntl.h>     // defines: open, O_RDONLY
+#include <unistd.h>    // defines: fsync, close
 #include <stdarg.h>  // defines: va_list
 #include <string>   // defines: std::string
 #include <vector>   // defines: std::vector
@@ -263,10 +265,22 @@ inline void whole_file_write(WholeFile* w, const void* data, size_t bytes) {
     if (w->ok && bytes > 0) w->ok = fwrite(data, 1, bytes, w->f) == bytes;
     file_digest_add(&w->digest, data, bytes);
 }
-inline FileDigest whole_file_commit(WholeFile* w) {  // close, then rename over PATH; the file's digest
+// fsync the directory holding `path`: a rename is on disk only once its directory is
+inline bool sync_directory_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    int fd = open(dir.c_str(), O_RDONLY);
+    bool ok = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+// flush, fsync, close, rename over PATH, fsync the directory; the file's digest. The order is what a
+// power loss needs: a marker renamed into place may name only files whose bytes are on the disk
+inline FileDigest whole_file_commit(WholeFile* w) {
+    w->ok = fflush(w->f) == 0 && fsync(fileno(w->f)) == 0 && w->ok;
     w->ok = (fclose(w->f) == 0) && w->ok;
     w->f = nullptr;
-    if (!w->ok || rename(w->tmp.c_str(), w->path.c_str()) != 0) {
+    if (!w->ok || rename(w->tmp.c_str(), w->path.c_str()) != 0 || !sync_directory_of(w->path)) {
         remove(w->tmp.c_str());  // a full disk: the partial file goes, the previous checkpoint stays whole
         fail("writing %s %s failed (disk full?)", w->what.c_str(), w->path.c_str());
     }

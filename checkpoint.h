@@ -38,8 +38,9 @@ one line saying which file and why, down to the newest that does (none: one line
 // defines: TrainingState, checkpoint_model_path, checkpoint_write_state, checkpoint_read_state, checkpoint_same_layout,
 //          checkpoint_read_run_state, checkpoint_write_optimizer, checkpoint_read_optimizer, checkpoint_write_marker,
 //          checkpoint_prune, OPTIMIZER_MAGIC, STATE_MAGIC, STATE_VERSION, StateHeader, header_matches_layout,
-//          marker_path, optimizer_path, read_state_header, state_path, steps_named, take_run_state, checkpoint_bytes,
-//          check_output_dir, output_dir_problem, checkpoint_gather_checks, checkpoint_problem, checkpoint_resume_step
+//          marker_path, optimizer_path, read_state_header, state_path, steps_named, take_run_state,
+//          remove_unfinished_checkpoints, check_output_dir, output_dir_problem, checkpoint_gather_checks,
+//          checkpoint_problem, checkpoint_resume_step
 #include <stdio.h>     // defines: fopen, fwrite
 #include <dirent.h>    // defines: opendir, readdir
 #include <signal.h>    // defines: raise, SIGKILL
@@ -54,6 +55,7 @@ one line saying which file and why, down to the newest that does (none: one line
 #include "zero.h"        // defines: Zero, zero_optimizer_state
 #include "loss_scale.h"  // defines: LossScaler
 #include "outlier.h"     // defines: OutlierWindows
+#include "options.h"     // defines: TrainConfig
 
 #define STATE_MAGIC 20241122
 #define STATE_VERSION 5  // 4: the layers a rank holds (layers_held); 5: the outlier windows (-sl, -sg)
@@ -277,19 +279,20 @@ inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid
     whole_file_commit(&w);
 }
 
-// what is wrong with checkpoint `step` in dir: a file its marker names missing, of another size, or
-// with another hash; "" when it verifies (a marker of an older version names no files: trusted)
+// what is wrong with checkpoint `step` in dir: a marker that does not name every file of its checkpoint
+// (the model file, the optimizer file and as many state files as its first line says), or a file it
+// names missing, of another size, or with another hash; "" when it verifies. A marker is evidence,
+// never a default: one naming no files, or cut short, is passed over like a damaged file
 inline std::string checkpoint_problem(const char* dir, int step) {
     char path[4096];
     marker_path(path, sizeof(path), dir, step);
     std::string marker = read_whole_file(path, " (a checkpoint's marker)");
-    if (marker.find("\nfile ") == std::string::npos) {  // an older marker: the files must exist
-        char model[4096], optimizer[4096];
-        checkpoint_model_path(model, sizeof(model), dir, step);
-        optimizer_path(optimizer, sizeof(optimizer), dir, step);
-        return file_exists(model) && file_exists(optimizer) ? ""
-                                                            : std::string(model) + " or its optimizer file is missing";
-    }
+    int said_step = -1, states = -1, named = 0;
+    sscanf(marker.c_str(), "step %d: model file and %d state files", &said_step, &states);
+    for (size_t at = 0; (at = marker.find("\nfile ", at)) != std::string::npos; at++) named++;
+    if (said_step != step || states < 1 || named != states + 2)
+        return std::string(path) + " does not name every file of its checkpoint (" + std::to_string(named) +
+               " named; cut short or damaged)";
     size_t at = 0;
     while ((at = marker.find("\nfile ", at)) != std::string::npos) {
         char name[256];
@@ -377,15 +380,6 @@ inline void checkpoint_prune(const char* dir, int keep, int major_every) {
 }
 
 // ---------------------------------------------------------------- -o, before any work
-// bytes one checkpoint takes on disk, every rank's files together: the model file (fp32, or bf16 in a
-// bf16 build) and, with -n, the optimizer file and the state files, each holding m, v and (16-bit
-// builds) the fp32 master once: the optimizer file whole, the state files a shard per rank
-inline size_t checkpoint_bytes(size_t parameters, bool with_state) {
-    size_t model = 1024 + parameters * (PRECISION == PRECISION_BF16 ? 2 : 4);
-    size_t optimizer = 1024 + parameters * sizeof(float) * (FLOATX_IS_FP32 ? 2 : 3);
-    return model + (with_state ? 2 * optimizer : 0);
-}
-
 // what is wrong with dir as this rank sees it: not a directory, no file can be written in it, or less
 // room than one checkpoint; "" when nothing is
 inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* problem, size_t size) {
@@ -408,21 +402,59 @@ inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* pr
                  "its first checkpoint)", dir, free_bytes / (1 << 20), (double)bytes / (1 << 20));
 }
 
+// rank 0, holding the lock: the files of a checkpoint that never got its marker (a rank died or the
+// disk filled while it was written) go, each named in one line: any .tmp, and every file of a step
+// without a marker that has an optimizer or state file (or one's .tmp). A model file alone is no
+// checkpoint's (a run without -n writes only those): it stays
+inline void remove_unfinished_checkpoints(const char* dir) {
+    std::vector<int> markers = steps_named(dir, "complete_", ""), unfinished_steps;
+    std::vector<std::pair<std::string, int>> files;  // each checkpoint file and its step
+    DIR* d = opendir(dir);
+    while (struct dirent* e = d ? readdir(d) : NULL) {
+        std::string name = e->d_name;
+        bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+        int step = -1;
+        for (const char* prefix : {"model_", "optimizer_", "state_"}) {
+            size_t p = strlen(prefix);
+            if (name.rfind(prefix, 0) == 0 && name.size() >= p + 8 && strspn(name.c_str() + p, "0123456789") >= 8)
+                step = atoi(name.substr(p, 8).c_str());
+        }
+        if (step < 0 && !tmp) continue;
+        files.push_back({name, step});
+        if (step >= 0 && !std::binary_search(markers.begin(), markers.end(), step) && (tmp || name[0] != 'm'))
+            unfinished_steps.push_back(step);  // an optimizer or state file (or a .tmp) without its marker
+    }
+    if (d) closedir(d);
+    std::sort(files.begin(), files.end());
+    for (const auto& [name, step] : files) {
+        bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+        if (!tmp && std::find(unfinished_steps.begin(), unfinished_steps.end(), step) == unfinished_steps.end())
+            continue;
+        unlink((std::string(dir) + "/" + name).c_str());
+        printf("-o %s: removed %s, a file of a checkpoint that never completed\n", dir, name.c_str());
+    }
+}
+
 // -o before any work, so that a bad one costs no training (it used to surface at the first checkpoint):
-// rank 0 creates the directory if it is missing; then every rank checks it (output_dir_problem), rank 0
-// takes its lock (run_dir.h), and the first rank that finds a problem names it on every rank, which all
-// exit 1
-inline void check_output_dir(const char* dir, size_t bytes, int rank, int world) {
+// rank 0 creates the directory if it is missing; every rank checks it (output_dir_problem: a directory,
+// writable, room for `bytes`, checkpoint_bytes); rank 0 takes its lock, checks that this start may use
+// it (run_dir.h: run.json) and clears an unfinished checkpoint's files; the first rank that finds a
+// problem names it on every rank, which all exit 1
+inline void check_output_dir(const TrainConfig& tc, const ProcessGrid& g, size_t bytes) {
+    const char* dir = tc.output_dir;
     char problem[1024] = "";
     // (EEXIST: another run started at the same moment made it; the lock below decides between them)
-    if (rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (g.rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0 && errno != EEXIST)
         snprintf(problem, sizeof(problem), "-o %s: cannot create the directory (%s)", dir, strerror(errno));
     MPI_Barrier(MPI_COMM_WORLD);
-    if (!problem[0]) output_dir_problem(dir, bytes, rank, problem, sizeof(problem));
-    if (rank == 0 && !problem[0]) run_dir_lock(dir, problem, sizeof(problem));  // one run at a time in -o
-    int mine = problem[0] ? rank : world, first = world;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first == world) return;
-    MPI_Bcast(problem, sizeof(problem), MPI_CHAR, first, MPI_COMM_WORLD);
-    comm_fail_all("%s", problem);
+    if (!problem[0]) output_dir_problem(dir, bytes, g.rank, problem, sizeof(problem));
+    if (g.rank == 0 && !problem[0]) {
+        run_dir_lock(dir, problem, sizeof(problem));  // one run at a time in -o
+        std::vector<int> markers = steps_named(dir, "complete_", "");
+        if (!problem[0])
+            run_dir_check(dir, run_identity(tc, g), tc.resume != 0, markers.empty() ? 0 : markers.back(), problem,
+                          sizeof(problem));
+        if (!problem[0]) remove_unfinished_checkpoints(dir);
+    }
+    comm_fail_if_any(problem);
 }

@@ -44,10 +44,10 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 //          comm_finalize, comm_shutdown, comm_all_reduce_sum, comm_all_reduce_max, comm_reduce_scatter_sum,
 //          comm_all_gather, comm_broadcast, comm_send, comm_recv, comm_send_recv, comm_all_reduce_scalars,
 //          comm_min_over_world, comm_max_over_world, comm_sum_over_world, comm_gatherv_to_root, comm_barrier,
-//          comm_fail_all, comm_use_nccl, CommKind, HostView, ReduceOp, comm_abort_job, comm_all_reduce,
-//          comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace, comm_single_process,
-//          comm_span_name, comm_staging, comm_groups, floatX_sum_op, for_each_chunk, make_grid, mpi_count, mpi_sum,
-//          nccl_check, ring_bytes, comm_progress, comm_abort_nccl, mpi_wait, mpi_wait_all
+//          comm_fail_all, comm_fail_if_any, comm_use_nccl, CommKind, HostView, ReduceOp, comm_abort_job,
+//          comm_all_reduce, comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace,
+//          comm_single_process, comm_span_name, comm_staging, comm_groups, floatX_sum_op, for_each_chunk, make_grid,
+//          mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress, comm_abort_nccl, mpi_wait, mpi_wait_all
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Iallreduce, MPI_Test, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
@@ -121,6 +121,21 @@ inline std::vector<Comm*> comm_groups(Collectives* c) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     exit(EXIT_FAILURE);
+}
+
+// a problem some ranks may find and others not (a file only rank 0 opens, a directory one node
+// cannot write): the lowest rank whose `problem` is not "" names it on every rank, which all exit 1
+inline void comm_fail_if_any(const char* problem) {
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int mine = problem[0] ? rank : world, first = world;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == world) return;
+    char line[1024];
+    snprintf(line, sizeof(line), "%s", problem);
+    MPI_Bcast(line, sizeof(line), MPI_CHAR, first, MPI_COMM_WORLD);
+    comm_fail_all("%s", line);
 }
 
 inline void floatX_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {

@@ -11,11 +11,15 @@ concatenation, which is llm.c's order. With shuffling, each epoch permutes the
 shard order and each shard's samples with an Rng seeded from (seed, epoch, shard),
 identical on every rank, so ranks still read disjoint slices of one global batch.
 The position is (epoch, shard_index, sample_index): three integers to checkpoint.
+A shard's tokens past its last whole sample (fewer than dp*B*T + 1) are not read: a sample never
+crosses into the next shard, llm.c's choice too, which costs at most one sample's tokens a shard
+(llm.c's 100M-token shards: under 0.1%). So one epoch is the shards' samples: -x -1 runs
+dataloader_epoch_samples / (samples a step) steps, every sample once.
 */
 #pragma once
 // defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset,
 //          dataloader_free, shard_read_header, SHARD_MAGIC, SHARD_HEADER_BYTES, SHARD_VERSION, dataloader_fisher_yates,
-//          dataloader_open_shard, dataloader_seek, dataloader_start_epoch
+//          dataloader_open_shard, dataloader_seek, dataloader_start_epoch, dataloader_epoch_samples
 #include <glob.h>     // defines: glob
 #include <stdio.h>    // defines: FILE, fopen, fread, fseeko
 #include <stdint.h>   // defines: uint16_t
@@ -108,6 +112,13 @@ inline void dataloader_seek(DataLoader* d, int epoch, int shard_index, size_t sa
     d->sample_index = sample_index;
 }
 inline void dataloader_reset(DataLoader* d) { dataloader_seek(d, 0, 0, 0); }
+
+// the samples one epoch holds, every shard's whole ones (the tails past them are not read)
+inline size_t dataloader_epoch_samples(const DataLoader* d) {
+    size_t samples = 0;
+    for (int s = 0; s < d->num_shards; s++) samples += (d->shard_tokens[s] - 1) / ((size_t)d->ranks * d->B * d->T);
+    return samples;
+}
 
 // the fewest tokens a shard matching `pattern` holds (0 when none matches): what a validation
 // loader can count on, before it is made

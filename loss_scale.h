@@ -17,14 +17,20 @@ Modes (-ls): dynamic (default for FP16), off (default for BF16 and FP32, S = 1),
 a static value. With scaling off a non-finite step is still skipped, with a warning.
 State: scale and clean-step count, two numbers to checkpoint.
 
+A run that cannot train ends: NONFINITE_STEPS_TO_END (8) steps in a row with non-finite gradients
+where scaling has no room left (off, static, or dynamic at its floor of 1) mean the parameters or the
+data are broken, not the scale. Under fp16's dynamic scaling the scale first halves from 2^16 to 1,
+so a streak from the start ends after 16 + 8 = 24 steps; in fp32 and bf16 after 8. A clean step
+resets the count (a resume starts it at 0).
+
 Applied in train_gpt.cu: train_step, in three places: dloss = S / tokens seeds the
 backward (head_loss), loss_scaler_update(isfinite(norm^2)) decides whether the step is
 applied, and zero_optimizer_step's grad_scale = clip / S unscales inside AdamW. main
 builds the scaler (loss_scaler_init); model_file.h: write_checkpoint and resume_state
-carry it.
+carry it; train_loop counts the streak (nonfinite_streak_ends_run).
 */
 #pragma once
-// defines: LossScaler, loss_scaler_init, loss_scaler_update
+// defines: LossScaler, loss_scaler_init, loss_scaler_update, nonfinite_streak_ends_run, NONFINITE_STEPS_TO_END
 #include <stdlib.h>  // defines: strtof
 #include <string.h>  // defines: strcmp
 #include "base.h"  // defines: fail
@@ -67,4 +73,12 @@ inline bool loss_scaler_update(LossScaler* s, bool gradients_finite) {
         s->clean_steps = 0;
     }
     return true;
+}
+
+#define NONFINITE_STEPS_TO_END 8
+// after each step: true when the streak of non-finite steps with no scale left to lower reaches the end
+inline bool nonfinite_streak_ends_run(int* streak, bool skipped_nonfinite, const LossScaler& s) {
+    if (!skipped_nonfinite) *streak = 0;
+    else if (!s.dynamic || s.scale <= 1.0f) ++*streak;  // a halving that still has room does not count
+    return *streak >= NONFINITE_STEPS_TO_END;
 }

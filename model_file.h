@@ -23,7 +23,7 @@ another it re-shards the optimizer file. The model it reads and writes is gpt2.h
 #pragma once
 // defines: reorder_part, layers_held, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
 //          init_model_values, gather_in_file_order, gpt2_write_file, find_resume_step,
-//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_build
+//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_build, checkpoint_bytes
 #include <stdio.h>      // defines: fopen, fread
 #include <sys/stat.h>   // defines: stat
 #include <vector>       // defines: std::vector
@@ -217,6 +217,7 @@ inline FileDigest gpt2_write_file(GPT2* model, const char* path) {
 
 // -y 1: the newest checkpoint every rank has replaces -e; returns its step (0: none, start fresh)
 inline int find_resume_step(TrainConfig* tc, char* model_path, size_t size, int rank) {
+    tc->init_given = tc->init;
     if (!tc->resume) return 0;
     if (!tc->output_dir) comm_fail_all("-y 1 resumes from the checkpoints in -o; give -o");
     int step = checkpoint_resume_step(tc->output_dir, rank);
@@ -285,11 +286,27 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
             checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file),
                                     file_check(optimizer_file), states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints, tc.major_checkpoint_every);
+            run_dir_record(tc.output_dir, run_identity(tc, g));  // the first checkpoint: -o is this run's
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }
     if (model->comm->grid.rank == 0)
         printf("wrote %s%s\n", path, tc.checkpoint_every > 0 ? " and the ranks' state files" : "");
+}
+
+// bytes one checkpoint takes on disk, every rank's files together (what -o must have free before the
+// first step): the model file, whole (fp32, or bf16 in a bf16 build), and with -n the optimizer file
+// (m, v and the fp32 master where there is one, whole) and every rank's state file (its shard of the
+// same: under ZeRO-0 each data-parallel replica holds its part whole); a collective
+inline size_t checkpoint_bytes(const GPT2* model, bool with_state) {
+    TensorShape whole[NUM_PARAMETER_TENSORS];
+    parameter_shapes(whole, model->config, whole_model_layout(model->config));
+    size_t parameters = parameter_count(whole);
+    ZeroOptimizerState opt = zero_optimizer_state(&model->zero);
+    size_t model_file = sizeof(int32_t) * 256 + parameters * (PRECISION == PRECISION_BF16 ? 2 : 4);
+    size_t optimizer_file = sizeof(int32_t) * 256 + parameters * sizeof(float) * opt.num_buffers;
+    double states = comm_sum_over_world((double)(sizeof(StateHeader) + opt.num_buffers * opt.elements * sizeof(float)));
+    return model_file + (with_state ? optimizer_file + (size_t)states : 0);
 }
 
 // -y 1: under the layout that wrote the checkpoint, from this rank's state file (bit for bit);
@@ -316,6 +333,9 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
     }
     model->adam_steps = state.adam_steps;
     *scaler = state.scaler;
+    if (state.shard_index < 0 || state.shard_index >= loader->num_shards || state.epoch < 0)
+        comm_fail_all("checkpoint step %d was reading shard %d of its epoch; -i %s matches %d: resume with the shards "
+                      "it was written with", step, state.shard_index + 1, tc.train_pattern, loader->num_shards);
     dataloader_seek(loader, state.epoch, state.shard_index, state.sample_index);
     sample_rng->state = state.sample_rng;
     *outliers = state.outliers;

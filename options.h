@@ -20,6 +20,7 @@ every rank alike (check_batch_flags, gpt2_build).
 
 struct TrainConfig {
     const char* init = "d12";
+    const char* init_given = NULL;  // -e as given, kept when -y 1 points init at the checkpoint (run_dir.h)
     const char* train_pattern = "data/tinyshakespeare_train.bin";
     const char* val_pattern = "data/tinyshakespeare_val.bin";
     const char* output_dir = NULL;

@@ -91,7 +91,8 @@ pipeline_stage, train_step, train_loop, main.
 #include "cp.h"  // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
 #include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
-#include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir, checkpoint_bytes
+#include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir
+#include "run_dir.h"               // defines: check_run_files
 #include "options.h"               // defines: TrainConfig, parse_args, print_usage
 #include "gpt2.h"                  // defines: GPT2, ModelLayout, ActivationTensors, gpt2_allocate_activations, ...
 #include "model_file.h"            // defines: read_model_file, init_model_values, reorder_part, write_checkpoint, ...
@@ -858,6 +859,7 @@ struct Run {
     bool validate;
     int grad_accum, max_steps, resume_step;
     LossScaler scaler;
+    int nonfinite_streak;     // steps in a row with non-finite gradients and no scale left (loss_scale.h)
     OutlierWindows outliers;  // -sl, -sg: the last 128 steps' losses and norms (outlier.h)
     std::vector<EvalExample> hellaswag;  // -h 1: the examples of -hf (hellaswag.h)
     Rng sample_rng;    // the same on every rank: sampling is a collective
@@ -905,9 +907,11 @@ inline void open_data(Run* run) {
     size_t longest = eval_longest(run->hellaswag);
     if (longest > (size_t)tc.T)
         comm_fail_all("-hf %s: an example of %zu tokens, longer than -t %d", tc.hellaswag_path, longest, tc.T);
-    run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)(run->train_loader.total_tokens / tc.total_batch_tokens);
+    size_t epoch_steps = dataloader_epoch_samples(&run->train_loader) / run->grad_accum;  // -x -1: every sample once
+    run->max_steps = tc.max_steps > 0 ? tc.max_steps : (int)epoch_steps;
     if (run->max_steps <= 0)
-        comm_fail_all("the training shards hold fewer tokens than one step (-d %d)", tc.total_batch_tokens);
+        comm_fail_all("the training shards hold fewer samples than one step needs (%d of dp*B*T + 1 tokens, -d %d)",
+                      run->grad_accum, tc.total_batch_tokens);
 }
 
 // what the step line's MFU is against (mfu.h): the model's FLOPs per token and every rank's peak, said once
@@ -931,6 +935,26 @@ inline std::string hellaswag_report(Run* run, int done, int right) {
     if (run->model->comm->grid.rank == 0) printf("HellaSwag: %d / %zu = %.4f\n", right, total, (double)right / total);
     main_log_line(run->main_log, "s:%d eval:%.4f", done, (double)right / total);
     return ", \"hellaswag_correct\": " + std::to_string(right) + ", \"hellaswag_total\": " + std::to_string(total);
+}
+
+// after step `done`: a run that cannot train ends (loss_scale.h: the non-finite streak), else the
+// checkpoint when one is due, unless the step's loss is non-finite (the forward itself failed: the
+// parameters or the data are broken, a state not worth keeping); every rank alike
+inline void end_of_step_files(Run* run, const StepResult& r, int done, bool last) {
+    const TrainConfig& tc = *run->tc;
+    if (nonfinite_streak_ends_run(&run->nonfinite_streak, r.skipped && !r.outlier, run->scaler)) {
+        watchdog_stop();  // its thread ends before the process does
+        comm_fail_all("step %d: %d steps in a row had non-finite gradients%s: the parameters or the data are "
+                      "broken; ended with no checkpoint of this state (-y 1 resumes the newest)", done,
+                      run->nonfinite_streak, run->scaler.dynamic ? " at loss scale 1" : "");
+    }
+    bool due = tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last);
+    if (!due) return;
+    if (comm_min_over_world(isfinite(r.loss) ? 1 : 0) == 0) {
+        if (run->model->comm->grid.rank == 0) printf("step %d: no checkpoint written: the loss is non-finite\n", done);
+        return;
+    }
+    write_checkpoint(run->model, tc, done, run->scaler, run->train_loader, run->sample_rng, run->outliers);
 }
 
 inline void train_loop(Run* run) {
@@ -977,8 +1001,7 @@ inline void train_loop(Run* run) {
                      sampled, sample, accounting, bubble + hellaswag);
         if (run->trace.on && (done - run->resume_step == tc.trace_steps || last))
             write_trace(model->comm, &run->trace, tc.trace_path);
-        if (tc.output_dir && ((tc.checkpoint_every > 0 && done % tc.checkpoint_every == 0) || last))
-            write_checkpoint(model, tc, done, run->scaler, run->train_loader, run->sample_rng, run->outliers);
+        end_of_step_files(run, r, done, last);
     }
     watchdog_stop();
 }
@@ -1059,7 +1082,8 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (tc.output_dir)  // a bad -o ends the run now, not at the first checkpoint
-        check_output_dir(tc.output_dir, checkpoint_bytes(model.num_parameters, tc.checkpoint_every > 0), rank, world);
+        check_output_dir(tc, comm.grid, checkpoint_bytes(&model, tc.checkpoint_every > 0));
+    check_run_files(tc, rank);  // run_dir.h: -n without -o, -tok, -log, -trace (-log may be in -o: after it)
     check_memory(&model, tc, sharing);
     gpt2_free(&model);
     build_model(&model, tc, &comm, run.grad_accum, true);

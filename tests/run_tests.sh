@@ -127,6 +127,7 @@ check pipeline_parallel_and_3d bash tests/test_pp.sh $BUILD/ref4
 check pipeline_interleaved bash tests/test_interleaved.sh $BUILD/ref4
 check sequence_parallel bash tests/test_sp.sh $REF $BUILD/ref4
 check resume_bit_exact bash tests/test_resume.sh $REF $BUILD/ref4
+check run_dir_identity_markers_files bash tests/test_run_dir.sh $REF  # a run's files are its own (run_dir.h)
 check d2_on_tinyshakespeare_samples bash tests/test_loss_falls.sh
 check make_shakespeare_small bash tests/test_shakespeare.sh
 # the plot script on two real logs: a PNG comes out (drawing is matplotlib's business)

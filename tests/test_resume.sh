@@ -47,6 +47,12 @@ if $TRAINER_BF16 $FLAGS -o $C -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a
 grep -q "written by a 4-byte floatX build" $D/err.txt || { echo "FAIL: expected 'written by a 4-byte floatX build', got: $(cat $D/err.txt)"; exit 1; }
 echo "ok: $(grep -m1 error $D/err.txt)"
 if timeout 120 mpirun -np 4 $TRAINER_BF16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4 with another global micro-batch"; exit 1; fi
+# (refused by run.json's record of the global micro-batch, before the state file's own check)
+grep -q "global micro-batch" $D/err.txt || { echo "FAIL: expected 'global micro-batch', got: $(cat $D/err.txt)"; exit 1; }
+echo "ok: $(grep -m1 error $D/err.txt)"
+# and without run.json (a directory from before it): the state file's own record refuses it
+mv $D/bf16_tp2_dp2_zero3-cut/run.json $D/run.json.aside
+if timeout 120 mpirun -np 4 $TRAINER_BF16 $FLAGS -b 1 -z 3 -o $D/bf16_tp2_dp2_zero3-cut -y 1 > /dev/null 2> $D/err.txt; then echo "FAIL: a tp 2 checkpoint resumed under dp 4 with another global micro-batch, no run.json"; exit 1; fi
 grep -q "tokens per global micro-batch" $D/err.txt || { echo "FAIL: expected 'tokens per global micro-batch', got: $(cat $D/err.txt)"; exit 1; }
 echo "ok: $(grep -m1 error $D/err.txt)"
 [ "$(md5sum $C/* | md5sum)" = "$sums" ] || { echo "FAIL: a refused resume changed the checkpoint"; exit 1; }

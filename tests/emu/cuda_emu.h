@@ -53,7 +53,8 @@ in fp32 on the host through OpenBLAS).
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// (no __noinline__: nothing here uses it, and libstdc++ writes __attribute__((__noinline__)), which
+// a macro of that name would break: <memory> through nlohmann/json in run_dir.h)
 #define __launch_bounds__(...)
 // a GNU attribute, not alignas: CUDA code writes `__shared__ __align__(32) T tile[...]`, where the
 // attribute stands between the specifiers, which C++ allows only GNU attributes to do
