@@ -294,7 +294,7 @@ help:
 	@echo "  make tokenize        the GPT-2 tokenizer and shard writer (./tokenize -h)"
 	@echo "  make convert_hf      GPT-2 weights: Hugging Face safetensors <-> llm.c model file (./convert_hf -h)"
 	@echo "  make data            tinyshakespeare train/val shards and the decode table into data/"
-	@echo "  make shakespeare     a learner's first result: a small GPT trained on tinyshakespeare (6-9 min on 2 cores)"
+	@echo "  make shakespeare     a learner's first result: a small GPT trained on tinyshakespeare (about 4 min on 2 cores)"
 	@echo "                       (scripts/shakespeare.sh: samples, loss plot, validation loss against a bigram model's)"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md); make -j2 test"
 	@echo "                       builds what it tests two files at a time, then runs the checks two at a time"

@@ -38,8 +38,11 @@ inline void check_llmc_flags(const TrainConfig& tc, int rank) {
     if (rank == 0 && tc.gelu_fusion > 0)
         printf("note: -ge %d: GELU runs in its own kernel in this build (llm.c's -ge 0): the same values\n",
                tc.gelu_fusion);
-    if (rank == 0 && tc.tf32 && PRECISION == PRECISION_FP32)
-        printf("note: -f 1: this fp32 build's GEMMs stay true fp32, not TF32 (checked against float64)\n");
+    if (rank == 0 && tc.tf32 && !FLOATX_IS_FP32)
+        printf("note: -f 1: TF32 is for fp32 builds; this build's GEMMs read bf16/fp16 and sum in fp32\n");
+#ifndef __CUDACC__
+    if (rank == 0 && tc.tf32) printf("note: -f 1: the CPU build has no TF32; its GEMMs stay fp32\n");
+#endif
 }
 
 struct MainLog {

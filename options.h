@@ -45,7 +45,7 @@ struct TrainConfig {
     int resume = 0;
     int shuffle = 1;
     int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (accepted; llmc.h says what runs)
-    int tf32 = 0;                    // -f: llm.c's TF32 switch (accepted; llmc.h)
+    int tf32 = 0;                    // -f 1: TF32 GEMMs in the fp32 CUDA build (kernels/common.cuh: cublas_compute)
     int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (adamw.h, zero.h)
     int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
     const char* hellaswag_path = "data/hellaswag_val.bin";  // -hf: llm.c's eval file (./tokenize hellaswag)
@@ -137,8 +137,9 @@ static const Option option_table[] = {
      "llm.c's GELU fusion into cuBLASLt's epilogue (0 none, 1 forward, 2 both): accepted; GELU runs in its own "
      "kernel here whatever it says (the same values), and the CPU build has no cuBLASLt", 0, 2},
     {"-f", OPT_INT, OPTION_FIELD(tf32),
-     "llm.c's TF32 switch: accepted; the fp32 CUDA build's GEMMs stay true fp32 (checked against float64), the "
-     "16-bit builds use bf16/fp16 tensor cores, the CPU build sgemm", 0, 1},
+     "llm.c's TF32 switch: 1 runs the fp32 CUDA build's GEMMs on TF32 tensor cores (inputs rounded to 10 mantissa "
+     "bits); 0 (the default here, llm.c's is 1) keeps them true fp32, checked against float64. 16-bit builds and "
+     "the CPU build: no effect, said in one line", 0, 1},
     {"-w", OPT_INT, OPTION_FIELD(master_weights),
      "llm.c's fp32 master weights in 16-bit builds: 1 keep them (16 bytes a parameter), 0 AdamW on the floatX "
      "weights with stochastic rounding (12 bytes); the fp32 build has none either way", 0, 1},

@@ -1019,7 +1019,7 @@ inline void read_fault_injections(TrainConfig* tc) {
 // the GPU chosen, the ranks that share it counted (returned), the communicators made
 inline int start_collectives(Collectives* comm, const TrainConfig& tc, bool use_nccl, int world, int rank,
                              int local_rank) {
-    device_init(local_rank, comm_ranks_on_node());  // before the NCCL communicators, which bind to the current device
+    device_init(local_rank, comm_ranks_on_node(), tc.tf32 != 0);  // before NCCL's communicators, bound to the device
     // the ranks of this node on this rank's GPU, told apart by PCI id (CPU build: all, sharing the node's memory)
     int sharing = comm_ranks_on_node_with(device_pci_id()), most = (int)comm_max_over_world(sharing);
     if (use_nccl && most > 1)

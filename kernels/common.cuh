@@ -2,20 +2,20 @@
 kernels/common.cuh: what every op needs beyond base.h: the GPU build's library
 handle (cuBLAS), launch checks, and the choice of device.
 
-The only process-wide state is the cuBLAS handle of the GPU build: a library
-resource created once in device_init, not model state. Device memory, copies, the
+The only process-wide state is the cuBLAS handles of the GPU build and their compute type
+(-f: TF32 or not): library settings made once in device_init, not model state. Device memory, copies, the
 error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name,
 //          device_memory_available, device_pci_id, launchCheck, cublasCheck, cublas_handle, cublaslt_handle,
-//          COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches, column_partials_block,
-//          column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles, column_tiles,
-//          column_tiles_entry, column_partials_add_column, COLUMN_ROW_THREADS, column_partials_last_block,
-//          column_partials_add, column_partials_counters, column_partials_scratch, COLUMN_TILES_MAX,
-//          column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128, aligned16,
-//          packs_fit, load_values, store_values, store128_rounded
+//          cublas_compute, COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches,
+//          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
+//          column_tiles, column_tiles_entry, column_partials_add_column, COLUMN_ROW_THREADS,
+//          column_partials_last_block, column_partials_add, column_partials_counters, column_partials_scratch,
+//          COLUMN_TILES_MAX, column_partials_parts, column_partials_check, cublas_check, Packed128, load128, store128,
+//          aligned16, packs_fit, load_values, store_values, store128_rounded
 #include <stdint.h>   // defines: SIZE_MAX
 #include <initializer_list>  // defines: std::initializer_list
 #include "../base.h"  // defines: fail, device_malloc, host_to_device, ceil_div, MemoryKind, BufferSpec
@@ -50,6 +50,11 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
 inline cublasLtHandle_t& cublaslt_handle() { static cublasLtHandle_t handle = nullptr; return handle; }
+// the GEMMs' compute type, set with the handles in device_init: true fp32 (CUBLAS_COMPUTE_32F), or,
+// with -f 1 in an fp32 build, TF32 (CUBLAS_COMPUTE_32F_FAST_TF32: each input rounded to TF32's 10-bit
+// mantissa for the tensor cores, the sums in fp32; llm.c's default, about 8x the fp32 FLOP/s on an
+// H100). 16-bit builds compute in fp32 from bf16/fp16 inputs either way
+inline cublasComputeType_t& cublas_compute() { static cublasComputeType_t type = CUBLAS_COMPUTE_32F; return type; }
 
 // 16 bytes of T: one load or store instruction moves 8 bf16 or 4 fp32 values, and a warp's 32
 // lanes cover 512 contiguous bytes, whole 128-byte lines. The address must be 16-byte aligned:
@@ -219,7 +224,7 @@ inline void device_choose_before_mpi() {
     int count = 0, local = launcher_local_rank();
     if (local >= 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaSetDevice(local % count);
 }
-inline void device_init(int local_rank, int ranks_on_node) {
+inline void device_init(int local_rank, int ranks_on_node, bool tf32 = false) {
     (void)ranks_on_node;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -229,8 +234,9 @@ inline void device_init(int local_rank, int ranks_on_node) {
     cudaCheck(cudaSetDevice(local_rank % count));
     if (!cublas_handle()) cublasCheck(cublasCreate(&cublas_handle()));
     if (!cublaslt_handle()) cublasCheck(cublasLtCreate(&cublaslt_handle()));
-    // fp32 builds compute in true fp32 (no TF32), so they can be checked against float64
+    // fp32 builds compute in true fp32 unless -f 1 (TF32), so they can be checked against float64
     cublasCheck(cublasSetMathMode(cublas_handle(), CUBLAS_DEFAULT_MATH));
+    cublas_compute() = tf32 && FLOATX_IS_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 inline const char* device_name() {
     static cudaDeviceProp p;
@@ -291,8 +297,8 @@ inline void cpu_wait_politely(char** argv) {
 inline void device_choose_before_mpi() {}  // no GPU
 // each rank's threads: the cores this process may run on, shared by the ranks on the node,
 // unless OMP_NUM_THREADS (and OPENBLAS_NUM_THREADS) say otherwise
-inline void device_init(int local_rank, int ranks_on_node) {
-    (void)local_rank;
+inline void device_init(int local_rank, int ranks_on_node, bool tf32 = false) {
+    (void)local_rank, (void)tf32;  // (no TF32 on a CPU: sgemm sums fp32 products of fp32 inputs)
     cpu_set_t cores;
     int available = sched_getaffinity(0, sizeof(cores), &cores) == 0 ? CPU_COUNT(&cores) : 1;
     int threads = available / (ranks_on_node > 0 ? ranks_on_node : 1);

@@ -45,7 +45,7 @@ inline void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float 
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle(), op_b, op_a, N, M, K, &alpha, B, CUBLAS_FLOATX, ldb,
                                            stride_b, A, CUBLAS_FLOATX, lda, stride_a, &beta, C, CUBLAS_FLOATX, ldc,
-                                           stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                           stride_c, batch, cublas_compute(), CUBLAS_GEMM_DEFAULT));
 }
 #else
 // rows x cols of a row-major matrix with leading dimension ld, widened to a dense fp32 copy
@@ -288,7 +288,7 @@ inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weig
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
     cublasLtMatmulPreference_t preference;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescCreate(&desc, cublas_compute(), CUDA_R_32F));
     cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bias_type = CUBLAS_FLOATX;

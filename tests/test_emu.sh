@@ -11,6 +11,7 @@
 #    ZeRO-3 under interleaved 1F1B (V 2: the ring's paired shifts as NCCL groups with two peers, the
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4, 7e-4);
+#  - -f 1 (TF32 GEMMs) moves fp32's losses by TF32's rounding: more than 1e-6, less than 1e-2;
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
 #  - sampling with the KV cache (fp32) draws the tokens a full forward per token draws;
@@ -51,6 +52,19 @@ trajectory() {  # trajectory NAME TRAINER TOLERANCE NP FLAGS...: 6 steps at one 
 }
 export OMP_NUM_THREADS=2  # one rank: the emulator runs a grid's blocks on both cores
 trajectory "fp32, one rank" ./train_gpt_emu_fp32 1e-4 1
+# -f 1: TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, which the emulator computes as the tensor cores do: each
+# input rounded to TF32's 10-bit mantissa, the sums in fp32): the losses leave fp32's by TF32's
+# rounding (measured: 5.4e-5 at most), no more, and not by nothing (the switch reaches the GEMMs)
+TF="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -x 3 -l 1e-3 -v 0 -s 0"
+./train_gpt_emu_fp32 $TF -log $D/fp32.jsonl > /dev/null && ./train_gpt_emu_fp32 $TF -f 1 -log $D/tf32.jsonl > /dev/null \
+    || { echo "FAIL: the -f 0 and -f 1 runs"; exit 1; }
+$PYTHON - $D/fp32.jsonl $D/tf32.jsonl <<'PY'
+import json, sys
+fp32, tf32 = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
+worst = max(abs(a - b) for a, b in zip(fp32, tf32))
+assert len(fp32) == len(tf32) == 3 and 1e-6 < worst < 1e-2, f"FAIL: -f 1: losses {tf32} against fp32's {fp32}: max |diff| {worst:.2e}, not in (1e-6, 1e-2)"
+print(f"ok: -f 1 (TF32): 3 losses within {worst:.1e} of fp32's, and not equal")
+PY
 # bars ~10x the max |diff| measured by check_trajectory.py --tol 1 with these flags (tests/README.md's
 # table): bf16 2.3e-4 -> 3e-3, fp16 4.3e-5 -> 5e-4
 trajectory "bf16, one rank" ./train_gpt_emu 3e-3 1
