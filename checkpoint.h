@@ -403,35 +403,36 @@ inline void output_dir_problem(const char* dir, size_t bytes, int rank, char* pr
 }
 
 // rank 0, holding the lock: the files of a checkpoint that never got its marker (a rank died or the
-// disk filled while it was written) go, each named in one line: any .tmp, and every file of a step
-// without a marker that has an optimizer or state file (or one's .tmp). A model file alone is no
-// checkpoint's (a run without -n writes only those): it stays
+// disk filled while it was written) go, each named in one line: every file of a step without a marker
+// that has an optimizer or state file (or a .tmp of one), and any checkpoint file's .tmp (model_,
+// optimizer_, state_, complete_, run.json). A model file alone is no checkpoint's (a run without -n
+// writes only those): it stays; so does any other file in -o
 inline void remove_unfinished_checkpoints(const char* dir) {
-    std::vector<int> markers = steps_named(dir, "complete_", ""), unfinished_steps;
-    std::vector<std::pair<std::string, int>> files;  // each checkpoint file and its step
+    struct Found { std::string name; int step; bool tmp; };  // step: -1 where the name has none
+    std::vector<int> markers = steps_named(dir, "complete_", ""), unfinished;
+    std::vector<Found> found;
     DIR* d = opendir(dir);
     while (struct dirent* e = d ? readdir(d) : NULL) {
         std::string name = e->d_name;
         bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
         int step = -1;
-        for (const char* prefix : {"model_", "optimizer_", "state_"}) {
+        for (const char* prefix : {"model_", "optimizer_", "state_", "complete_"}) {
             size_t p = strlen(prefix);
             if (name.rfind(prefix, 0) == 0 && name.size() >= p + 8 && strspn(name.c_str() + p, "0123456789") >= 8)
                 step = atoi(name.substr(p, 8).c_str());
         }
-        if (step < 0 && !tmp) continue;
-        files.push_back({name, step});
-        if (step >= 0 && !std::binary_search(markers.begin(), markers.end(), step) && (tmp || name[0] != 'm'))
-            unfinished_steps.push_back(step);  // an optimizer or state file (or a .tmp) without its marker
+        if (step < 0 && name != RUN_FILE ".tmp") continue;  // not a checkpoint's
+        found.push_back({name, step, tmp});
+        bool has_marker = std::binary_search(markers.begin(), markers.end(), step);
+        if (step >= 0 && !has_marker && (tmp || name.rfind("optimizer_", 0) == 0 || name.rfind("state_", 0) == 0))
+            unfinished.push_back(step);
     }
     if (d) closedir(d);
-    std::sort(files.begin(), files.end());
-    for (const auto& [name, step] : files) {
-        bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-        if (!tmp && std::find(unfinished_steps.begin(), unfinished_steps.end(), step) == unfinished_steps.end())
-            continue;
-        unlink((std::string(dir) + "/" + name).c_str());
-        printf("-o %s: removed %s, a file of a checkpoint that never completed\n", dir, name.c_str());
+    std::sort(found.begin(), found.end(), [](const Found& x, const Found& y) { return x.name < y.name; });
+    for (const Found& f : found) {
+        if (!f.tmp && std::find(unfinished.begin(), unfinished.end(), f.step) == unfinished.end()) continue;
+        unlink((std::string(dir) + "/" + f.name).c_str());
+        printf("-o %s: removed %s, a file of a checkpoint that never completed\n", dir, f.name.c_str());
     }
 }
 

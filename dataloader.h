@@ -19,12 +19,13 @@ dataloader_epoch_samples / (samples a step) steps, every sample once.
 #pragma once
 // defines: DataLoader, dataloader_init, dataloader_smallest_shard, dataloader_next_batch, dataloader_reset,
 //          dataloader_free, shard_read_header, SHARD_MAGIC, SHARD_HEADER_BYTES, SHARD_VERSION, dataloader_fisher_yates,
-//          dataloader_open_shard, dataloader_seek, dataloader_start_epoch, dataloader_epoch_samples
+//          dataloader_open_shard, dataloader_seek, dataloader_start_epoch, dataloader_epoch_samples,
+//          dataloader_shard_samples
 #include <glob.h>     // defines: glob
 #include <stdio.h>    // defines: FILE, fopen, fread, fseeko
 #include <stdint.h>   // defines: uint16_t
 #include <stdlib.h>   // defines: malloc
-#include <algorithm>  // defines: std::min
+#include <algorithm>  // defines: std::min, std::max
 #include <sys/stat.h> // defines: stat
 #include "base.h"  // defines: fail
 #include "random.h"   // defines: Rng
@@ -82,12 +83,17 @@ inline void dataloader_fisher_yates(Index* a, size_t n, Rng* rng) {
     }
 }
 
+// the whole samples (global micro-batches of dp*B*T + 1 tokens) shard s holds
+inline size_t dataloader_shard_samples(const DataLoader* d, int s) {
+    return (d->shard_tokens[s] - 1) / ((size_t)d->ranks * d->B * d->T);
+}
+
 inline void dataloader_open_shard(DataLoader* d) {
     int shard = d->shard_order[d->shard_index];
     if (d->file) fclose(d->file);
     d->file = fopen(d->files.gl_pathv[shard], "rb");
     if (!d->file) fail("cannot open token shard %s", d->files.gl_pathv[shard]);
-    d->num_samples = (d->shard_tokens[shard] - 1) / ((size_t)d->ranks * d->B * d->T);
+    d->num_samples = dataloader_shard_samples(d, shard);
     for (size_t s = 0; s < d->num_samples; s++) d->sample_order[s] = s;
     if (d->shuffle) {
         Rng rng = {d->seed * 1000003ull + (uint64_t)d->epoch * 7919ull + (uint64_t)shard + 1};
@@ -116,7 +122,7 @@ inline void dataloader_reset(DataLoader* d) { dataloader_seek(d, 0, 0, 0); }
 // the samples one epoch holds, every shard's whole ones (the tails past them are not read)
 inline size_t dataloader_epoch_samples(const DataLoader* d) {
     size_t samples = 0;
-    for (int s = 0; s < d->num_shards; s++) samples += (d->shard_tokens[s] - 1) / ((size_t)d->ranks * d->B * d->T);
+    for (int s = 0; s < d->num_shards; s++) samples += dataloader_shard_samples(d, s);
     return samples;
 }
 
@@ -151,8 +157,7 @@ inline void dataloader_init(DataLoader* d, const char* pattern, int B, int T, in
                 "%zu)",
                 path, d->shard_tokens[s], ranks, B, T, need);
         d->total_tokens += d->shard_tokens[s];
-        size_t samples = (d->shard_tokens[s] - 1) / (need - 1);
-        if (samples > max_samples) max_samples = samples;
+        max_samples = std::max(max_samples, dataloader_shard_samples(d, s));
     }
     d->sample_order = (size_t*)malloc(max_samples * sizeof(size_t));
     d->buffer = (uint16_t*)malloc((B * T + 1) * sizeof(uint16_t));

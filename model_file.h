@@ -286,7 +286,7 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
             checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file),
                                     file_check(optimizer_file), states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints, tc.major_checkpoint_every);
-            run_dir_record(tc.output_dir, run_identity(tc, g));  // the first checkpoint: -o is this run's
+            run_dir_record(tc.output_dir, tc, g);  // the first checkpoint: -o is this run's
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }

@@ -52,6 +52,7 @@ write_checkpoint (run_dir_record) and train_gpt.cu: main (check_run_files).
 #include <string.h>    // defines: strerror
 #include <stdio.h>     // defines: snprintf
 #include <string>      // defines: std::string
+#include <stdexcept>   // defines: std::runtime_error
 #include <time.h>      // defines: time, gmtime_r, strftime
 #include <glob.h>      // defines: glob
 #include <sys/stat.h>  // defines: stat
@@ -115,8 +116,9 @@ inline RunJson run_identity(const TrainConfig& tc, const ProcessGrid& g) {
     return id;
 }
 
-// rank 0, with a checkpoint: -o/run.json, once (the run's first checkpoint, or a resumed older directory's)
-inline void run_dir_record(const char* dir, const RunJson& identity) {
+// rank 0, with a checkpoint: -o/run.json, once (the run's first checkpoint, or a resumed older directory's;
+// later checkpoints find it there and do nothing, not even glob the shards)
+inline void run_dir_record(const char* dir, const TrainConfig& tc, const ProcessGrid& g) {
     std::string path = std::string(dir) + "/" RUN_FILE;
     if (file_exists(path.c_str())) return;
     char host[128] = "", when[64] = "";
@@ -126,6 +128,7 @@ inline void run_dir_record(const char* dir, const RunJson& identity) {
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &utc));
     RunJson record;
     record["run"] = "process " + std::to_string(getpid()) + " on " + host + ", first checkpoint " + when;
+    RunJson identity = run_identity(tc, g);  // (named: items() would outlive a temporary)
     for (auto& item : identity.items()) record[item.key()] = item.value();
     std::string text = record.dump(1) + "\n";
     WholeFile w = whole_file_open(path, "run identity");
@@ -158,31 +161,30 @@ inline void run_dir_check(const char* dir, const RunJson& now, bool resume, int 
                      "or give this run another -o", dir, newest_checkpoint);
         return;
     }
-    RunJson was = RunJson::parse(read_whole_file(path.c_str(), " (the run's identity)"),
-                                                               nullptr, false);
-    if (was.is_discarded() || !was.is_object() || !was.contains("run")) {
+    RunJson was = RunJson::parse(read_whole_file(path.c_str(), " (the run's identity)"), nullptr, false);
+    std::string run, why;
+    try {  // (get<> and [] throw on a value of another type: a run.json edited by hand is damaged, not a crash)
+        if (!was.is_object() || !was.contains("run")) throw std::runtime_error("no run");
+        run = was["run"].get<std::string>();
+        for (const char* flag : {"-e", "-t", "-d", "-seed", "-shuffle"})
+            if (why.empty() && was.value(flag, RunJson()) != now[flag])
+                why = std::string(flag) + " is " + now[flag].dump() + " here, " + was.value(flag, RunJson()).dump() +
+                      " in that run";
+        if (why.empty() && was.value("global micro-batch", RunJson()) != now["global micro-batch"])
+            why = "-b " + now["-b"].dump() + " x dp " + now["dp"].dump() + " = " + now["global micro-batch"].dump() +
+                  " sequences a global micro-batch here, " + was.value("global micro-batch", RunJson()).dump() +
+                  " in that run (-b " + was.value("-b", RunJson()).dump() + " x dp " +
+                  was.value("dp", RunJson()).dump() + ")";
+        if (why.empty()) why = shards_problem(was.value("shards", RunJson::array()), now["shards"]);
+    } catch (const std::exception&) {
         snprintf(problem, size, "-o %s: %s is damaged (not the JSON a run writes); move it away to use this -o", dir,
                  path.c_str());
         return;
     }
-    std::string run = was["run"].is_string() ? was["run"].get<std::string>() : was["run"].dump();
-    if (!resume) {
+    if (!resume)
         snprintf(problem, size, "-o %s holds the run of %s (%s): resume it with -y 1, or give this run another -o", dir,
                  run.c_str(), RUN_FILE);
-        return;
-    }
-    std::string why;
-    for (const char* flag : {"-e", "-t", "-d", "-seed", "-shuffle"})
-        if (why.empty() && was.value(flag, RunJson()) != now[flag])
-            why = std::string(flag) + " is " + now[flag].dump() + " here, " + was.value(flag, RunJson()).dump() +
-                  " in that run";
-    if (why.empty() && was.value("global micro-batch", RunJson()) != now["global micro-batch"])
-        why = "-b " + now["-b"].dump() + " x dp " + now["dp"].dump() + " = " + now["global micro-batch"].dump() +
-              " sequences a global micro-batch here, " + was.value("global micro-batch", RunJson()).dump() +
-              " in that run (-b " + was.value("-b", RunJson()).dump() + " x dp " +
-              was.value("dp", RunJson()).dump() + ")";
-    if (why.empty()) why = shards_problem(was.value("shards", RunJson::array()), now["shards"]);
-    if (!why.empty())
+    else if (!why.empty())
         snprintf(problem, size, "-y 1: -o %s holds the run of %s, and %s: these fix its data order and model; resume "
                  "with that run's flags and shards, or give this run another -o", dir, run.c_str(), why.c_str());
 }

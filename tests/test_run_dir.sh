@@ -4,7 +4,8 @@
 #  - identity: a run with -n writes -o/run.json; a fresh start into that -o is refused; a resume (-y 1)
 #    with another -e, -t, -d, -seed, -shuffle, global micro-batch (-b), a shard fewer, a shard resized
 #    is refused, each naming the flag (or shard) and both values; a directory with checkpoints and no
-#    run.json refuses a fresh start; the same flags resume;
+#    run.json refuses a fresh start; a run.json edited by hand (a value of another type) is one line,
+#    not a crash; the same flags resume;
 #  - markers: a marker emptied, and a marker cut short (its last file line gone) beside a state file
 #    short by 4 bytes, are passed over with a line each: the run resumes from the older checkpoint and
 #    ends with the unbroken run's final model, byte for byte;
@@ -63,6 +64,8 @@ if part identity; then
     cp -r $D/run $D/older && rm $D/older/run.json  # as a run before run.json wrote its -o
     refused fresh_beside_checkpoints "-o $D/older holds another run's checkpoints \(the newest: step 4\): resume it with -y 1" \
         $TRAIN -x 4 -n 2 -o $D/older
+    cp -r $D/run $D/edited && sed -i -z 's/"shards": \[[^]]*\]\s*\]/"shards": [5]/' $D/edited/run.json  # a shard of another type
+    refused edited_run_json "-o $D/edited: $D/edited/run.json is damaged \(not the JSON a run writes\)" $TRAIN -x 6 -n 2 -o $D/edited -y 1
     $TRAIN -x 6 -n 2 -o $D/run -y 1 > $D/same.txt 2>&1 || { tail -n 3 $D/same.txt; fail "a resume with the run's own flags"; }
     grep -q "^resuming from step 4" $D/same.txt || fail "a resume with the run's own flags: $(grep -m1 resum $D/same.txt)"
     echo "ok: the run's own flags resume it"
