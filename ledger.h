@@ -37,7 +37,8 @@ Applied in accounting.h (print_plans).
 #include "kernels/layernorm.cuh"  // defines: layernorm_forward_ledger, layernorm_backward_input_ledger, ...
 #include "kernels/matmul.cuh"     // defines: matmul_forward_ledger, matmul_backward_input_ledger, ...
 #include "kernels/attention.cuh"  // defines: attention_forward_ledger, attention_backward_ledger
-#include "kernels/gelu.cuh"       // defines: gelu_forward_ledger, gelu_backward_ledger, residual_forward_ledger
+#include "kernels/gelu.cuh"       // defines: gelu_forward_ledger, residual_forward_ledger
+#include "kernels/gelu_fusion.cuh"  // defines: matmul_gelu_forward_ledger, matmul_gelu_backward_input_ledger
 #include "kernels/crossentropy.cuh"  // defines: crossentropy_forward_backward_ledger
 #include "kernels/gradients.cuh"  // defines: norm_partials_ledger
 #include "adamw.h"                // defines: adamw_update_slices_ledger
@@ -50,6 +51,7 @@ struct LedgerModel {
     int grad_accum, recompute;   // micro-steps a step, -r
     bool master, grads_fp32;     // an fp32 master copy (bf16/fp16 builds); -ga fp32
     size_t P;                    // parameters (the gradient's and AdamW's values)
+    int gelu_fusion;             // -ge: GELU in the fc GEMMs' epilogues (kernels/gelu_fusion.cuh)
 };
 
 // a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
@@ -66,8 +68,7 @@ inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
     attention_forward_ledger(l, m.B, m.T, C, m.NH);
     matmul_forward_ledger(l, N, C, C, true);  // at tp 1 the bias goes to the matrix (tp.h: tp_bias_before_g)
     residual_layernorm_forward_ledger(l, N, C);
-    matmul_forward_ledger(l, N, C, 4 * C, true);
-    gelu_forward_ledger(l, N * 4 * C);
+    matmul_gelu_forward_ledger(l, N, C, 4 * C, m.gelu_fusion >= 1);
     matmul_forward_ledger(l, N, 4 * C, C, true);
     residual_forward_ledger(l, N * C);
 }
@@ -78,8 +79,7 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     if (m.recompute == 2) { layernorm_forward_ledger(l, N, C); layernorm_forward_ledger(l, N, C); }
     if (m.recompute == 1 || m.recompute == 2) gelu_forward_ledger(l, N * 4 * C);
     // g's backward the identity: no copies (train_gpt.cu: blocks_backward)
-    matmul_backward_input_ledger(l, N, 4 * C, C);
-    gelu_backward_ledger(l, N * 4 * C);
+    matmul_gelu_backward_input_ledger(l, N, 4 * C, C, m.gelu_fusion >= 2);
     matmul_backward_input_ledger(l, N, C, 4 * C);
     layernorm_backward_both_ledger(l, N, C, false);  // with the parameters' sums: W follows at once
     matmul_backward_input_ledger(l, N, C, C);

@@ -35,9 +35,11 @@ inline void check_llmc_flags(const TrainConfig& tc, int rank) {
                       EVAL_ENDINGS);
     if (rank == 0 && !tc.master_weights && FLOATX_IS_FP32)
         printf("note: -w 0: this fp32 build's parameters are their own master copy; nothing changes\n");
+#ifndef __CUDACC__
     if (rank == 0 && tc.gelu_fusion > 0)
-        printf("note: -ge %d: GELU runs in its own kernel in this build (llm.c's -ge 0): the same values\n",
+        printf("note: -ge %d: the CPU build has no cuBLASLt; GELU runs in its own pass (the same values)\n",
                tc.gelu_fusion);
+#endif
     if (rank == 0 && tc.tf32 && !FLOATX_IS_FP32)
         printf("note: -f 1: TF32 is for fp32 builds; this build's GEMMs read bf16/fp16 and sum in fp32\n");
 #ifndef __CUDACC__

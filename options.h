@@ -44,7 +44,7 @@ struct TrainConfig {
     int major_checkpoint_every = 0;  // -nm: every N-th step's checkpoint is kept whatever -nk says
     int resume = 0;
     int shuffle = 1;
-    int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (accepted; llmc.h says what runs)
+    int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (kernels/gelu_fusion.cuh)
     int tf32 = 0;                    // -f 1: TF32 GEMMs in the fp32 CUDA build (kernels/common.cuh: cublas_compute)
     int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (adamw.h, zero.h)
     int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
@@ -134,8 +134,9 @@ static const Option option_table[] = {
     {"-a", OPT_INT, OPTION_FIELD(overfit_single_batch),
      "1: overfit a single batch: every step trains on the step-1 batch again (debugging)", 0, 1},
     {"-ge", OPT_INT, OPTION_FIELD(gelu_fusion),
-     "llm.c's GELU fusion into cuBLASLt's epilogue (0 none, 1 forward, 2 both): accepted; GELU runs in its own "
-     "kernel here whatever it says (the same values), and the CPU build has no cuBLASLt", 0, 2},
+     "llm.c's GELU fusion into the fc GEMMs' cuBLASLt epilogues (kernels/gelu_fusion.cuh): 0 none, 1 the forward, "
+     "2 forward and backward; 16-bit builds round once instead of twice. The CPU build has no cuBLASLt: it accepts "
+     "-ge and runs GELU in its own pass", 0, 2},
     {"-f", OPT_INT, OPTION_FIELD(tf32),
      "llm.c's TF32 switch: 1 runs the fp32 CUDA build's GEMMs on TF32 tensor cores (inputs rounded to 10 mantissa "
      "bits); 0 (the default here, llm.c's is 1) keeps them true fp32, checked against float64. 16-bit builds and "

@@ -75,7 +75,8 @@ pipeline_stage, train_step, train_loop, main.
 #include "kernels/layernorm.cuh"   // defines: layernorm_forward, layernorm_backward
 #include "kernels/matmul.cuh"      // defines: matmul_forward, matmul_backward, bias_forward
 #include "kernels/attention.cuh"   // defines: attention_forward, attention_backward
-#include "kernels/gelu.cuh"        // defines: gelu_forward, gelu_backward, residual_forward
+#include "kernels/gelu.cuh"        // defines: gelu_forward, residual_forward
+#include "kernels/gelu_fusion.cuh"  // defines: matmul_gelu_forward, matmul_gelu_backward_input
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 #include "adamw.h"                 // defines: adamw_update (zero.h calls it)
 #include "loss_scale.h"            // defines: LossScaler, loss_scaler_init, loss_scaler_update
@@ -119,7 +120,8 @@ inline LayerParameters block_params(GPT2* model, int l) {
 
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call, made
 // again, before the block's backward, by recompute_block; block_forward makes ln2 together with
-// the residual add before it (residual_layernorm_forward: one pass over the rows)
+// the residual add before it (residual_layernorm_forward: one pass over the rows), and the GELU
+// together with the fc GEMM (matmul_gelu_forward: under -ge in its epilogue)
 inline void block_ln1(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
@@ -184,8 +186,7 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
                                tokens_held(model, N), C);
     tp_f_forward(tp, la.ln2, ln2, n_held);
-    matmul_forward(la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank);
-    block_gelu(model, a, l, B, T_local);
+    matmul_gelu_forward(la.fch_gelu, la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank, model->gelu_fusion >= 1);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
     tp_g_forward(tp, s.proj, proj, n_held);
     tp_bias_after_g(tp, proj, w.fcprojb, n_held / C, C);
@@ -222,8 +223,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
     // MLP
     tp_g_backward(tp, dout, d.fcproj, n_held);
-    matmul_backward_input(d.fc, d.fcproj, w.fcprojw, N, 4 * C_rank, C);
-    gelu_backward(d.fc, la.fch, d.fc, (size_t)N * 4 * C_rank);
+    matmul_gelu_backward_input(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C, model->gelu_fusion >= 2);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
     tp_f_backward(tp, dln2, d.ln2, n_held);
     floatX* dresidual2 = tp.sequence_parallel ? dout : d.attproj;  // the gradient of residual2
@@ -849,6 +849,7 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
     StageBuffers holds = stage_buffers(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, tc.chunks);
     // -cp: T/cp of each sequence
     gpt2_allocate_activations(model, tc.B, tc.T / comm->grid.cp, tc.recompute, holds, allocate);
+    model->gelu_fusion = tc.gelu_fusion;
 }
 
 // what the training loop carries from step to step

@@ -12,7 +12,7 @@ version 3: cuBLAS (cublasGemmStridedBatchedEx, fp32 compute), then the bias kern
            trainer's way before). Tensor cores in bf16; fp32 without TF32
 version 4: the trainer's matmul_forward: cuBLASLt with the bias in the GEMM's epilogue, no
            second pass over out and one rounding (llm.c's way; kernels/matmul.cuh:
-           matmul_forward_lt; GELU could be fused the same way, CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+           matmul_lt; GELU fused the same way under -ge: kernels/gelu_fusion.cuh)
 The block size applies to version 1.
 */
 #include "lab.h"

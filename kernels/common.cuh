@@ -10,6 +10,7 @@ loader and the tokenizer use too.
 #pragma once
 // defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name,
 //          device_memory_available, device_pci_id, launchCheck, cublasCheck, cublas_handle, cublaslt_handle,
+//          cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES,
 //          cublas_compute, COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches,
 //          column_partials_block, column_part_rows, sum_rows_of_threads (and base.h's), COLUMN_SUMS_MAX, ColumnTiles,
 //          column_tiles, column_tiles_entry, column_partials_add_column, COLUMN_ROW_THREADS,
@@ -50,6 +51,11 @@ inline void cublas_check(cublasStatus_t status, const char* file, int line) {
 
 inline cublasHandle_t& cublas_handle() { static cublasHandle_t handle = nullptr; return handle; }
 inline cublasLtHandle_t& cublaslt_handle() { static cublasLtHandle_t handle = nullptr; return handle; }
+// cuBLASLt's workspace for the GELU epilogues (kernels/gelu_fusion.cuh): without one, its DGELU GEMM
+// ran 4x slower than the plain GEMM on an H200 (docs/gpu.md); 32 MiB as llm.c gives, allocated at
+// the first fused call (-ge runs only). The plain and bias GEMMs run without one, as measured
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+inline void* cublaslt_workspace() { static void* w = device_malloc(CUBLASLT_WORKSPACE_BYTES); return w; }
 // the GEMMs' compute type, set with the handles in device_init: true fp32 (CUBLAS_COMPUTE_32F), or,
 // with -f 1 in an fp32 build, TF32 (CUBLAS_COMPUTE_32F_FAST_TF32: each input rounded to TF32's 10-bit
 // mantissa for the tensor cores, the sums in fp32; llm.c's default, about 8x the fp32 FLOP/s on an

@@ -27,7 +27,8 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 //          bias_backward_column, bias_backward_host, bias_backward_partials_kernel, bias_forward_host,
 //          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
-//          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_forward_lt, pointer_alignment
+//          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_lt, matmul_lt_epilogue,
+//          pointer_alignment
 #include <algorithm>  // defines: std::min
 #include <vector>     // defines: std::vector
 #include "common.cuh"
@@ -276,51 +277,66 @@ inline uint32_t pointer_alignment(const void* p) {
     while (a > 1 && (uintptr_t)p % a) a /= 2;
     return a;
 }
-// out(N,OC) = inp(N,C) W^T + bias through cuBLASLt, the bias added in the GEMM's epilogue
-// (CUBLASLT_EPILOGUE_BIAS): one pass over out instead of two, and one rounding instead of two
-// (the host twin rounds twice: the results agree within floatX's rounding). Row-major as the
-// column-major out^T (OC,N) = W (C,OC)^T inp^T (C,N). Descriptors are made each call
-// (tens of microseconds of host time, hidden behind the GPU at GPT-2's sizes; a cache per shape is
-// left); no workspace (the forward's GEMMs have N = B*T rows: no split-K). False, having done
-// nothing, where cuBLASLt has no algorithm for these sizes and alignments
-inline bool matmul_forward_lt(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int C,
-                              int OC) {
+// D(m,n) = op(A)(m,k) B(k,n), column-major, through cuBLASLt with an epilogue: BIAS adds the bias
+// (m) to each column, GELU_AUX_BIAS also applies GELU and keeps its input in aux (kernels/gelu_fusion.cuh),
+// DGELU multiplies by GELU's derivative at aux. op(A) = A^T when transpose_a (A stored k x m), else A
+// (m x k); aux m x n like D. The epilogue works on the fp32 sums: one pass over D instead of two,
+// and one rounding instead of two (the host twins round twice: the results agree within floatX's
+// rounding). Descriptors are made each call (tens of microseconds of host time, hidden behind the
+// GPU at GPT-2's sizes; a cache per shape is left); a workspace only for the GELU epilogues (common.cuh:
+// cublaslt_workspace), whose DGELU algorithms without one were slow on a GPU.
+// False, having done nothing, where cuBLASLt has no algorithm for these sizes and alignments
+// the epilogue and its operands on a cuBLASLt descriptor: the bias, GELU's input (aux, laid out as D: m rows)
+inline void matmul_lt_epilogue(cublasLtMatmulDesc_t desc, cublasLtEpilogue_t epilogue, const floatX* bias,
+                               const floatX* aux, int64_t m) {
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+        cudaDataType_t bias_type = CUBLAS_FLOATX;
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &m, sizeof(m)));
+    }
+}
+inline bool matmul_lt(floatX* d, const floatX* a, bool transpose_a, const floatX* b, int m, int n, int k,
+                      cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t w_layout, inp_layout, out_layout;
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulDescCreate(&desc, cublas_compute(), CUDA_R_32F));
-    cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType_t bias_type = CUBLAS_FLOATX;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, keep = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    cublasCheck(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    cublasCheck(cublasLtMatrixLayoutCreate(&w_layout, CUBLAS_FLOATX, C, OC, C));  // column-major (rows, cols, ld)
-    cublasCheck(cublasLtMatrixLayoutCreate(&inp_layout, CUBLAS_FLOATX, C, N, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&out_layout, CUBLAS_FLOATX, OC, N, OC));
+    matmul_lt_epilogue(desc, epilogue, bias, aux, m);
+    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, k, m, k));  // (rows, cols, ld)
+    else cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, m, k, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUBLAS_FLOATX, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, CUBLAS_FLOATX, m, n, m));
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    uint32_t align[4] = {pointer_alignment(weight), pointer_alignment(inp), pointer_alignment(out),
-                         pointer_alignment(out)};
+    size_t workspace_bytes = aux ? CUBLASLT_WORKSPACE_BYTES : 0;  // the GELU epilogues' (common.cuh)
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace_bytes, sizeof(workspace_bytes)));
+    uint32_t align[4] = {pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), pointer_alignment(d)};
     for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(
             preference, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
             &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, w_layout, inp_layout, out_layout,
-                                                           out_layout, preference, 1, &found, &count);
-    // none (NOT_SUPPORTED): the caller takes the two passes
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, a_layout, b_layout, d_layout,
+                                                           d_layout, preference, 1, &found, &count);
+    // none (NOT_SUPPORTED): the caller takes the separate kernels
     bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;
     const float one = 1.0f, zero = 0.0f;
     if (found_one)
-        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, weight, w_layout, inp, inp_layout, &zero, out,
-                                   out_layout, out, out_layout, &found.algo, nullptr, 0, 0));
+        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, a, a_layout, b, b_layout, &zero, d, d_layout, d,
+                                   d_layout, &found.algo, workspace_bytes ? cublaslt_workspace() : nullptr,
+                                   workspace_bytes, 0));
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(w_layout), cublasLtMatrixLayoutDestroy(inp_layout),
-        cublasLtMatrixLayoutDestroy(out_layout);
+    cublasLtMatrixLayoutDestroy(a_layout), cublasLtMatrixLayoutDestroy(b_layout), cublasLtMatrixLayoutDestroy(d_layout);
     cublasLtMatmulDescDestroy(desc);
     return found_one;
 }
@@ -333,7 +349,9 @@ inline void matmul_forward(floatX* out,                               // (N,OC)
 #ifdef __CUDACC__
     // cuBLASLt's bias epilogue wants the bias 16-byte aligned (the trainer's tensors are when C is
     // a whole number of 16-byte packs); else, and in the CPU build, the GEMM, then bias_forward
-    if (bias && aligned16(bias) && (size_t)N * C * OC > 0 && matmul_forward_lt(out, inp, weight, bias, N, C, OC))
+    // (out^T (OC,N) = W^T inp^T column-major: W (OC,C) row-major is the column-major (C,OC) transposed)
+    if (bias && aligned16(bias) && (size_t)N * C * OC > 0 &&
+        matmul_lt(out, weight, true, inp, OC, N, C, CUBLASLT_EPILOGUE_BIAS, bias, nullptr))
         return;
 #endif
     gemm_batched(false, true, N, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1);

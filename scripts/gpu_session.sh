@@ -4,7 +4,7 @@
 # Everything is built beforehand on a machine without a GPU (nvcc is enough; docs/gpu.md:
 # "A GPU session") and carried, with .device (MPICH, found by .device/env.sh) and data/:
 #   1. the CUDA build against PyTorch float64 (test_gpt2_gpu) and its trajectories, one micro-step
-#   2. GPT-2 124M step speed, ours against llm.c's train_gpt2cu (scripts/bench_gpu.sh)
+#   2. GPT-2 124M step speed, ours against llm.c's train_gpt2cu (scripts/bench_gpu.sh), and under -ge 0, 1, 2
 #   3. the flash attention labs: every version against the host twin and PyTorch, then timed
 #   4. each kernel's time in one d12 step (ncu, one metric: gpu__time_duration), as CSV
 #   5. what is left of make test-gpu: compute-sanitizer, resume, the layouts
@@ -39,6 +39,9 @@ fi
 part correctness 150 env ONLY='gpu_gpt2_vs_pytorch|gpu_(fp32|bf16|fp16)_trajectory_accum1$' bash tests/run_tests_gpu.sh
 if [ -n "${LLMC_DIR:-}" ]; then part speed 170 env LLMC_DIR="$LLMC_DIR" STEPS=12 BATCHES="16 32 64" bash scripts/bench_gpu.sh
 else echo "=== speed: skipped (no LLMC_DIR)"; fi
+# -ge (kernels/gelu_fusion.cuh): GELU in the fc GEMMs' cuBLASLt epilogues, the backward's with a 32 MiB
+# workspace (without one its DGELU GEMM measured 4x slower): the step's time at -ge 0, 1 and 2
+part gelu_fusion 60 bash -c 'for g in 0 1 2; do echo "-ge $g: $(./train_gpt -e d12 -b 16 -t 1024 -x 8 -v 0 -s 0 -ge $g | grep -E "step +8/")"; done'
 part lab_attention_forward 60 env DEV_REF_DIR=tests/build/pytorch_ops ./dev/attention_forward
 part lab_attention_backward 40 env DEV_REF_DIR=tests/build/pytorch_ops ./dev/attention_backward
 part kernels_of_one_step 90 "$(command -v ncu || echo /usr/local/cuda/bin/ncu)" --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 900 \

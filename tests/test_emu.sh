@@ -12,6 +12,7 @@
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4, 7e-4);
 #  - -f 1 (TF32 GEMMs) moves fp32's losses by TF32's rounding: more than 1e-6, less than 1e-2;
+#  - -ge 2 (GELU in cuBLASLt's epilogues) in bf16 within bf16's bar, no GELU kernel launched;
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
 #  - sampling with the KV cache (fp32) draws the tokens a full forward per token draws;
@@ -69,6 +70,11 @@ PY
 # table): bf16 2.3e-4 -> 3e-3, fp16 4.3e-5 -> 5e-4
 trajectory "bf16, one rank" ./train_gpt_emu 3e-3 1
 trajectory "fp16, one rank" ./train_gpt_emu_fp16 5e-4 1
+# -ge 2: GELU in the fc GEMMs' cuBLASLt epilogues (kernels/gelu_fusion.cuh), forward and backward;
+# within bf16's bar (measured 4.8e-4), and no GELU kernel launched: the epilogues took every call
+CUDA_EMU_LAUNCH_REPORT=$D/ge2.report.jsonl trajectory "bf16 -ge 2, one rank" ./train_gpt_emu 3e-3 1 -ge 2
+! grep -q gelu_ $D/ge2.report.jsonl && grep -q cublasLtMatmul $D/ge2.report.jsonl \
+    || { grep gelu_ $D/ge2.report.jsonl; echo "FAIL: -ge 2 launched GELU kernels: the epilogues were not taken"; exit 1; }
 export OMP_NUM_THREADS=1
 trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
 trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi

@@ -19,6 +19,7 @@ stored in 16 bits, then used again, differs by a rounding or two of 2^-9 relativ
 #include "../kernels/matmul.cuh"
 #include "../kernels/attention.cuh"
 #include "../kernels/gelu.cuh"
+#include "../kernels/gelu_fusion.cuh"
 #include "../kernels/crossentropy.cuh"
 #include "../kernels/gradients.cuh"
 #include "../adamw.h"
@@ -187,6 +188,45 @@ static void matmul(int N, int C, int OC) {
     bias_backward_host(db_twin.data(), dout.data(), N, OC);
     check("bias_backward against its host twin", download(d_db, OC), db_twin);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_dout, (void*)d_dinp, (void*)d_dw, (void*)d_db, (void*)partials})
+        device_free(p);
+}
+
+// -ge's fused GEMMs (kernels/gelu_fusion.cuh) against their host twins: the forward's two outputs
+// against matmul_forward_host and gelu_forward_host, the backward's input gradient against float64
+// (dout W) gelu'(pre). At OC 40 (the aux ld a multiple of 8) cuBLASLt's epilogues must take the call
+// (asserted); at OC 37 they cannot, and the two-kernel fallback must give the same
+static void gelu_fusion(int N, int C, int OC) {
+    vector<floatX> inp = randx((size_t)N * C, 24), w = randx((size_t)OC * C, 25, 0.2f), b = randx(OC, 26);
+    vector<floatX> pre((size_t)N * OC), out((size_t)N * OC), dout((size_t)N * C), dinp((size_t)N * OC);
+    floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_pre = upload(pre), *d_out = upload(out);
+    bool fused = matmul_lt(d_out, d_w, true, d_inp, OC, N, C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, d_b, d_pre);
+    printf("%s matmul_lt GELU_AUX_BIAS at OC %d: %s\n", fused == (OC % 8 == 0) ? "ok  " : "FAIL", OC,
+           fused ? "taken" : "refused");
+    failures += fused != (OC % 8 == 0);
+    matmul_gelu_forward(d_out, d_pre, d_inp, d_w, d_b, N, C, OC, true);
+    matmul_forward_host(pre.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    gelu_forward_host(out.data(), pre.data(), out.size());
+    check(OC % 8 ? "matmul_gelu_forward fallback, pre-GELU" : "matmul_gelu_forward fused, pre-GELU", download(d_pre, pre.size()), pre);
+    check(OC % 8 ? "matmul_gelu_forward fallback, GELU" : "matmul_gelu_forward fused, GELU", download(d_out, out.size()), out);
+    // backward: the layer after GELU maps OC channels to C: weight w2 (C,OC), dout (N,C), dinp (N,OC)
+    vector<floatX> w2 = randx((size_t)C * OC, 27, 0.2f), g = randx(dout.size(), 28);
+    floatX *d_w2 = upload(w2), *d_g = upload(g), *d_dinp = upload(dinp);
+    matmul_gelu_backward_input(d_dinp, d_g, d_w2, d_pre, N, OC, C, true);
+    vector<float> want(dinp.size());
+    vector<floatX> pre_d = download(d_pre, pre.size());  // the pre-GELU values the backward read
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0, x = value(pre_d[(size_t)i * OC + o]);
+            for (int c = 0; c < C; c++) s += value(g[(size_t)i * C + c]) * value(w2[(size_t)c * OC + o]);
+            double t = tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x));
+            double slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * x * x);
+            want[(size_t)i * OC + o] = (float)(s * slope);
+        }
+    vector<floatX> got = download(d_dinp, dinp.size());
+    vector<float> got_f(got.size());
+    for (size_t i = 0; i < got.size(); i++) got_f[i] = (float)value(got[i]);
+    check(OC % 8 ? "matmul_gelu_backward_input fallback (float64)" : "matmul_gelu_backward_input fused (float64)", got_f, want);
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_pre, (void*)d_out, (void*)d_w2, (void*)d_g, (void*)d_dinp})
         device_free(p);
 }
 
@@ -542,6 +582,8 @@ int main(int argc, char** argv) {
     }
     if (wanted("matmul")) {
         matmul(21, 40, 37);
+        gelu_fusion(21, 40, 40);
+        gelu_fusion(21, 40, 37);
         column_sums_sharing_scratch(70);
         column_sums_many(70);
     }

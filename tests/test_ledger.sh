@@ -4,7 +4,7 @@
 # page protection counts the distinct device bytes each launch reads or writes; the emulated cuBLAS
 # and cuBLASLt count each GEMM's 2 m n k from the sizes the call was given). One step is the
 # difference between a 2-step and a 1-step run (start-up and the end cancel), at a size where the
-# tensors span many 4 KB pages (GPT-2 d4, T 256), in bf16 at B 4, and in fp32 at B 2 with -r 2,
+# tensors span many 4 KB pages (GPT-2 d4, T 256), in bf16 at B 4, and in fp32 at B 2 with -r 2, -ge 2,
 # -ga fp32 and 2 micro-steps. Asserted, for every kernel: the ledger names every kernel the step
 # launches, each with the measured number of launches; its bytes (read + written + updated) within
 # 5% of the touched bytes (measured within 0.7%; the page grain's share taken out where it is known,
@@ -44,7 +44,7 @@ case_run() {  # case_run NAME TRAINER FLAGS...: the ledger, and the launch repor
 }
 CASES=${LEDGER_CASES:-bf16 fp32 d12}
 case_run bf16 ./train_gpt_emu -b 4
-[[ $CASES != *fp32* ]] || case_run fp32 ./train_gpt_emu_fp32 -b 2 -r 2 -ga fp32 -d 1024
+[[ $CASES != *fp32* ]] || case_run fp32 ./train_gpt_emu_fp32 -b 2 -r 2 -ga fp32 -d 1024 -ge 2
 [[ $CASES != *d12* ]] || ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -plan 1 -gpu H100 > $D/d12.txt || { echo "FAIL: d12's -plan 1 -gpu H100"; exit 1; }
 
 refuse() {  # refuse PATTERN NP FLAGS...: exit 1 and, on each of NP ranks, one line matching PATTERN

@@ -1,7 +1,9 @@
 /*
 tests/emu/cublasLt.h: the cuBLASLt calls of the project (dev/matmul_forward.cu), emulated from
 cuBLASLt's documented semantics (cublas_emu.cpp): D = alpha op(A) op(B) + beta C, column-major,
-the epilogue (bias, GELU) applied to the fp32 result before it is rounded once into D's type.
+the epilogue (bias, GELU) applied to the fp32 result before it is rounded once into D's type;
+GELU_AUX(_BIAS) also writes GELU's input (after the bias) into the aux matrix, DGELU multiplies the
+product by GELU's derivative at the aux matrix's elements (aux: D's type and shape, its own ld).
 The algorithm the heuristic returns needs A, B, C and D aligned as the preference said (256 bytes
 unless told less, cuBLASLt's default): cublasLtMatmul refuses pointers aligned less.
 */
@@ -22,11 +24,13 @@ typedef struct {
 } cublasLtMatmulHeuristicResult_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4,
-    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36
+    CUBLASLT_EPILOGUE_GELU = 32, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164, CUBLASLT_EPILOGUE_DGELU = 192
 } cublasLtEpilogue_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,

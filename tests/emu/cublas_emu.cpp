@@ -56,8 +56,15 @@ static bool supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComp
     return false;
 }
 
-// an optional epilogue: out(i,j) = f(acc(i,j) + bias[i])
-struct Epilogue { const void* bias; cudaDataType bias_type; bool gelu; };
+// an optional epilogue: out(i,j) = f(acc(i,j) + bias[i]), f GELU or the identity; with an aux
+// matrix (D's type, leading dimension aux_ld), GELU's input is written there (GELU_AUX), or
+// out(i,j) = acc(i,j) gelu'(aux(i,j)) (DGELU: the backward through GELU, its input read back)
+struct Epilogue { const void* bias; cudaDataType bias_type; bool gelu; void* aux; long long aux_ld; bool dgelu; };
+static float tanh_gelu(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))); }
+static float tanh_gelu_slope(float v) {  // d/dv of tanh_gelu
+    float t = tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 0.134145f * v * v);
+}
 
 // the operation above for one matrix of each, all checked; a, b, c are where the bytes are
 static void gemm_one(bool tf32_inputs, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* A,
@@ -78,7 +85,10 @@ static void gemm_one(bool tf32_inputs, bool trans_a, bool trans_b, int m, int n,
             float v = acc[i + (size_t)j * m];
             if (beta != 0.0f) v += beta * load(C, ct, i + (size_t)j * ldc);
             if (ep.bias) v += load(ep.bias, ep.bias_type, i);
-            if (ep.gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            size_t at = i + (size_t)j * ep.aux_ld;
+            if (ep.dgelu) v *= tanh_gelu_slope(load(ep.aux, ct, at));
+            else if (ep.aux) store(ep.aux, ct, at, v);
+            if (ep.gelu) v = tanh_gelu(v);
             store(D, ct, i + (size_t)j * ldd, v);
         }
 }
@@ -152,6 +162,8 @@ struct cublasLtMatmulDescOpaque {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
     int bias_type = -1;  // -1: D's type
+    void* aux = nullptr;  // GELU's input: written by GELU_AUX(_BIAS), read by DGELU
+    int64_t aux_ld = 0;
 };
 struct cublasLtMatrixLayoutOpaque { cudaDataType type; uint64_t rows, cols; int64_t ld; };
 struct cublasLtMatmulPreferenceOpaque {
@@ -181,6 +193,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(&d->epilogue, buf, size);
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(&d->bias, buf, size);
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(&d->bias_type, buf, size);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(&d->aux, buf, size);
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(&d->aux_ld, buf, size);
     }
     return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -216,8 +230,16 @@ static cublasStatus_t lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
     switch (d->epilogue) {
         case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_GELU: return CUBLAS_STATUS_SUCCESS;
         case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_GELU_BIAS: return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: case CUBLASLT_EPILOGUE_DGELU:
+            // the aux matrix: its ld a multiple of 8, at least D's rows (documented); 16-byte aligned
+            // (the emulator's bar: the heuristic reads the pointer to learn its alignment)
+            if (!d->aux || d->aux_ld % 8 || d->aux_ld < (int64_t)m || (uintptr_t)d->aux % 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+            return CUBLAS_STATUS_SUCCESS;
         default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+}
+static bool has_aux(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
@@ -244,15 +266,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
         if ((uintptr_t)pointers[i] % (algo ? algo->data[i] : 256) != 0) return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t s = lt_check(d, Ad, Bd, Cd, Dd);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS;
+    bool with_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                     d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    bool gelu = d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (with_bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     int m = (int)Dd->rows, n = (int)Dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
     cuda_emu::finish_queued_work();
     if (workspace_bytes) cuda_emu::device_bytes(workspace, workspace_bytes, "cublasLtMatmul workspace");
     float be = *(const float*)beta;
     cudaDataType bias_type = d->bias_type < 0 ? Dd->type : (cudaDataType)d->bias_type;
+    void* aux = has_aux(d->epilogue)
+        ? cuda_emu::device_bytes(d->aux, extent(m, n, d->aux_ld) * type_bytes(Dd->type), "cublasLtMatmul epilogue aux")
+        : nullptr;
     Epilogue ep = {with_bias ? cuda_emu::device_bytes(d->bias, (size_t)m * type_bytes(bias_type), "cublasLtMatmul bias") : nullptr,
-                   bias_type, d->epilogue == CUBLASLT_EPILOGUE_GELU || d->epilogue == CUBLASLT_EPILOGUE_GELU_BIAS};
+                   bias_type, gelu, aux, (long long)d->aux_ld, d->epilogue == CUBLASLT_EPILOGUE_DGELU};
     const void* a = cuda_emu::device_bytes(A, extent((int)Ad->rows, (int)Ad->cols, Ad->ld) * type_bytes(Ad->type), "cublasLtMatmul A");
     const void* b = cuda_emu::device_bytes(B, extent((int)Bd->rows, (int)Bd->cols, Bd->ld) * type_bytes(Bd->type), "cublasLtMatmul B");
     const void* c = be != 0.0f ? cuda_emu::device_bytes(C, extent(m, n, Cd->ld) * type_bytes(Cd->type), "cublasLtMatmul C") : nullptr;
