@@ -118,8 +118,9 @@ shift one stage on, SEND_ACTIVATION_RECV_ACTIVATION, then gradients shift one st
 back, SEND_GRADIENT_RECV_GRADIENT; every stage posts each shift whole, as Megatron-LM
 batches its sends and receives.
 
-Cost per stage and step: sends m activations and m gradients of B*T*C*X (interleaved: V m
-of each, but for the model's two ends); holds (1F1B) min(p - s, m), (GPipe) m or (ZB-H1,
+Cost per stage and step: sends m activations and m gradients of B*T*C*X bytes, B*T*C*X/tp
+under -sp, where each TP rank holds its share of the tokens (interleaved: V m of each, but for
+the model's two ends); holds (1F1B) min(p - s, m), (GPipe) m or (ZB-H1,
 s > 0) min(p, m) micro-batches of its layers' activations (interleaved: up to
 2(p - s - 1) + (V - 1)p + 1 of a chunk's layers, each set taken at a chunk-forward and given
 back at its backward, interleaved_set_slots, since the chunks' micro-batches do not leave in
@@ -127,13 +128,9 @@ the order they came); the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
 step: the embedding group of comm.h).
 
-The formula assumes equal stages. GPT-2's are not: the last stage also runs the LM head,
-2*B*T*C*Vp FLOPs a forward, 4.5 layers' worth in GPT-2 124M at T = 1024, and the other
-stages wait on it every slot. pipeline_simulate plays the lists against each other with
-a cost per stage and action and returns each stage's idle time whatever the costs;
-balanced_stage_layers finds the split whose largest stage costs least (-pl applies it,
--plan suggests it). With equal costs the simulator gives back the formula above, which
-tests/test_pipeline.cpp checks for p 1..8, m 1..16.
+The formulas assume equal stages; pipeline_sim.h plays the lists against each other with a
+cost per stage and action (pipeline_simulate), gives each schedule's bubble formula, and finds
+the split of the layers whose largest stage costs least (balanced_stage_layers).
 
 Running a list (run_schedule, the second half of this file): the executor walks the
 list and does each action. It knows the model only through a PipelineStage: run
@@ -159,25 +156,22 @@ checked for p 2..6, m up to 12, V 2..4.
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
-Applied in train_gpt.cu: gpt2_build and stage_layout (stage_layer_counts, the split; the
-chunks of distribute_layers over p*V under interleaving), pipeline_stage (GPT-2's stage for
-the executor; block_backward_input and block_backward_weights are B and W; a chunk is the
-blocks of one activation set, stage_forward), activation_set (k % sets, or
-interleaved_set_slots), train_step (pipeline_schedule, the one place the schedule is chosen,
-then run_schedule), forward_only (pipeline_forward: validation and sampling, round the ring
-V times), build_model (stage_buffers); accounting.h: bubble_json and print_stage_balance
-(pipeline_simulate, balanced_stage_layers).
+Applied in model_file.h: gpt2_build, and gpt2.h: stage_layout (stage_layer_counts, the split;
+the chunks of distribute_layers over p*V under interleaving) and activation_set (k % sets, or
+interleaved_set_slots); train_gpt.cu: pipeline_stage (GPT-2's stage for the executor;
+block_backward_input and block_backward_weights are B and W; a chunk is the blocks of one
+activation set, stage_forward), train_step (pipeline_schedule, the one place the schedule is
+chosen, then run_schedule), forward_only (pipeline_forward: validation and sampling, round the
+ring V times), build_model (stage_buffers). The bubble's formulas, the simulator and the
+balanced split: pipeline_sim.h.
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp,
 //          PipelineAction, take_lowest_free, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
-//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_bubble_fraction,
-//          interleaved_activation_sets, interleaved_set_slots, pipeline_schedule, pipeline_activation_sets,
-//          pipeline_backward_sets, pipeline_weight_slots, StageBuffers, stage_buffers, pipeline_bubble_fraction,
-//          zb_h1_bubble_fraction, schedule_bubble_formula, is_compute, PipelineMessage, pipeline_messages,
-//          PipelineSimulation, pass_messages, pipeline_simulate_lists, pipeline_simulate, balanced_stage_layers,
-//          received_gradient_buffer_list, PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name,
-//          run_schedule, pipeline_forward
+//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_activation_sets,
+//          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
+//          pipeline_weight_slots, StageBuffers, stage_buffers, is_compute, received_gradient_buffer_list,
+//          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, run_schedule, pipeline_forward
 #include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
@@ -455,9 +449,6 @@ inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
     if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
     return s + 1 < m ? s + 1 : m;
 }
-// interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
-// backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
-inline double interleaved_bubble_fraction(int p, int m, int V) { return (double)(p - 1) / (V * m + p - 1); }
 // the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
 inline int interleaved_activation_sets(int s, int p, int m, int V) {
     if (V == 1) return pipeline_activation_sets(SCHEDULE_1F1B, s, p, m);
@@ -490,179 +481,9 @@ inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m, int V 
                         pipeline_weight_slots(kind, s, p, m), {}};
 }
 
-// the idle fraction of a step with equal forward and backward times on every stage (GPipe, 1F1B)
-inline double pipeline_bubble_fraction(int p, int m) { return (double)(p - 1) / (m + p - 1); }
-// ZB-H1's, for m >= p, with forward, B and W times F, B, W on every stage: each stage idles
-// (p - 1)(F + B - W) beside its m(F + B + W) of work when W is the shortest of the three (the
-// paper's case), and in general (p - 1) max(F + B - W, F, B, W); (p - 1)/(3m + p - 1) when all
-// are equal. tests/test_pipeline.cpp checks it against pipeline_simulate.
-inline double zb_h1_bubble_fraction(int p, int m, double F, double B, double W) {
-    double idle = (p - 1) * std::max({F + B - W, F, B, W});
-    return idle / (m * (F + B + W) + idle);
-}
-
-// ---------------------------------------------------------------- simulating a schedule
-
+// the actions that compute (the others send and receive)
 inline bool is_compute(PipelineOp op) {
     return op == FORWARD || op == BACKWARD || op == BACKWARD_INPUT || op == BACKWARD_WEIGHT;
-}
-
-// one half of a send or receive action: activation or gradient k, to or from stage `peer`, across
-// `boundary`, the cut between virtual stages boundary and boundary + 1 (virtual stage v*p + s is
-// chunk v of stage s; without interleaving the cut between stages s and s+1). Activations go to
-// the next stage and gradients to the one before, round a ring: stage p-1's chunk v feeds stage
-// 0's chunk v+1.
-struct PipelineMessage { bool send, activation; int micro, peer, boundary; };
-inline std::vector<PipelineMessage> pipeline_messages(const PipelineAction& a, int s, int p) {
-    int next = (s + 1) % p, previous = (s + p - 1) % p;
-    int below = a.chunk * p + s - 1, above = a.chunk * p + s;  // the cuts before and after a.chunk
-    int received_below = a.received_chunk * p + s - 1, received_above = a.received_chunk * p + s;
-    switch (a.op) {
-        case RECV_ACTIVATION: return {{false, true, a.micro, previous, below}};
-        case SEND_ACTIVATION: return {{true, true, a.micro, next, above}};
-        case RECV_GRADIENT: return {{false, false, a.micro, next, above}};
-        case SEND_GRADIENT: return {{true, false, a.micro, previous, below}};
-        case SEND_ACTIVATION_RECV_GRADIENT:
-            return {{true, true, a.micro, next, above}, {false, false, a.received_micro, next, received_above}};
-        case SEND_GRADIENT_RECV_ACTIVATION:
-            return {{true, false, a.micro, previous, below}, {false, true, a.received_micro, previous, received_below}};
-        case SEND_ACTIVATION_RECV_ACTIVATION:
-            return {{true, true, a.micro, next, above}, {false, true, a.received_micro, previous, received_below}};
-        case SEND_GRADIENT_RECV_GRADIENT:
-            return {{true, false, a.micro, previous, below}, {false, false, a.received_micro, next, received_above}};
-        default: return {};
-    }
-}
-
-// What a schedule costs, before running it: every stage's list played against the others,
-// each forward and backward taking cost(s, op, chunk), a message passing when both ends have
-// posted it (blocking sends and receives, MPI's rendezvous; transfers take no time).
-// busy[s]: stage s's compute time; finish[s]: when it ends its list; step: when the last stage
-// ends; idle s = 1 - busy/step (or 1 - busy/finish over its own span, as run_schedule times it);
-// peak_sets[s]: micro-batches in flight at most; completed: false if the lists deadlock.
-struct PipelineSimulation {
-    std::vector<double> busy, finish;
-    double step;
-    std::vector<int> peak_sets;
-    bool completed;
-};
-// stage s's posted messages that meet one its peer has posted: passed at the later of the two
-// clocks (done_at: when all of an action's halves have passed). True if any did
-inline bool pass_messages(int s, const std::vector<std::vector<PipelineMessage>>& posted,
-                          std::vector<std::vector<bool>>& passed, const std::vector<double>& clock,
-                          std::vector<double>& done_at) {
-    bool progress = false;
-    for (size_t i = 0; i < posted[s].size(); i++) {
-        const PipelineMessage& mine = posted[s][i];
-        for (size_t j = 0; !passed[s][i] && j < posted[mine.peer].size(); j++) {
-            const PipelineMessage& theirs = posted[mine.peer][j];
-            if (passed[mine.peer][j] || theirs.send == mine.send || theirs.activation != mine.activation ||
-                theirs.micro != mine.micro || theirs.boundary != mine.boundary || theirs.peer != s) continue;
-            double t = std::max(clock[s], clock[mine.peer]);  // both have posted it
-            passed[s][i] = passed[mine.peer][j] = true;
-            done_at[s] = std::max(done_at[s], t);
-            done_at[mine.peer] = std::max(done_at[mine.peer], t);
-            progress = true;
-        }
-    }
-    return progress;
-}
-
-inline PipelineSimulation pipeline_simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
-                                                  const std::function<double(int, PipelineOp, int)>& cost) {
-    int p = (int)lists.size();
-    PipelineSimulation sim = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0), 0.0, std::vector<int>(p, 0),
-                              true};
-    std::vector<size_t> pc(p, 0);
-    std::vector<double> clock(p, 0.0), done_at(p, 0.0);  // done_at: when the current action's halves have all passed
-    std::vector<int> in_flight(p, 0);
-    std::vector<std::vector<PipelineMessage>> posted(p);
-    std::vector<std::vector<bool>> passed(p);
-    auto post = [&](int s) {  // stage s reaches its next action at clock[s]
-        posted[s] = pc[s] < lists[s].size() ? pipeline_messages(lists[s][pc[s]], s, p) : std::vector<PipelineMessage>{};
-        passed[s].assign(posted[s].size(), false);
-        done_at[s] = clock[s];
-    };
-    auto finish_action = [&](int s) { pc[s]++; post(s); };
-    for (int s = 0; s < p; s++) post(s);
-    for (bool progress = true; progress;) {
-        progress = false;
-        for (int s = 0; s < p; s++) {
-            if (pc[s] == lists[s].size()) continue;
-            const PipelineAction& a = lists[s][pc[s]];
-            if (is_compute(a.op)) {
-                double c = cost(s, a.op, a.chunk);
-                clock[s] += c;
-                sim.busy[s] += c;
-                in_flight[s] += a.op == FORWARD ? 1 : a.op == BACKWARD_INPUT ? 0 : -1;  // kept until W is done
-                sim.peak_sets[s] = std::max(sim.peak_sets[s], in_flight[s]);
-                finish_action(s);
-                progress = true;
-                continue;
-            }
-            if (pass_messages(s, posted, passed, clock, done_at)) progress = true;
-            if (std::find(passed[s].begin(), passed[s].end(), false) == passed[s].end()) {
-                clock[s] = done_at[s];
-                finish_action(s);
-                progress = true;
-            }
-        }
-    }
-    for (int s = 0; s < p; s++) {
-        sim.completed = sim.completed && pc[s] == lists[s].size();
-        sim.finish[s] = clock[s];
-        sim.step = std::max(sim.step, clock[s]);
-    }
-    return sim;
-}
-// the same for the lists of a schedule (of `chunks` chunks a stage, interleaved)
-inline PipelineSimulation pipeline_simulate(ScheduleKind kind, int p, int m,
-                                            const std::function<double(int, PipelineOp, int)>& cost, int chunks = 1) {
-    std::vector<std::vector<PipelineAction>> lists(p);
-    for (int s = 0; s < p; s++) lists[s] = pipeline_schedule(kind, s, p, m, chunks);
-    return pipeline_simulate_lists(lists, cost);
-}
-
-// the formula a log row prints beside the measured bubble, for equal times (F = B = W under
-// ZB-H1; with fewer micro-batches than stages, where its formula does not hold, the simulator's;
-// V chunks a stage under interleaved 1F1B)
-inline double schedule_bubble_formula(ScheduleKind kind, int p, int m, int V = 1) {
-    if (kind == SCHEDULE_INTERLEAVED) return interleaved_bubble_fraction(p, m, V);
-    if (kind != SCHEDULE_ZB) return pipeline_bubble_fraction(p, m);
-    if (m >= p) return zb_h1_bubble_fraction(p, m, 1.0, 1.0, 1.0);
-    PipelineSimulation sim =
-        pipeline_simulate(kind, p, m, [](int, PipelineOp op, int) { return op == BACKWARD ? 2.0 : 1.0; });
-    return 1.0 - sim.busy[0] / sim.step;  // every stage does the same work: they idle alike
-}
-
-// the split of L layers over p stages whose largest stage costs least: a stage of k layers
-// costs k * layer_cost, + first_extra on stage 0 and last_extra on stage p-1 (the embedding,
-// and the final LayerNorm with the LM head); every stage keeps at least one layer. Of the
-// splits with the same largest stage, the most even (least sum of squared stage costs).
-inline std::vector<int> balanced_stage_layers(int L, int p, double layer_cost, double first_extra, double last_extra) {
-    auto stage_cost = [&](int s, int k) {
-        return k * layer_cost + (s == 0 ? first_extra : 0.0) + (s == p - 1 ? last_extra : 0.0);
-    };
-    // best[s][l]: (largest cost, sum of squares) of the best split of layers [0, l) over stages 0..s;
-    // take[s][l]: stage s's share in it. Dynamic programming over the last stage's share.
-    std::vector<std::vector<std::pair<double, double>>> best(
-        p, std::vector<std::pair<double, double>>(L + 1, {INFINITY, 0.0}));
-    std::vector<std::vector<int>> take(p, std::vector<int>(L + 1, 0));
-    for (int l = 1; l <= L; l++) {
-        best[0][l] = {stage_cost(0, l), stage_cost(0, l) * stage_cost(0, l)};
-        take[0][l] = l;
-    }
-    for (int s = 1; s < p; s++)
-        for (int l = s + 1; l <= L; l++)
-            for (int k = 1; k <= l - s; k++) {
-                double c = stage_cost(s, k);
-                std::pair<double, double> w = {std::max(best[s - 1][l - k].first, c),
-                                               best[s - 1][l - k].second + c * c};
-                if (w < best[s][l]) { best[s][l] = w; take[s][l] = k; }
-            }
-    std::vector<int> counts(p);
-    for (int s = p - 1, l = L; s >= 0; l -= counts[s], s--) counts[s] = take[s][l];
-    return counts;
 }
 
 // ---------------------------------------------------------------- running a schedule
@@ -690,7 +511,7 @@ struct PipelineStage {
     std::function<floatX*(int v, int k)> output;   // where k's output activation is after its forward (sent on)
     floatX* gradient;                       // the stage's one gradient buffer (the header says why one is enough)
     floatX* received_gradient;              // where a gradient lands while `gradient` is sent (interleaved only)
-    size_t message_elements;                // of every activation and gradient: B*T*C
+    size_t message_elements;                // of every activation and gradient: B*T*C (/tp under -sp)
 };
 
 // time spent computing (forwards, backwards, B's and W's) and in the whole schedule, for the

@@ -25,10 +25,10 @@ With -sp (tp.h) the terms in N*C and 16*N hold N/tp tokens: -r 0 keeps X*(4*N*C/
 + 16*N/tp + 4*N*NH/tp. With -cp (cp.h) N is B*T/cp.
 plus, once, one layer of every tensor that is not kept. Read recompute_keeps first.
 
-Applied in train_gpt.cu: activation_buffer_list (what is allocated per layer or once),
-layer_activations (where layer l's tensors are), and recompute_block, which blocks_backward
-calls before each block_backward: it reruns block_ln1/block_ln2/block_gelu, or the whole
-block_forward at -r 3.
+Applied in gpt2.h: activation_buffer_list (what is allocated per layer or once) and
+layer_activations (where layer l's tensors are); train_gpt.cu: recompute_block, which
+blocks_backward calls before each block_backward: it reruns block_ln1/block_ln2/block_gelu, or
+the whole block_forward at -r 3.
 */
 #pragma once
 // defines: LayerActivation, recompute_keeps, layer_activation_elements, layer_activation_bytes,

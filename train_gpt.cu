@@ -92,6 +92,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "cp.h"  // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
 #include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
+#include "pipeline_sim.h"          // defines: pipeline_bubble_fraction, schedule_bubble_formula
 #include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir
 #include "run_dir.h"               // defines: check_run_files
 #include "options.h"               // defines: TrainConfig, parse_args, print_usage

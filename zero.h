@@ -65,11 +65,11 @@ sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
 Read zero_unit_params and zero_reduce_unit first: they are what the forward and
 backward call.
 
-Applied in train_gpt.cu: gpt2_units (the units), blocks_forward, blocks_backward and
-stage_forward/stage_backward (zero_gather_unit, zero_unit_params, zero_unit_grads,
-zero_reduce_unit), train_step (zero_begin_step, zero_reduce_step, the norm,
-zero_optimizer_step, zero_gather_updated), gpt2_grad_norm_squared; model_file.h (files
-and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
+Applied in gpt2.h: gpt2_units (the units) and gpt2_grad_norm_squared (the norm);
+train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
+(zero_gather_unit, zero_unit_params, zero_unit_grads, zero_reduce_unit), train_step
+(zero_begin_step, zero_reduce_step, zero_optimizer_step, zero_gather_updated); model_file.h
+(files and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
 #pragma once
 // defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitSlot, Zero, unit_slot, unit_shard, zero_lay_out_units,
@@ -114,7 +114,7 @@ template <typename Use> inline void with_gradient(GradientBuffer g, Use use) {
 enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, NUM_SLOTS };
 
 struct Zero {
-    int stage, shards, shard_rank;  // shards = dp from stage 1 on; stage 0 treats the whole model as one shard
+    int stage, shards, shard_rank;  // shards = dp x cp (grid.replicas) from stage 1 on; stage 0: one shard
     int num_units;
     Unit* units;
     size_t full_elements, shard_elements, slot_elements[NUM_SLOTS], max_unit_shard;
@@ -164,7 +164,7 @@ inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* f
 
 inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks);  // below: the optimizer step
 
-// sizes: elements of each unit; slices: its tensors. Takes ownership of `units`.
+// units: each unit's elements and tensor slices (gpt2_units); zero_init takes ownership of them.
 // allocate = false lays out the shards without allocating (-plan).
 // master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,

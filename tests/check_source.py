@@ -1,5 +1,5 @@
 """
-tests/check_source.py: four promises of the style guide, checked on the trainer's sources.
+tests/check_source.py: five promises of the style guide, checked on the trainer's sources.
   1. No function is longer than LIMIT lines (default 50): a function fits on a screen; member
      functions and functions in namespaces count too.
   2. A header's `// defines:` comment names every top-level function, struct, enum and
@@ -10,6 +10,9 @@ tests/check_source.py: four promises of the style guide, checked on the trainer'
      theirs ("llm.c's fused_residual_forward"; the owners are in FOREIGN), not looked for here.
   4. No line is longer than 120 columns, but the rows of pipeline.h's schedule drawings ("  stage 0: F0 ..."),
      a timeline of 44 slots each, which tests/test_pipeline.cpp checks against the schedule it draws.
+  5. The map is true: the functions a header's "Applied in FILE: f, g and h" names (code names, up to
+     the first plain word) are defined in FILE.
+  6. dev/README.md's table of labs describes every version each lab has (up to its VERSIONS).
 Functions are found by brace depth on the code with strings and comments removed; a
 function's length runs from its first signature line to its closing brace.
 Usage: check_source.py [--limit N] FILES...   exit 1 with one line per finding.
@@ -135,6 +138,52 @@ def cited_names(text):
                 yield text.count('\n', 0, at + m.start()) + 1, m.group(0)
 
 
+def applied_in_findings(path, text):
+    """5. The map is true: in a header's "Applied in" paragraph (to the end of its comment), each
+    "FILE: name, name and name" names functions (or structs) that FILE defines"""
+    at = text.find('Applied in')
+    if at < 0:
+        return []
+    paragraph = text[at:text.find('*/', at)]
+    findings = []
+    for m in re.finditer(r'([\w/.]+\.(?:h|cuh|cu|cpp)):\s*((?:\w+(?:\s*(?:,|/|and)\s*)?)+)', paragraph):
+        file = m.group(1)
+        where = next((f for f in (file, os.path.join(os.path.dirname(path), file)) if os.path.isfile(f)), None)
+        if where is None:
+            findings.append(f"{path}: 'Applied in' names {file}, which does not exist")
+            continue
+        lines = code_lines(open(where).read())
+        defined = defined_names(lines, top_level_items(lines))
+        for name in re.findall(r'\w+', m.group(2)):  # the list: code names (snake_case, or main), to the first word
+            if name == 'and' or name.startswith('_'):  # "f_forward and _backward": a shorthand, not checked
+                continue
+            if '_' not in name and name != 'main':
+                break
+            if name not in defined:
+                findings.append(f"{path}: 'Applied in {file}: {name}', but {file} does not define {name}")
+    return findings
+
+
+def lab_version_findings(readme='dev/README.md'):
+    """6. dev/README.md's table names every version of every lab: its highest number is the lab's VERSIONS"""
+    if not os.path.isfile(readme):
+        return []
+    findings = []
+    for row in open(readme).read().split('\n'):
+        m = re.match(r'\| ((?:`\w+`(?:, )?)+) \| (.*) \|$', row)
+        if not m:
+            continue
+        listed = 0  # versions are numbered 1, 2, ... in order (other numbers in the text are not the next one)
+        for n in re.findall(r'(?:^|[:;] )\**(\d+)\**(?= )', m.group(2)):
+            listed += int(n) == listed + 1
+        for lab in re.findall(r'`(\w+)`', m.group(1)):
+            path = f'dev/{lab}.cu'
+            versions = re.search(r'const int VERSIONS = (\d+);', open(path).read()) if os.path.isfile(path) else None
+            if versions and int(versions.group(1)) != listed:
+                findings.append(f"{readme}: the row of {lab} describes versions up to {listed}; {path} has {versions.group(1)}")
+    return findings
+
+
 def main():
     args = sys.argv[1:]
     limit = 50
@@ -150,6 +199,7 @@ def main():
         for line, name in cited_names(text):
             if name not in known:
                 findings.append(f"{path}:{line}: a comment cites {name}, which is nowhere in the repository's code")
+        findings += applied_in_findings(path, text)
         lines = code_lines(text)
         items = top_level_items(lines)
         for start, end, head in function_items(lines):
@@ -164,10 +214,12 @@ def main():
                 continue
             for name in sorted(defined_names(lines, items) - listed):
                 findings.append(f"{path}: defines {name}, which its // defines: comment does not name")
+    findings += lab_version_findings()
     for f in findings:
         print(f)
     print(f"check_source: {len(args)} files, {len(findings)} findings (functions <= {limit} lines, complete defines lists, "
-          f"cited names exist, lines <= 120 columns)")
+          f"cited names exist, lines <= 120 columns, every 'Applied in FILE: function' defined there, "
+          f"every lab's versions in dev/README.md)")
     return 1 if findings else 0
 
 

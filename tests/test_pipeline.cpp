@@ -21,6 +21,7 @@ tests/test_pipeline.cpp: the schedules of pipeline.h, as data, over many (p, m):
 #include <string>
 #include <vector>
 #include "../pipeline.h"
+#include "../pipeline_sim.h"
 
 using std::vector;
 using std::string;
