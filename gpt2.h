@@ -318,8 +318,8 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* dresidual;  // (held,C) gradient of the residual stream
     floatX* received_gradient;  // (held,C) interleaved 1F1B only: where the next one lands while dresidual leaves
     floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output (before f's sum)
-    floatX* gathered;   // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: tp_whole)
-    floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_held)
+    floatX* gathered;   // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: f, g)
+    floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_g_forward)
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its weight half follows its input half at once
     AttentionScratch attention;  // attention's fp32 output, dq, dk dv, D (kernels/attention.cuh)

@@ -110,7 +110,7 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 -sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
 */
 #pragma once
-// defines: TensorParallel, tp_whole, tp_held, sequence_parallel_buffer_list, tp_gather_tokens, tp_sum_tokens,
+// defines: TensorParallel, tp_whole, sequence_parallel_buffer_list, tp_gather_tokens, tp_sum_tokens,
 //          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit,
 //          TensorPartition, tp_local_shape, tp_for_each_run, tp_vocab_range, LossStatistics, tp_crossentropy,
 //          TensorParallelTraffic, tp_bytes_per_micro_step
@@ -127,15 +127,15 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 // the TP group, and whether it also splits the tokens between the pairs (-sp)
 struct TensorParallel { Comm* group; bool sequence_parallel; };
 
-// where a tensor's N tokens live beside the N/tp this rank holds (-sp: in `whole`), and the other way
-// round; without -sp the rank holds all N, and the two are one buffer
+// where a tensor's N tokens are to be written beside the N/tp this rank holds (-sp: in `whole`);
+// without -sp the rank holds all N, and the two are one buffer. (f and g return the buffer their
+// result is in; this is for the partial sums written before f's backward or g's forward sums them)
 inline floatX* tp_whole(TensorParallel tp, floatX* held, floatX* whole) { return tp.sequence_parallel ? whole : held; }
-inline floatX* tp_held(TensorParallel tp, floatX* whole, floatX* held) { return tp.sequence_parallel ? held : whole; }
 // the two buffers -sp adds, declared for the model's buffer list (gpt2.h): `whole` for a tensor's
 // N tokens gathered, `held` for this rank's N/tp tokens of a sum (C channels each); none without -sp
 inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_parallel, floatX** whole, floatX** held,
                                                               size_t N, size_t N_held, size_t C) {
-    if (!sequence_parallel) return {};  // tp_whole and tp_held give the rank's own buffers; these stay null
+    if (!sequence_parallel) return {};  // f, g and tp_whole give the rank's own buffers; these stay null
     return {{(void**)whole, N * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)held, N_held * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
 }
@@ -158,20 +158,27 @@ inline void tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t
 }
 
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
-// (identity), or under -sp gathers it. Backward: the input's gradient summed over the group,
-// since each rank's rows of the matrix gave only their part of it (-sp: only its tokens' sums).
-inline void tp_f_forward(TensorParallel tp, const floatX* input, floatX* whole, size_t n_held) {
-    tp_gather_tokens(tp, input, whole, n_held);
+// (identity: f returns the input), or under -sp gathers it (into `gathered`, which f returns).
+// Backward: the input's gradient summed over the group, since each rank's rows of the matrix gave
+// only their part of it (-sp: only its tokens' sums).
+inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* gathered, size_t n_held) {
+    if (!tp.sequence_parallel) return input;
+    comm_all_gather(tp.group, input, gathered, n_held);
+    return gathered;
 }
-inline void tp_f_backward(TensorParallel tp, floatX* dwhole, floatX* dinput, size_t n_held) {
-    tp_sum_tokens(tp, dwhole, dinput, n_held);
+// (f's backward returns the buffer the sum is in: `dpartial` all-reduced in place, or -sp's `dheld`)
+inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld, size_t n_held) {
+    tp_sum_tokens(tp, dpartial, tp.sequence_parallel ? dheld : dpartial, n_held);
+    return tp.sequence_parallel ? dheld : dpartial;
 }
 
 // g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
-// columns gave a partial sum (-sp: only its tokens' sums). Backward: every rank needs the whole
-// output gradient; it has it (identity), or under -sp gathers it.
-inline void tp_g_forward(TensorParallel tp, floatX* whole, floatX* output, size_t n_held) {
-    tp_sum_tokens(tp, whole, output, n_held);
+// columns gave a partial sum: all-reduced in place (g returns `partial`), or under -sp only this
+// rank's tokens' sums, reduce-scattered into `held` (which g returns). Backward: every rank needs
+// the whole output gradient; it has it (identity), or under -sp gathers it.
+inline floatX* tp_g_forward(TensorParallel tp, floatX* partial, floatX* held, size_t n_held) {
+    tp_sum_tokens(tp, partial, tp.sequence_parallel ? held : partial, n_held);
+    return tp.sequence_parallel ? held : partial;
 }
 inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) {
     tp_gather_tokens(tp, doutput, dwhole, n_held);

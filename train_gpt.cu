@@ -172,24 +172,22 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
-    floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);  // each's N tokens
-    floatX* proj = tp_held(tp, s.proj, s.summed);  // the tokens this rank holds of g's sum
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T_local);
-    tp_f_forward(tp, la.ln1, ln1, n_held);
+    floatX* ln1 = tp_f_forward(tp, la.ln1, s.gathered, n_held);  // all N tokens
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     sequence_attention_forward(model, la, B, T_local);
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
-    tp_g_forward(tp, s.proj, proj, n_held);
+    floatX* proj = tp_g_forward(tp, s.proj, s.summed, n_held);  // the sum, on the tokens this rank holds
     tp_bias_after_g(tp, proj, w.attprojb, n_held / C, C);  // added once: to the sum over TP ranks
     // MLP: fc column-parallel, fcproj row-parallel; first residual2 = input + proj and ln2 of it
     floatX* input = block_input(model, a, l, B, T_local);
     residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
                                tokens_held(model, N), C);
-    tp_f_forward(tp, la.ln2, ln2, n_held);
+    floatX* ln2 = tp_f_forward(tp, la.ln2, s.gathered, n_held);
     matmul_gelu_forward(la.fch_gelu, la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank, model->gelu_fusion >= 1);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
-    tp_g_forward(tp, s.proj, proj, n_held);
+    proj = tp_g_forward(tp, s.proj, s.summed, n_held);
     tp_bias_after_g(tp, proj, w.fcprojb, n_held / C, C);
     residual_forward(la.residual3, la.residual2, proj, n_held);
 }
@@ -252,12 +250,11 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     ScratchTensors& s = model->scratch;
     LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
     LayerActivations la = layer_activations(model, a, l, B, T_local);
-    floatX *ln1 = tp_whole(tp, la.ln1, s.gathered), *ln2 = tp_whole(tp, la.ln2, s.gathered);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
-    tp_gather_tokens(tp, la.ln2, ln2, (size_t)N_held * C);  // -sp: ln2's N tokens again, as f's forward gathered them
+    floatX* ln2 = tp_f_forward(tp, la.ln2, s.gathered, (size_t)N_held * C);  // -sp: ln2's N tokens again, as in f
     matmul_backward_weight(dw.fcw, NULL, d.fc, ln2, N, C, 4 * C_rank, s.partials);
     matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
-    tp_gather_tokens(tp, la.ln1, ln1, (size_t)N_held * C);  // and ln1's
+    floatX* ln1 = tp_f_forward(tp, la.ln1, s.gathered, (size_t)N_held * C);  // and ln1's
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
     // the four biases' column sums in one launch, the two LayerNorms' in another (unless the input half did)
     bias_backward_many({{dw.fcprojb, d.fcproj, C},
@@ -305,7 +302,7 @@ inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* to
         encoder_forward(whole + first * C, model->scratch.inputs + first, e.wte,
                         positions ? positions + (size_t)position * C : NULL, B, run, C, vocab_range(model));
     });
-    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T_local) * C);
+    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T_local) * C);  // the sum in a.input either way
 }
 // the embedding's backward (g's: the identity, or -sp's gather): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
@@ -375,8 +372,7 @@ inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T_l
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T_local), h.lnfw, h.lnfb, N_held, C);
-    floatX* lnf = tp_whole(tp, a.lnf, model->scratch.gathered);
-    tp_f_forward(tp, a.lnf, lnf, (size_t)N_held * C);
+    floatX* lnf = tp_f_forward(tp, a.lnf, model->scratch.gathered, (size_t)N_held * C);  // all N tokens
     matmul_forward(a.logits, lnf, e.wte, NULL, B * T_local, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
@@ -403,10 +399,9 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
-    floatX *lnf = tp_whole(tp, a.lnf, s.gathered), *dln = tp_held(tp, s.dln, s.summed);
-    tp_gather_tokens(tp, a.lnf, lnf, n_held);  // -sp: lnf's N tokens again, for wte's gradient
+    floatX* lnf = tp_f_forward(tp, a.lnf, s.gathered, n_held);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
-    tp_f_backward(tp, s.dln, dln, n_held);
+    floatX* dln = tp_f_backward(tp, s.dln, s.summed, n_held);  // this rank's tokens of the sum
     device_zero(s.dresidual, n_held * sizeof(floatX));
     layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T_local), h.lnfw, a.lnf_mean,
                        a.lnf_rstd, N_held, C, s.partials);

@@ -103,23 +103,23 @@ static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_paralle
     std::vector<float> x_whole(N * C), dy_whole(N * C), dx_whole(N * C), dx_r(Nh * C);
     std::vector<float> dfcw_r(Hr * C, 0.0f), dfcb_r(Hr, 0.0f), dprojw_r(C * Hr, 0.0f), dprojb_r(C, 0.0f);
     std::vector<float> x_r = held_rows(x, N, C, parts, part), dy_r = held_rows(dy, N, C, parts, part);
-    tp_f_forward(group, x_r.data(), x_whole.data(), x_r.size());  // the identity (a copy), or -sp's all-gather
-    matmul_forward(h_r.data(), x_whole.data(), fcw_r.data(), fcb_r.data(), N, C, Hr);
+    float* x_all = tp_f_forward(group, x_r.data(), x_whole.data(), x_r.size());  // x_r itself, or -sp's all-gather
+    matmul_forward(h_r.data(), x_all, fcw_r.data(), fcb_r.data(), N, C, Hr);
     gelu_forward(a_r.data(), h_r.data(), h_r.size());
     // the bias as block_forward adds it: through tp.h's two calls, which must add it once, to g's sum
     // (added by every rank before g, the sum would hold it tp times)
     matmul_forward(y_whole.data(), a_r.data(), projw_r.data(), tp_bias_before_g(group, projb.data()), N, Hr, C);
-    tp_g_forward(group, y_whole.data(), y_r.data(), y_r.size());
-    tp_bias_after_g(group, y_r.data(), projb.data(), Nh, C);
+    float* y_held = tp_g_forward(group, y_whole.data(), y_r.data(), y_r.size());  // y_whole summed, or -sp's y_r
+    tp_bias_after_g(group, y_held, projb.data(), Nh, C);
     tp_g_backward(group, dy_r.data(), dy_whole.data(), dy_r.size());
     matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy_whole.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
     gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());
-    matmul_backward(dx_whole.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x_whole.data(), fcw_r.data(), N, C, Hr, nullptr);
-    tp_f_backward(group, dx_whole.data(), dx_r.data(), dx_r.size());
+    matmul_backward(dx_whole.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x_all, fcw_r.data(), N, C, Hr, nullptr);
+    float* dx_held = tp_f_backward(group, dx_whole.data(), dx_r.data(), dx_r.size());  // dx_whole summed, or dx_r
     const double tol = 1e-5;  // fp32: the sharded sums add the same products in another grouping
     std::vector<float> want_y = held_rows(y, N, C, parts, part), want_dx = held_rows(dx, N, C, parts, part);
-    EXPECT(max_abs_diff(y_r.data(), want_y.data(), want_y.size()) < tol);
-    EXPECT(max_abs_diff(dx_r.data(), want_dx.data(), want_dx.size()) < tol);
+    EXPECT(max_abs_diff(y_held, want_y.data(), want_y.size()) < tol);
+    EXPECT(max_abs_diff(dx_held, want_dx.data(), want_dx.size()) < tol);
     auto want_dfcw = shard(dfcw, {SPLIT_ROWS, 1}, H, C, tp, r), want_dfcb = shard(dfcb, {SPLIT_ROWS, 1}, H, 1, tp, r);
     auto want_dprojw = shard(dprojw, {SPLIT_COLUMNS, 1}, C, H, tp, r);
     EXPECT(max_abs_diff(dfcw_r.data(), want_dfcw.data(), want_dfcw.size()) < tol);
