@@ -199,10 +199,6 @@ static void gelu_fusion(int N, int C, int OC) {
     vector<floatX> inp = randx((size_t)N * C, 24), w = randx((size_t)OC * C, 25, 0.2f), b = randx(OC, 26);
     vector<floatX> pre((size_t)N * OC), out((size_t)N * OC), dout((size_t)N * C), dinp((size_t)N * OC);
     floatX *d_inp = upload(inp), *d_w = upload(w), *d_b = upload(b), *d_pre = upload(pre), *d_out = upload(out);
-    bool fused = matmul_lt(d_out, d_w, true, d_inp, OC, N, C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, d_b, d_pre);
-    printf("%s matmul_lt GELU_AUX_BIAS at OC %d: %s\n", fused == (OC % 8 == 0) ? "ok  " : "FAIL", OC,
-           fused ? "taken" : "refused");
-    failures += fused != (OC % 8 == 0);
     matmul_gelu_forward(d_out, d_pre, d_inp, d_w, d_b, N, C, OC, true);
     matmul_forward_host(pre.data(), inp.data(), w.data(), b.data(), N, C, OC);
     gelu_forward_host(out.data(), pre.data(), out.size());
@@ -226,6 +222,11 @@ static void gelu_fusion(int N, int C, int OC) {
     vector<float> got_f(got.size());
     for (size_t i = 0; i < got.size(); i++) got_f[i] = (float)value(got[i]);
     check(OC % 8 ? "matmul_gelu_backward_input fallback (float64)" : "matmul_gelu_backward_input fused (float64)", got_f, want);
+    // (last: it writes the outputs the checks above read) the epilogue took the call, or refused it
+    bool fused = matmul_lt(d_out, d_w, true, d_inp, OC, N, C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, d_b, d_pre);
+    printf("%s matmul_lt GELU_AUX_BIAS at OC %d: %s\n", fused == (OC % 8 == 0) ? "ok  " : "FAIL", OC,
+           fused ? "taken" : "refused");
+    failures += fused != (OC % 8 == 0);
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_b, (void*)d_pre, (void*)d_out, (void*)d_w2, (void*)d_g, (void*)d_dinp})
         device_free(p);
 }
