@@ -31,7 +31,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 //          layer_parameters, final_norm_parameters, ActivationTensors, LayerOutputGradients, layer_output_gradient,
 //          layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors, LayerActivations, GPT2,
 //          gpt2_layers, tensor_parallel, tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding,
-//          chunk_has_head, final_norm_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
+//          chunk_has_head, final_norm_unit, layer_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
 //          for_each_position_run, tokens_of_rank, activation_set, waiting_grads, scratch_buffer_list,
 //          activation_buffer_list, staging_for_step, gpt2_allocate_activations, gpt2_grad_norm_squared,
 //          sum_layernorm_gradients, gpt2_free
@@ -385,6 +385,8 @@ inline bool chunk_has_head(const GPT2* m, const ActivationTensors& a) {
     return is_last_stage(m->layout) && a.first_layer + a.layers == gpt2_layers(m);
 }
 inline int final_norm_unit(const GPT2* m) { return gpt2_layers(m) + 1; }
+// block l's ZeRO unit (gpt2_units: the embeddings are unit 0, the blocks 1..L, the final LayerNorm last)
+inline int layer_unit(int l) { return 1 + l; }
 inline VocabRange vocab_range(const GPT2* m) {
     return tp_vocab_range(m->config.padded_vocab_size, m->layout.tp, m->layout.tp_rank);
 }

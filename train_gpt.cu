@@ -115,8 +115,12 @@ inline floatX* block_input(GPT2* model, const ActivationTensors& a, int l, int B
 inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     return block_input(model, a, a.first_layer + a.layers, B, T_local);
 }
+// block l's parameters and their gradients, in its ZeRO unit (gathered under ZeRO-3)
 inline LayerParameters block_params(GPT2* model, int l) {
-    return layer_parameters(model->zero.units[1 + l], zero_unit_params(&model->zero, 1 + l));
+    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit_params(&model->zero, layer_unit(l)));
+}
+inline LayerParameters block_grads(GPT2* model, int l) {
+    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit_grads(&model->zero, layer_unit(l)));
 }
 
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call, made
@@ -248,7 +252,7 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T_local, N_held = tokens_held(model, N);
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
-    LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
+    LayerParameters dw = block_grads(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
     floatX* ln2 = tp_f_forward(tp, la.ln2, s.gathered, (size_t)N_held * C);  // -sp: ln2's N tokens again, as in f
@@ -277,7 +281,7 @@ inline void block_backward(GPT2* model, const ActivationTensors& a, int l, int B
                            floatX* dinp) {
     LayerOutputGradients d = model->scratch.layer_grads;
     if (dinp != dout) d.fcproj = dout;
-    LayerParameters dw = layer_parameters(model->zero.units[1 + l], zero_unit_grads(&model->zero, 1 + l));
+    LayerParameters dw = block_grads(model, l);
     block_backward_input(model, a, l, B, T_local, d, dout, dinp, &dw);
     block_backward_weights(model, a, l, B, T_local, d, true);
 }
@@ -321,7 +325,7 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
 
 inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     for (int l = a.first_layer; l < a.first_layer + a.layers; l++) {
-        zero_gather_unit(&model->zero, 1 + l);
+        zero_gather_unit(&model->zero, layer_unit(l));
         block_forward(model, a, l, B, T_local);
     }
 }
@@ -332,10 +336,10 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
     ScratchTensors& s = model->scratch;
     floatX *dout = s.dresidual, *dinp = model->layout.sequence_parallel ? s.dresidual : s.layer_grads.fcproj;
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
-        zero_gather_unit(&model->zero, 1 + l);
+        zero_gather_unit(&model->zero, layer_unit(l));
         recompute_block(model, a, l, B, T_local);
         block_backward(model, a, l, B, T_local, dout, dinp);
-        zero_reduce_unit(&model->zero, 1 + l);
+        zero_reduce_unit(&model->zero, layer_unit(l));
         std::swap(dout, dinp);
     }
     if (dout != s.dresidual)  // an odd number of blocks: the stage's input gradient where the pipeline expects it
@@ -345,7 +349,7 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
 // ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in a slot (waiting_grads)...
 inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int slot, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
-        zero_gather_unit(&model->zero, 1 + l);
+        zero_gather_unit(&model->zero, layer_unit(l));
         recompute_block(model, a, l, B, T_local);
         block_backward_input(model, a, l, B, T_local, waiting_grads(model, slot, l), model->scratch.dresidual,
                              model->scratch.dresidual, NULL);
@@ -356,10 +360,10 @@ inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int s
 // (ZeRO-2/3) after its weight half, now that it is complete
 inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int slot, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
-        if (model->recompute >= 2) zero_gather_unit(&model->zero, 1 + l);
+        if (model->recompute >= 2) zero_gather_unit(&model->zero, layer_unit(l));
         recompute_block(model, a, l, B, T_local);
         block_backward_weights(model, a, l, B, T_local, waiting_grads(model, slot, l), false);
-        zero_reduce_unit(&model->zero, 1 + l);
+        zero_reduce_unit(&model->zero, layer_unit(l));
     }
 }
 
@@ -655,7 +659,7 @@ inline void gpt2_decode(GPT2* model, KVCache* cache, int token) {
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     kv_cache_embed(cache, e, token, vocab_range(model));
     for (int l = 0; l < cache->L; l++) {
-        zero_gather_unit(z, 1 + l);
+        zero_gather_unit(z, layer_unit(l));
         kv_cache_block(cache, l, block_params(model, l));
     }
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
