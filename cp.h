@@ -44,6 +44,11 @@ Per rank and layer, with T_c = T/c local tokens, C and NH of this TP rank, X = s
                   and a second dk dv sum (B T_c 2C 4)
     sent          forward (c-1) blocks of B T_c 2C X; backward the same, and c sums of dk, dv
                   of B T_c 2C 4 bytes
+On the critical path, for now: each step computes its blocks, then passes the visitor on
+(comm_send_recv) and waits for the next. The two [k | v] buffers are what overlap needs (the
+next visitor can arrive in one while the other is read), but on one stream, as every collective
+runs here, the exchange cannot start before the compute queued ahead of it ends; posting it
+first needs communication on a stream of its own, with an event for each buffer.
 Read ring_attention_forward first. Applied in train_gpt.cu: sequence_attention_forward and
 _backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), tokens_of_rank
 (a micro-batch's tokens for this rank), for_each_position_run (the embedding's positions),

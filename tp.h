@@ -103,6 +103,12 @@ Bytes one rank sends per micro-step (ring all-reduce, 2 S (tp-1)/tp for S bytes)
     (+ 2 L of each per extra forward at -r 3; a stage without the embedding: one of each fewer,
     without the head: 1 reduce-scatter and 2 all-gathers fewer), the loss's 3 all-reduces,
     and per step an all-reduce of the LayerNorm gradients.
+On the critical path, by design: f's and g's collectives run where they are called, and the
+next operation reads their result (the qkv GEMM reads f's gathered ln1, the residual add g's
+sum), so no compute of the micro-batch is left to hide them behind. Hiding them takes cutting
+each GEMM into chunks pipelined with its collective (Megatron-LM's tp_comm_overlap), which this
+trainer does not do; -tp belongs inside a node, on NVLink. The data-parallel reduce and ZeRO's
+gathers, whose results are needed a layer or a step later, are where overlap pays (zero.h).
 Read the four f and g functions first, then tp_crossentropy.
 Applied in train_gpt.cu: block_forward, block_backward (f and g around each pair),
 embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy);
