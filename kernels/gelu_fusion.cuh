@@ -21,9 +21,11 @@ an H200 ran the DGELU GEMM 4x slower without one (docs/gpu.md).
 
 Values: the fused forward applies GELU to the fp32 sum, the unfused one to fch rounded to floatX:
 in bf16 and fp16 the two differ by floatX's rounding (in fp32 only by cuBLASLt's own GELU in the
-last bits). Recompute (-r >= 1) rebuilds fch_gelu from the kept fch with gelu_forward, as llm.c
-does, so under -ge the recompute levels agree within that rounding, not bit for bit. The CPU build
-has no cuBLASLt: it runs the two kernels' host twins whatever -ge says (and -h says so).
+last bits). Whether the DGELU GEMM's algorithm sums split-K parts in floatX (an in-place
+reduction, which would round more than once) is for a GPU to say: the next lease logs it.
+Recompute (-r >= 1) rebuilds fch_gelu from the kept fch with gelu_forward, as llm.c does, so
+under -ge the recompute levels agree within that rounding, not bit for bit. The CPU build has
+no cuBLASLt: it runs the two kernels' host twins whatever -ge says (and -h says so).
 
 Applied in train_gpt.cu: block_forward (matmul_gelu_forward), block_backward_input
 (matmul_gelu_backward_input)
@@ -39,7 +41,8 @@ Applied in train_gpt.cu: block_forward (matmul_gelu_forward), block_backward_inp
 inline void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                                 const floatX* bias, int N, int C, int OC, bool fused) {
 #ifdef __CUDACC__
-    if (fused && bias && aligned16(bias) && aligned16(pre_gelu) && (size_t)N * C * OC > 0 &&
+    // the aux matrix's leading dimension (OC) a multiple of 8: cuBLASLt's rule for GELU's aux
+    if (fused && bias && aligned16(bias) && aligned16(pre_gelu) && OC % 8 == 0 && (size_t)N * C * OC > 0 &&
         matmul_lt(out_gelu, weight, true, inp, OC, N, C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu))
         return;
 #endif
@@ -53,7 +56,7 @@ inline void matmul_gelu_forward(floatX* out_gelu, floatX* pre_gelu, const floatX
 inline void matmul_gelu_backward_input(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre_gelu,
                                        int N, int C, int OC, bool fused) {
 #ifdef __CUDACC__
-    if (fused && aligned16(pre_gelu) && (size_t)N * C * OC > 0 &&
+    if (fused && aligned16(pre_gelu) && C % 8 == 0 && (size_t)N * C * OC > 0 &&
         matmul_lt(dinp, weight, false, dout, C, N, OC, CUBLASLT_EPILOGUE_DGELU, nullptr, pre_gelu))
         return;
 #endif
