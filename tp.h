@@ -156,11 +156,11 @@ inline void tp_gather_tokens(TensorParallel tp, const floatX* held, floatX* whol
     else if (whole != held) device_to_device(whole, held, n_held * sizeof(floatX));
 }
 // Sum: whole holds this rank's part of a sum over the group. -sp reduce-scatters it, this rank
-// receiving its tokens' sums in held; else all-reduces it in place (and copies into held)
-inline void tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t n_held) {
-    if (tp.sequence_parallel) { comm_reduce_scatter_sum(tp.group, whole, held, n_held); return; }
+// receiving its tokens' sums in held; else all-reduces it in place. Returns the buffer the sum is in
+inline floatX* tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t n_held) {
+    if (tp.sequence_parallel) { comm_reduce_scatter_sum(tp.group, whole, held, n_held); return held; }
     comm_all_reduce_sum(tp.group, whole, n_held);
-    if (held != whole) device_to_device(held, whole, n_held * sizeof(floatX));
+    return whole;
 }
 
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
@@ -169,13 +169,12 @@ inline void tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t
 // only their part of it (-sp: only its tokens' sums).
 inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* gathered, size_t n_held) {
     if (!tp.sequence_parallel) return input;
-    comm_all_gather(tp.group, input, gathered, n_held);
+    tp_gather_tokens(tp, input, gathered, n_held);
     return gathered;
 }
 // (f's backward returns the buffer the sum is in: `dpartial` all-reduced in place, or -sp's `dheld`)
 inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld, size_t n_held) {
-    tp_sum_tokens(tp, dpartial, tp.sequence_parallel ? dheld : dpartial, n_held);
-    return tp.sequence_parallel ? dheld : dpartial;
+    return tp_sum_tokens(tp, dpartial, dheld, n_held);
 }
 
 // g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
@@ -183,8 +182,7 @@ inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld,
 // rank's tokens' sums, reduce-scattered into `held` (which g returns). Backward: every rank needs
 // the whole output gradient; it has it (identity), or under -sp gathers it.
 inline floatX* tp_g_forward(TensorParallel tp, floatX* partial, floatX* held, size_t n_held) {
-    tp_sum_tokens(tp, partial, tp.sequence_parallel ? held : partial, n_held);
-    return tp.sequence_parallel ? held : partial;
+    return tp_sum_tokens(tp, partial, held, n_held);
 }
 inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) {
     tp_gather_tokens(tp, doutput, dwhole, n_held);

@@ -67,8 +67,9 @@ inline void matmul_gelu_backward_input(floatX* dinp, const floatX* dout, const f
 
 // the kernel ledger (ledger.cuh): fused, one cuBLASLt GEMM writing two outputs / reading a third
 // input, taken to apply when C is a whole number of packs (matmul_forward_ledger's rule for the bias)
+// and the aux matrix's leading dimension a multiple of 8, as the launchers above require
 inline void matmul_gelu_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool fused) {
-    if (!fused || !packs_divide(C)) {
+    if (!fused || !packs_divide(C) || OC % 8) {
         matmul_forward_ledger(l, N, C, OC, true);
         gelu_forward_ledger(l, N * OC);
         return;
@@ -78,7 +79,7 @@ inline void matmul_gelu_forward_ledger(Ledger* l, size_t N, size_t C, size_t OC,
                    !FLOATX_IS_FP32});
 }
 inline void matmul_gelu_backward_input_ledger(Ledger* l, size_t N, size_t C, size_t OC, bool fused) {
-    if (!fused || !packs_divide(C)) {
+    if (!fused || !packs_divide(C) || C % 8) {
         matmul_backward_input_ledger(l, N, C, OC);
         gelu_backward_ledger(l, N * C);
         return;
