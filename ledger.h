@@ -16,7 +16,8 @@ The launches of a step, in the order the trainer makes them, each from its launc
 
 then per kernel the roofline time, max(FLOPs / (peak x f), DRAM bytes / bandwidth), and their
 sum: ms per micro-step, a step, tokens per second and MFU (mfu.h's model FLOPs per token over
-the GPU's dense bf16 peak, llm.c's convention). It describes one GPU holding the whole model
+the GPU's dense bf16 peak, llm.c's convention), and the step calibrated by what the last GPU run
+measured of each kernel class (kernel_classes below). It describes one GPU holding the whole model
 (tp, cp, pp 1; ZeRO 0 or 1 at dp 1, the layout scripts/bench_gpu.sh measures). The emulated
 build counts what the kernels really launch and touch (CUDA_EMU_LAUNCH_REPORT) and
 tests/test_ledger.sh holds this ledger to it: the same kernels, the same launches, every kernel's
@@ -26,9 +27,10 @@ Applied in accounting.h (print_plans).
 */
 #pragma once
 // defines: LedgerModel, GpuSpec, gpu_spec, block_forward_ledger, block_backward_ledger, micro_step_ledger, step_ledger,
-//          ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows
+//          ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows,
+//          KernelClass, kernel_classes, kernel_class, ledger_calibrated_ms
 #include <stdio.h>   // defines: printf
-#include <string.h>  // defines: strcmp
+#include <string.h>  // defines: strcmp, strcspn
 #include <algorithm> // defines: std::max
 #include <string>    // defines: std::string
 #include <vector>    // defines: std::vector
@@ -155,6 +157,43 @@ inline double ledger_roofline_ms(const Ledger& l, const GpuSpec& g) {
     for (const LedgerRow& r : l.rows) ms += ledger_roofline_ms(r, g);
     return ms;
 }
+// ---------------------------------------------------------------- calibrated by the last GPU run
+// The roofline is a floor. What the kernels reached on a GPU, per class: ncu's time of the class in
+// one step over this ledger's roofline of it, at the same shape (GPT-2 124M, B 8, T 1024, H200):
+// docs/gpu-runs/ncu_2026-11-26_11a79f0_B8.json, the second lease's run 5 (commit 11a79f0).
+// tests/test_ledger.sh recomputes each slowdown from that record and this ledger's rows and wants
+// the table to agree, and the calibrated step within 10% of the record's total: a change of a
+// kernel's formula or of the record asks for the table to be refit. The next GPU run's record
+// replaces it. Kernels of no class (the embedding, memsets) keep their roofline.
+struct KernelClass { const char* name; const char* prefixes; double slowdown; };  // prefixes: "|"-separated
+static const KernelClass kernel_classes[] = {
+    {"gemm", "cublas", 0.972},
+    {"flash_attention", "flash_", 12.92},  // WMMA kernels round-tripping S, P, dS through shared memory
+    {"crossentropy", "crossentropy", 2.56},
+    {"adamw", "adamw", 1.144},
+    {"layernorm_backward_and_column_sums", "layernorm_backward|bias_backward", 3.40},
+    {"gelu", "gelu_", 1.288},
+    {"residual_and_layernorm_forward", "residual_|layernorm_forward", 2.01},
+    {"global_norm", "norm_partials", 3.47},
+};
+inline const KernelClass* kernel_class(const std::string& kernel) {
+    for (const KernelClass& c : kernel_classes)
+        for (const char* p = c.prefixes; *p;) {
+            size_t n = strcspn(p, "|");
+            if (kernel.compare(0, n, p, n) == 0) return &c;
+            p += n + (p[n] == '|');
+        }
+    return nullptr;
+}
+inline double ledger_calibrated_ms(const Ledger& l, const GpuSpec& g) {
+    double ms = 0;
+    for (const LedgerRow& r : l.rows) {
+        const KernelClass* c = kernel_class(r.kernel);
+        ms += ledger_roofline_ms(r, g) * (c ? c->slowdown : 1.0);
+    }
+    return ms;
+}
+
 // the rows, largest time first, as text; and as JSON rows appended to `json`
 inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per, std::string* json) {
     std::vector<LedgerRow> rows = l.rows;
@@ -166,10 +205,11 @@ inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per
         printf("  %-36s %5s %8lld %10.1f %10.1f %10.1f %9.3f\n", r.kernel.c_str(), per, r.launches, r.flops / 1e9,
                (r.read + r.written + r.updated) / 1e6, ledger_traffic(r) / 1e6, ms);
         char row[512];
+        const KernelClass* c = kernel_class(r.kernel);
         snprintf(row, sizeof(row), "%s{\"kernel\": \"%s\", \"per\": \"%s\", \"launches\": %lld, \"flops\": %.0f, "
-                 "\"bytes_read\": %.0f, \"bytes_written\": %.0f, \"bytes_updated\": %.0f, \"ms\": %.6f}",
-                 json->empty() ? "" : ", ", r.kernel.c_str(), per, r.launches, r.flops, r.read, r.written, r.updated,
-                 ms);
+                 "\"bytes_read\": %.0f, \"bytes_written\": %.0f, \"bytes_updated\": %.0f, \"ms\": %.6f, "
+                 "\"class\": \"%s\", \"slowdown\": %g}", json->empty() ? "" : ", ", r.kernel.c_str(), per, r.launches,
+                 r.flops, r.read, r.written, r.updated, ms, c ? c->name : "", c ? c->slowdown : 1.0);
         *json += row;
     }
 }
@@ -188,9 +228,12 @@ inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_pe
     std::string json;
     print_ledger_rows(micro, g, "micro", &json);
     print_ledger_rows(once, g, "step", &json);
+    double calibrated_ms = m.grad_accum * ledger_calibrated_ms(micro, g) + ledger_calibrated_ms(once, g);
     printf("  roofline: %.2f ms per micro-step (%lld launches, %.1f per layer), %.2f ms per step, %.0f tokens/s, "
            "MFU %.1f%%\n", micro_ms, launches, (double)launches / m.L, step_ms, tokens_per_s, 100 * mfu);
+    printf("  calibrated (each kernel class at the slowdown the last GPU run measured, ledger.h: kernel_classes): "
+           "%.2f ms per step, %.0f tokens/s\n", calibrated_ms, tokens_per_s * step_ms / calibrated_ms);
     printf("{\"ledger\": [%s], \"roofline\": {\"gpu\": \"%s\", \"ms_per_micro_step\": %.4f, \"ms_per_step\": %.4f, "
-           "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f}}\n", json.c_str(), g.name, micro_ms,
-           step_ms, tokens_per_s, mfu, (double)launches / m.L);
+           "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f, \"calibrated_ms_per_step\": %.4f}}\n",
+           json.c_str(), g.name, micro_ms, step_ms, tokens_per_s, mfu, (double)launches / m.L, calibrated_ms);
 }

@@ -141,6 +141,8 @@ check fuzz_flags_and_files $PYTHON tests/fuzz_inputs.py "$TRAINER" "$REF"
 check llmc_flags bash tests/test_llmc_flags.sh $REF
 check hellaswag $PYTHON tests/test_hellaswag.py $REF
 check recipe_scripts bash tests/test_recipe.sh
+check bench_anchors_torch_and_record bash tests/test_bench_torch.sh  # scripts/bench_gpu.sh's PyTorch anchor and records
+check gpu_runs_tabulated $PYTHON scripts/gpu_runs_table.py --check docs/gpu.md
 check gpu_build_without_gpu_one_line bash tests/test_no_gpu.sh
 check front_door_np8_default_batch bash tests/test_front_door.sh
 check makefile_without_libraries bash tests/test_makefile.sh
