@@ -28,8 +28,11 @@ keep the transpose flags. gemm_batched below is the only place that knows this.
 //          bias_forward_kernel, bias_forward_kernel128, matmul_forward_element, widen, sgemm_in_pieces,
 //          bias_backward_ledger, bias_forward_ledger, gemm_ledger, matmul_backward_input_ledger,
 //          matmul_backward_weight_ledger, matmul_forward_ledger, matmul_lt, matmul_lt_epilogue,
+//          MatmulLtKey, MatmulLtPlan, matmul_lt_preference, matmul_lt_plan, matmul_lt_pointers,
 //          pointer_alignment
 #include <algorithm>  // defines: std::min
+#include <map>        // defines: std::map
+#include <tuple>      // defines: std::tie
 #include <vector>     // defines: std::vector
 #include "common.cuh"
 #ifndef __CUDACC__
@@ -282,63 +285,108 @@ inline uint32_t pointer_alignment(const void* p) {
 // DGELU multiplies by GELU's derivative at aux. op(A) = A^T when transpose_a (A stored k x m), else A
 // (m x k); aux m x n like D. The epilogue works on the fp32 sums: one pass over D instead of two,
 // and one rounding instead of two (the host twins round twice: the results agree within floatX's
-// rounding). Descriptors are made each call (tens of microseconds of host time, hidden behind the
-// GPU at GPT-2's sizes; a cache per shape is left); a workspace only for the GELU epilogues (common.cuh:
-// cublaslt_workspace), whose DGELU algorithms without one were slow on a GPU.
-// False, having done nothing, where cuBLASLt has no algorithm for these sizes and alignments
-// the epilogue and its operands on a cuBLASLt descriptor: the bias, GELU's input (aux, laid out as D: m rows)
-inline void matmul_lt_epilogue(cublasLtMatmulDesc_t desc, cublasLtEpilogue_t epilogue, const floatX* bias,
-                               const floatX* aux, int64_t m) {
+// rounding). A workspace only for the GELU epilogues (common.cuh: cublaslt_workspace), whose DGELU
+// algorithms without one were slow on a GPU.
+//
+// The descriptors, layouts and the heuristic's algorithm depend on the shape, the epilogue and the
+// operands' alignments, not on the pointers: they are made once per such key (matmul_lt_plan) and
+// kept for the process, as the handle is; each call sets only the bias and aux pointers and runs.
+// The heuristic is asked with the first call's pointers set (it may read their alignment: the
+// emulated cuBLASLt refuses an aux pointer not 16-byte aligned there), so the key holds the bias's
+// and aux's alignments too.
+// A step of GPT-2 calls cuBLASLt 48 times with 4 keys, so the heuristic's tens of microseconds of
+// host time a call are spent 4 times a run. The same key gets the same algorithm each call, so the
+// bits are those of asking every time (the heuristic answers alike for alike questions).
+struct MatmulLtKey {
+    int m, n, k;
+    bool transpose_a, bias, aux;
+    cublasLtEpilogue_t epilogue;
+    uint32_t align_a, align_b, align_d, align_bias, align_aux;  // pointer_alignment of each (C is D; 0: none)
+    bool operator<(const MatmulLtKey& o) const {
+        return std::tie(m, n, k, transpose_a, bias, aux, epilogue, align_a, align_b, align_d, align_bias, align_aux) <
+               std::tie(o.m, o.n, o.k, o.transpose_a, o.bias, o.aux, o.epilogue, o.align_a, o.align_b, o.align_d,
+                        o.align_bias, o.align_aux);
+    }
+};
+struct MatmulLtPlan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+    bool found;              // false: cuBLASLt has no algorithm for this key (the caller takes other kernels)
+    size_t workspace_bytes;  // the GELU epilogues' (common.cuh), else 0
+};
+// the epilogue of a descriptor, its bias type and aux's leading dimension
+inline void matmul_lt_epilogue(cublasLtMatmulDesc_t desc, cublasLtEpilogue_t epilogue, bool bias, bool aux,
+                               int64_t m) {
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
         cudaDataType_t bias_type = CUBLAS_FLOATX;
         cublasCheck(
             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
-    if (aux) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    if (aux)  // GELU's input, laid out as D: m rows
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &m, sizeof(m)));
-    }
 }
-inline bool matmul_lt(floatX* d, const floatX* a, bool transpose_a, const floatX* b, int m, int n, int k,
-                      cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+// each call's operands of the epilogue: the bias and GELU's input
+inline void matmul_lt_pointers(cublasLtMatmulDesc_t desc, const floatX* bias, const floatX* aux) {
+    if (bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux)
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+}
+// the heuristic's preference: the workspace it may use, and the alignments its algorithm may assume
+inline cublasLtMatmulPreference_t matmul_lt_preference(const MatmulLtKey& key, size_t workspace_bytes) {
     cublasLtMatmulPreference_t preference;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, cublas_compute(), CUDA_R_32F));
-    cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, keep = CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
-    matmul_lt_epilogue(desc, epilogue, bias, aux, m);
-    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, k, m, k));  // (rows, cols, ld)
-    else cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUBLAS_FLOATX, m, k, m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUBLAS_FLOATX, k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, CUBLAS_FLOATX, m, n, m));
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
-    size_t workspace_bytes = aux ? CUBLASLT_WORKSPACE_BYTES : 0;  // the GELU epilogues' (common.cuh)
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &workspace_bytes, sizeof(workspace_bytes)));
-    uint32_t align[4] = {pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), pointer_alignment(d)};
+    uint32_t align[4] = {key.align_a, key.align_b, key.align_d, key.align_d};
     for (int i = 0; i < 4; i++)  // A, B, C, D: the heuristic keeps to algorithms these alignments allow
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(
             preference, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
             &align[i], sizeof(align[i])));
+    return preference;
+}
+inline const MatmulLtPlan& matmul_lt_plan(const MatmulLtKey& key, const floatX* bias, const floatX* aux) {
+    static std::map<MatmulLtKey, MatmulLtPlan> plans;  // one device per process (comm.h), so one table
+    auto known = plans.find(key);
+    if (known != plans.end()) return known->second;
+    MatmulLtPlan p = {};
+    cublasCheck(cublasLtMatmulDescCreate(&p.desc, cublas_compute(), CUDA_R_32F));
+    cublasOperation_t op_a = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, keep = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    matmul_lt_epilogue(p.desc, key.epilogue, key.bias, key.aux, key.m);
+    matmul_lt_pointers(p.desc, bias, aux);
+    int m = key.m, n = key.n, k = key.k;
+    if (key.transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&p.a, CUBLAS_FLOATX, k, m, k));  // (rows, cols, ld)
+    else cublasCheck(cublasLtMatrixLayoutCreate(&p.a, CUBLAS_FLOATX, m, k, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p.b, CUBLAS_FLOATX, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p.d, CUBLAS_FLOATX, m, n, m));
+    p.workspace_bytes = key.aux ? CUBLASLT_WORKSPACE_BYTES : 0;
+    cublasLtMatmulPreference_t preference = matmul_lt_preference(key, p.workspace_bytes);
     cublasLtMatmulHeuristicResult_t found;
     int count = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, a_layout, b_layout, d_layout,
-                                                           d_layout, preference, 1, &found, &count);
-    // none (NOT_SUPPORTED): the caller takes the separate kernels
-    bool found_one = status == CUBLAS_STATUS_SUCCESS && count > 0;
-    const float one = 1.0f, zero = 0.0f;
-    if (found_one)
-        cublasCheck(cublasLtMatmul(cublaslt_handle(), desc, &one, a, a_layout, b, b_layout, &zero, d, d_layout, d,
-                                   d_layout, &found.algo, workspace_bytes ? cublaslt_workspace() : nullptr,
-                                   workspace_bytes, 0));
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.d, p.d, preference,
+                                                           1, &found, &count);
     cublasLtMatmulPreferenceDestroy(preference);
-    cublasLtMatrixLayoutDestroy(a_layout), cublasLtMatrixLayoutDestroy(b_layout), cublasLtMatrixLayoutDestroy(d_layout);
-    cublasLtMatmulDescDestroy(desc);
-    return found_one;
+    p.found = status == CUBLAS_STATUS_SUCCESS && count > 0;  // none (NOT_SUPPORTED): the caller's other kernels
+    p.algo = found.algo;
+    return plans.emplace(key, p).first->second;
+}
+// False, having done nothing, where cuBLASLt has no algorithm for these sizes and alignments
+inline bool matmul_lt(floatX* d, const floatX* a, bool transpose_a, const floatX* b, int m, int n, int k,
+                      cublasLtEpilogue_t epilogue, const floatX* bias, const floatX* aux) {
+    MatmulLtKey key = {m, n, k, transpose_a, bias != nullptr, aux != nullptr, epilogue,
+                       pointer_alignment(a), pointer_alignment(b), pointer_alignment(d),
+                       bias ? pointer_alignment(bias) : 0, aux ? pointer_alignment(aux) : 0};
+    const MatmulLtPlan& p = matmul_lt_plan(key, bias, aux);
+    if (!p.found) return false;
+    matmul_lt_pointers(p.desc, bias, aux);
+    const float one = 1.0f, zero = 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle(), p.desc, &one, a, p.a, b, p.b, &zero, d, p.d, d, p.d, &p.algo,
+                               p.workspace_bytes ? cublaslt_workspace() : nullptr, p.workspace_bytes, 0));
+    return true;
 }
 #endif
 
