@@ -583,6 +583,8 @@ int main(int argc, char** argv) {
     }
     if (wanted("matmul")) {
         matmul(21, 40, 37);
+        matmul(21, 40, 40);  // then the same m (OC) and n (N) with another k (C): matmul_lt_plan's
+        matmul(21, 80, 40);  // cached descriptors must be another key's (as attproj's and fcproj's)
         gelu_fusion(21, 40, 40);
         gelu_fusion(21, 40, 37);
         column_sums_sharing_scratch(70);
