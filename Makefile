@@ -138,11 +138,11 @@ else
 dev:
 	@echo "make dev: no nvcc here (the labs are CUDA programs)"; exit 1
 endif
-dev/%: dev/%.cu dev/lab.h dev/pytorch_ref.h dev/mma_m16n8k16.h $(HEADERS) .precision-$(PRECISION)
+dev/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS) .precision-$(PRECISION)
 	$(NVCC) $(NVCC_FLAGS) $(PRECISION_FLAGS) -Xcompiler -fopenmp $< -lcublas -lcublasLt -lgomp -o $@
 # the labs in fp32 too (checked against float64 at 1e-5), for make test-gpu
 dev-fp32: $(patsubst dev/%,dev/fp32/%,$(LABS))
-dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h dev/mma_m16n8k16.h $(HEADERS)
+dev/fp32/%: dev/%.cu dev/lab.h dev/pytorch_ref.h $(HEADERS)
 	@mkdir -p dev/fp32
 	$(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp $< -lcublas -lcublasLt -lgomp -o $@
 

@@ -264,7 +264,8 @@ inline LedgerModel ledger_model(const GPT2* model, const TrainConfig& tc, int gr
     return LedgerModel{(size_t)c.num_layers, (size_t)c.channels, (size_t)c.num_heads, (size_t)c.padded_vocab_size,
                        (size_t)c.vocab_size, (size_t)model->B, (size_t)model->T, grad_accum, model->recompute,
                        !FLOATX_IS_FP32 && tc.master_weights,
-                       strcmp(tc.grad_accum_type, "fp32") == 0, parameter_count(model->shapes), tc.gelu_fusion};
+                       strcmp(tc.grad_accum_type, "fp32") == 0, parameter_count(model->shapes), tc.gelu_fusion,
+                       tc.flash};
 }
 // -gpu: a GPU ledger.h knows, for the layout it describes (one GPU holding the whole model), with -plan 1
 inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {

@@ -354,6 +354,7 @@ struct GPT2 {
     int adam_steps;                 // updates applied (skipped steps do not count)
     int recompute;                  // -r level, recompute.h
     int gelu_fusion;                // -ge: GELU in the fc GEMMs' epilogues (kernels/gelu_fusion.cuh)
+    int flash;                      // -fa: flash attention's tensor-core kernels (kernels/attention.cuh)
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
     int B, T;                       // activation buffers hold up to (B,T)
     std::vector<ActivationTensors> sets;  // one per micro-batch (or chunk-forward) in flight: activation_set

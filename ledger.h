@@ -54,6 +54,7 @@ struct LedgerModel {
     bool master, grads_fp32;     // an fp32 master copy (bf16/fp16 builds); -ga fp32
     size_t P;                    // parameters (the gradient's and AdamW's values)
     int gelu_fusion;             // -ge: GELU in the fc GEMMs' epilogues (kernels/gelu_fusion.cuh)
+    int flash;                   // -fa: flash attention's tensor-core kernels (kernels/attention.cuh)
 };
 
 // a device-to-device copy (tp.h's f and g at tp 1 copy where they do not alias) and a memset
@@ -67,7 +68,7 @@ inline void block_forward_ledger(Ledger* l, const LedgerModel& m) {
     size_t N = m.B * m.T, C = m.C;
     layernorm_forward_ledger(l, N, C);
     matmul_forward_ledger(l, N, C, 3 * C, true);
-    attention_forward_ledger(l, m.B, m.T, C, m.NH);
+    attention_forward_ledger(l, m.B, m.T, C, m.NH, m.flash);
     matmul_forward_ledger(l, N, C, C, true);  // at tp 1 the bias goes to the matrix (tp.h: tp_bias_before_g)
     residual_layernorm_forward_ledger(l, N, C);
     matmul_gelu_forward_ledger(l, N, C, 4 * C, m.gelu_fusion >= 1);
@@ -85,7 +86,7 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     matmul_backward_input_ledger(l, N, C, 4 * C);
     layernorm_backward_both_ledger(l, N, C, false);  // with the parameters' sums: W follows at once
     matmul_backward_input_ledger(l, N, C, C);
-    attention_backward_ledger(l, m.B, m.T, C, m.NH);
+    attention_backward_ledger(l, m.B, m.T, C, m.NH, m.flash);
     matmul_backward_input_ledger(l, N, C, 3 * C);
     layernorm_backward_both_ledger(l, N, C, false);
     matmul_backward_weight_ledger(l, N, 4 * C, C, false);

@@ -45,6 +45,7 @@ struct TrainConfig {
     int resume = 0;
     int shuffle = 1;
     int gelu_fusion = 0;             // -ge: llm.c's GELU in cuBLASLt's epilogue (kernels/gelu_fusion.cuh)
+    int flash = 1;                   // -fa: flash attention's tensor-core kernels (kernels/attention.cuh)
     int tf32 = 0;                    // -f 1: TF32 GEMMs in the fp32 CUDA build (kernels/common.cuh: cublas_compute)
     int master_weights = 1;          // -w: llm.c's fp32 master copy in 16-bit builds (adamw.h, zero.h)
     int hellaswag = 0;               // -h 1: HellaSwag's accuracy with each validation (llm.c's -h)
@@ -137,6 +138,11 @@ static const Option option_table[] = {
      "llm.c's GELU fusion into the fc GEMMs' cuBLASLt epilogues (kernels/gelu_fusion.cuh): 0 none, 1 the forward, "
      "2 forward and backward; 16-bit builds round once instead of twice. The CPU build has no cuBLASLt: it accepts "
      "-ge and runs GELU in its own pass", 0, 2},
+    {"-fa", OPT_INT, OPTION_FIELD(flash),
+     "flash attention's tensor-core kernels (bf16/fp16 GPU builds): 1 WMMA, S and P through shared memory "
+     "(kernels/flash_attention.cuh); 2 FlashAttention-2 with the scores in registers, mma.sync "
+     "(kernels/flash_attention_mma.cuh: head sizes 16, 32, 64, 128, not under -cp). Other builds accept it and run "
+     "their own kernels", 1, 2},
     {"-f", OPT_INT, OPTION_FIELD(tf32),
      "llm.c's TF32 switch: 1 runs the fp32 CUDA build's GEMMs on TF32 tensor cores (inputs rounded to 10 mantissa "
      "bits); 0 (the default here, llm.c's is 1) keeps them true fp32, checked against float64. 16-bit builds and "

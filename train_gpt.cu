@@ -152,7 +152,7 @@ inline void sequence_attention_forward(GPT2* model, const LayerActivations& la, 
     if (model->layout.cp > 1)
         ring_attention_forward(&model->comm->cp, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T_local, C_rank,
                                NH_rank);
-    else attention_forward(la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank);
+    else attention_forward(la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank, model->flash);
 }
 inline void sequence_attention_backward(GPT2* model, const LayerActivations& la, floatX* dqkv, const floatX* datty,
                                         int B, int T_local) {
@@ -161,7 +161,8 @@ inline void sequence_attention_backward(GPT2* model, const LayerActivations& la,
     if (model->layout.cp > 1)
         ring_attention_backward(&model->comm->cp, dqkv, datty, la.atty, la.lse, la.qkv, s.attention, s.ring, B, T_local,
                                 C_rank, NH_rank);
-    else attention_backward(dqkv, datty, la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank);
+    else attention_backward(dqkv, datty, la.atty, la.lse, la.qkv, s.attention, B, T_local, C_rank, NH_rank,
+                            model->flash);
 }
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
@@ -850,6 +851,10 @@ inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, i
     // -cp: T/cp of each sequence
     gpt2_allocate_activations(model, tc.B, tc.T / comm->grid.cp, tc.recompute, holds, allocate);
     model->gelu_fusion = tc.gelu_fusion;
+    model->flash = tc.flash;
+    if (const char* why = flash_kernels_refusal(tc.flash, model->config.channels / model->config.num_heads,
+                                                comm->grid.cp))
+        comm_fail_all("-fa %d: %s", tc.flash, why);
 }
 
 // what the training loop carries from step to step

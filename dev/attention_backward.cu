@@ -34,8 +34,9 @@ version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flas
            into shared memory, p and ds formed there and rounded to floatX, dv, dk, dq summed in
            accumulator fragments, 64 keys or queries a block (kernels/flash_attention.cuh). On an
            H200 at B 8, T 1024: 1.15 ms, version 2 0.78 ms (docs/gpu.md)
-version 6: version 4's two walks as FlashAttention-2 writes them, the scores never leaving
-           registers: PTX's mma.sync.m16n8k16 (dev/mma_m16n8k16.h; emulated with the PTX ISA's
+version 6: the trainer's -fa 2 (kernels/flash_attention_mma.cuh, through attention_backward, which
+           computes D itself): version 4's two walks as FlashAttention-2 writes them, the scores never leaving
+           registers: PTX's mma.sync.m16n8k16 (kernels/mma_m16n8k16.cuh; emulated with the PTX ISA's
            fragment layout), so each lane forms p and ds from the elements it holds and hands
            them, rounded to floatX, to the next product as its A operand. dk dv: a warp keeps 16
            keys' k and v in fragments and walks the query tiles (q, dout, lse, D in shared
@@ -61,7 +62,6 @@ the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_backward_host (the reference), materialized_backward_head
                                      //          (version 1), materialized_backward (version 2), materialized_forward_host
 #include "../kernels/attention.cuh"  // defines: attention_backward (version 5), AttentionScratch
-#include "mma_m16n8k16.h"            // defines: mma_load_a, mma_load_tile, mma_rows_times_tile, mma_add_times_tile (version 6)
 
 // acc: materialized_head_scratch_floats per (b, h)
 __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* att,
@@ -348,154 +348,6 @@ static void attention_backward4(floatX* dqkv, const floatX* dout, const floatX* 
     launchCheck();
 }
 
-// ---------------------------------------------------------------- version 6: FlashAttention-2 in registers
-// Version 4's two walks with every product on tensor cores and nothing but the tiles in shared
-// memory: PTX's mma.sync.m16n8k16 (dev/mma_m16n8k16.h), whose documented layout lets each lane
-// form p and ds from the score elements it holds (attention_forward.cu version 7 does the same
-// for the forward). 4 warps a block, a warp 16 rows; tiles of 64 rows of the other side.
-//   dk dv: a warp keeps its 16 keys' k and v as A fragments and walks the query tiles at or
-//          below the diagonal (q, dout, lse, D staged in shared memory):
-//          s^T = k q^T, p^T = exp2(s^T log2(e)/sqrt(hs) - lse log2(e)), dp^T = v dout^T,
-//          ds^T = p^T (dp^T - D); dv += p^T dout, dk += ds^T q (p^T and ds^T, rounded to floatX,
-//          are already A operands). dk is scaled by 1/sqrt(hs) once, at the end.
-//   dq:    a warp keeps its 16 queries' q and dout as A fragments and walks the key tiles at or
-//          left of the diagonal (k, v in shared memory): s = q k^T, p, dp = dout v^T, ds;
-//          dq += ds k, scaled at the end.
-// Each sum has one owner and a fixed order (no atomics): the same bits every run. Head sizes
-// 16, 32, 64, 128, bf16 and fp16 builds. Checked in the emulated build; not yet timed on a GPU.
-#if !FLOATX_IS_FP32
-#define WARPS6 4    // a block: 4 warps of 16 own rows
-
-// 16 own rows x HS of accumulators, times `scale`, into rows (row stride `stride`) from `first`, rows < T
-template <int HS>
-__device__ inline void store_rows6(floatX* rows, size_t stride, const float (&acc)[HS / 8][4], float scale, int first,
-                                   int T, int g, int t) {
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int row = first + g + 8 * half;
-        if (row >= T) continue;
-        floatX* p = rows + (size_t)row * stride + 2 * t;
-        #pragma unroll
-        for (int d = 0; d < HS / 8; d++) {
-            p[8 * d] = from_float(acc[d][2 * half] * scale);
-            p[8 * d + 1] = from_float(acc[d][2 * half + 1] * scale);
-        }
-    }
-}
-
-// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns keys k0 + 16 w .. + 15
-template <int HS>
-__global__ void __launch_bounds__(32 * WARPS6)
-attention_dkv_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
-                      int C, int NH) {
-    __shared__ __align__(16) floatX q_tile[MMA_TILE * (HS + MMA_PAD)], do_tile[MMA_TILE * (HS + MMA_PAD)];
-    __shared__ float lse_tile[MMA_TILE], d_tile[MMA_TILE];
-    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int k0 = blockIdx.x * MMA_TILE, j0 = k0 + 16 * (threadIdx.x / 32);
-    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
-    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
-    uint32_t kf[HS / 16][4], vf[HS / 16][4];
-    mma_load_a<HS>(kf, head + C, 3 * C, j0, T, g, t);
-    mma_load_a<HS>(vf, head + 2 * C, 3 * C, j0, T, g, t);
-    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-    for (int q0 = k0; q0 < T; q0 += MMA_TILE) {  // the query tiles at or below the diagonal
-        mma_load_tile<HS>(q_tile, head, 3 * C, q0, T);
-        mma_load_tile<HS>(do_tile, dout + (size_t)b * T * C + h * HS, C, q0, T);
-        for (int r = threadIdx.x; r < MMA_TILE; r += blockDim.x) {
-            bool in = q0 + r < T;
-            lse_tile[r] = in ? lse[((size_t)b * NH + h) * T + q0 + r] * log2e : 0.0f;
-            d_tile[r] = in ? D[((size_t)b * NH + h) * T + q0 + r] : 0.0f;
-        }
-        __syncthreads();  // every thread's loads are in before any warp reads the tiles
-        if (j0 < T) {  // the same in the whole warp: keys past T have no gradient
-            float p[MMA_TILE / 8][4], ds[MMA_TILE / 8][4];
-            mma_rows_times_tile<HS>(p, kf, q_tile, g, t);    // s^T
-            mma_rows_times_tile<HS>(ds, vf, do_tile, g, t);  // dp^T
-            #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; n++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int key = j0 + g + 8 * (i / 2), c = 8 * n + 2 * t + i % 2, query = q0 + c;
-                    p[n][i] = query >= key && query < T ? exp2f(p[n][i] * scale_log2 - lse_tile[c]) : 0.0f;
-                    ds[n][i] = p[n][i] * (ds[n][i] - d_tile[c]);
-                }
-            mma_add_times_tile<HS>(dv, p, do_tile, g, t);
-            mma_add_times_tile<HS>(dk, ds, q_tile, g, t);
-        }
-        __syncthreads();  // every warp is done with the tiles before the next pass overwrites them
-    }
-    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + C + h * HS, 3 * C, dk, scale, j0, T, g, t);
-    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + 2 * C + h * HS, 3 * C, dv, 1.0f, j0, T, g, t);
-}
-
-// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w .. + 15
-template <int HS>
-__global__ void __launch_bounds__(32 * WARPS6)
-attention_dq_kernel6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
-                     int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
-    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);  // the most keys first
-    const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
-    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS;
-    uint32_t qf[HS / 16][4], dof[HS / 16][4];
-    mma_load_a<HS>(qf, head, 3 * C, r0, T, g, t);
-    mma_load_a<HS>(dof, dout + (size_t)b * T * C + h * HS, C, r0, T, g, t);
-    float row_lse[2], row_d[2];  // rows g and g + 8
-    for (int half = 0; half < 2; half++) {
-        int row = r0 + g + 8 * half;
-        row_lse[half] = row < T ? lse[((size_t)b * NH + h) * T + row] * log2e : 0.0f;
-        row_d[half] = row < T ? D[((size_t)b * NH + h) * T + row] : 0.0f;
-    }
-    float dq[HS / 8][4] = {};
-    int last_key = min(q0 + MMA_TILE, T) - 1;
-    for (int k0 = 0; k0 <= last_key; k0 += MMA_TILE) {  // the key tiles at or left of the diagonal
-        mma_load_tile<HS>(k_tile, head + C, 3 * C, k0, T);
-        mma_load_tile<HS>(v_tile, head + 2 * C, 3 * C, k0, T);
-        __syncthreads();
-        if (k0 <= r0 + 15 && r0 < T) {  // the same in the whole warp
-            float p[MMA_TILE / 8][4], ds[MMA_TILE / 8][4];
-            mma_rows_times_tile<HS>(p, qf, k_tile, g, t);    // s
-            mma_rows_times_tile<HS>(ds, dof, v_tile, g, t);  // dp
-            #pragma unroll
-            for (int n = 0; n < MMA_TILE / 8; n++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int query = r0 + g + 8 * (i / 2), key = k0 + 8 * n + 2 * t + i % 2;
-                    p[n][i] = key <= query && key < T ? exp2f(p[n][i] * scale_log2 - row_lse[i / 2]) : 0.0f;
-                    ds[n][i] = p[n][i] * (ds[n][i] - row_d[i / 2]);
-                }
-            mma_add_times_tile<HS>(dq, ds, k_tile, g, t);
-        }
-        __syncthreads();
-    }
-    store_rows6<HS>(dqkv + (size_t)b * T * 3 * C + h * HS, 3 * C, dq, scale, r0, T, g, t);
-}
-
-template <int HS> static void launch_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                               const float* D, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div(T, MMA_TILE), B * NH);
-    attention_dkv_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
-    attention_dq_kernel6<HS><<<grid, 32 * WARPS6>>>(dqkv, dout, qkv, lse, D, T, C, NH);
-}
-#endif
-
-static void attention_backward6(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                                int B, int T, int C, int NH) {
-#if FLOATX_IS_FP32
-    (void)dqkv, (void)dout, (void)qkv, (void)lse, (void)D, (void)B, (void)T, (void)C, (void)NH;
-    fail("attention_backward version 6: bf16 and fp16 builds only");
-#else
-    switch (C / NH) {
-        case 16: launch_backward6<16>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-        case 32: launch_backward6<32>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-        case 64: launch_backward6<64>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-        case 128: launch_backward6<128>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-        default: fail("attention_backward version 6: head size %d, not 16, 32, 64 or 128", C / NH);
-    }
-    launchCheck();
-#endif
-}
 // why a version cannot run at head size hs in this build (nullptr: it can)
 static const char* cannot_run(int version, int hs) {
     if (version != 6) return nullptr;
@@ -536,13 +388,13 @@ static void attention_backward_version(int version, int block, const Buffers& d,
         launchCheck();
     } else if (version == 2) {
         materialized_backward(d.dqkv, d.dout, d.qkv, d.att, d.scratch, B, T, C, NH);
-    } else if (version == 5) {  // the trainer's: kernels/flash_attention.cuh through kernels/attention.cuh
-        attention_backward(d.dqkv, d.dout, d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH);
+    } else if (version >= 5) {  // the trainer's through kernels/attention.cuh: 5 kernels/flash_attention.cuh
+                                // (-fa 1), 6 kernels/flash_attention_mma.cuh (-fa 2)
+        attention_backward(d.dqkv, d.dout, d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH, version == 6 ? 2 : 1);
     } else {
         attention_row_dot(d.D, d.dout, d.out, B, T, C, NH, block);
         if (version == 3) attention_backward3(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH, block);
-        else if (version == 4) attention_backward4(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
-        else attention_backward6(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
+        else attention_backward4(d.dqkv, d.dout, d.qkv, d.lse, d.D, B, T, C, NH);
     }
 }
 static bool reads_att(int version) { return version <= 2; }

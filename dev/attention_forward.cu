@@ -70,7 +70,9 @@ version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash
            version 2 0.41 ms (docs/gpu.md). It writes lse as (B,T,NH) and its output in fp32
            first, then in floatX (a second pass over B T C: what merging blocks needs); the lab
            turns lse into (B,NH,T) for its checks, which the timing includes
-version 7: version 5's walk as FlashAttention-2 writes it, the scores never leaving registers: the
+version 7: the trainer's -fa 2 (kernels/flash_attention_mma.cuh, through attention_forward; its lse
+           turned into (B,NH,T) as version 6's): version 5's walk as FlashAttention-2 writes it,
+           the scores never leaving registers: the
            products are PTX's mma.sync.m16n8k16 (inline assembly; tests/emu/mma.h emulates it with
            the fragment layout the PTX ISA documents), so each lane runs the online softmax on the
            score elements it holds (a row's max over its 4 lanes by two shuffles), and P, rounded
@@ -95,7 +97,6 @@ no atomics, the same bits every run.
 #include "attention_materialized.h"  // defines: materialized_forward_host (the reference), materialized_forward_row
                                      //          (version 1), materialized_forward (version 2)
 #include "../kernels/attention.cuh"  // defines: attention_forward (version 6), AttentionScratch
-#include "mma_m16n8k16.h"            // defines: mma_load_a, mma_load_tile, mma_rows_times_tile, mma_add_times_tile (version 7)
 
 __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // (b * NH + h) * T + t
@@ -383,109 +384,6 @@ template <int HS_MAX> static void launch_kernel5(floatX* out, float* lse, const 
 }
 #endif
 
-// ---------------------------------------------------------------- version 7: FlashAttention-2 in registers
-// Version 5's walk with the scores never leaving registers, as FlashAttention-2 does: the products
-// are PTX's mma.sync.m16n8k16 (bf16 or fp16 in, fp32 sums), whose fragment layout the PTX ISA
-// documents (tests/emu/mma.h says which lane holds what), so each lane runs the online softmax on
-// the score elements it holds. A warp takes 16 queries, a block 4 warps (64 queries); tiles of 64
-// keys and values through shared memory (rows padded by 8 elements, so that an ldmatrix's 8 rows
-// start in different banks). Per tile a warp computes S = Q K^T as 8 accumulators of
-// 16 x 8 (lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each); the row max takes two
-// shuffles among the 4 lanes of a row; P = exp2(S - m), rounded to floatX, is already in the
-// layout of mma's A operand (an accumulator pair of 16 x 8 is one 16 x 16 A fragment), so
-// O += P V follows with no trip through shared memory. q stays in A fragments, O in accumulators,
-// each lane's l a partial sum over its columns, added across the row's 4 lanes once at the end.
-// Per tile a lane issues hs/16 * 8 + 4 * hs/8 mma's and no shared-memory store but the tiles.
-// Not yet timed on a GPU: written for the next GPU session to measure against version 6.
-// Head sizes 16, 32, 64 and 128 only (the head size is the compiled capacity); not in fp32 builds
-#if !FLOATX_IS_FP32
-#define QUERY_WARPS7 4   // Br = 64 queries a block, 16 a warp; Bc = MMA_TILE keys a tile (dev/mma_m16n8k16.h)
-
-// the online softmax on the lane's elements, rows g (half 0) and g + 8 (half 1): scaled to log2
-// units, masked (keys after the row's query or past T), the row max over the 4 lanes of the row,
-// o and l rescaled; s becomes p
-template <int HS_MAX>
-__device__ inline void warp_softmax7(float (&s)[MMA_TILE / 8][4], float (&o)[HS_MAX / 8][4], float (&m)[2],
-                                     float (&l)[2], int row0, int k0, int T, int g, int t, float scale_log2) {
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int query = row0 + g + 8 * half;
-        float tile_max = -INFINITY;
-        #pragma unroll
-        for (int j = 0; j < MMA_TILE / 8; j++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int key = k0 + 8 * j + 2 * t + e;
-                float& x = s[j][2 * half + e];
-                x = key <= query && key < T ? x * scale_log2 : -INFINITY;
-                tile_max = fmaxf(tile_max, x);
-            }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        // every row a warp walks sees key k0 of each tile it walks, so tile_max is finite
-        float m_new = fmaxf(m[half], tile_max), rescale = exp2f(m[half] - m_new);  // first tile: exp2(-inf) = 0
-        l[half] *= rescale;
-        #pragma unroll
-        for (int d = 0; d < HS_MAX / 8; d++) o[d][2 * half] *= rescale, o[d][2 * half + 1] *= rescale;
-        #pragma unroll
-        for (int j = 0; j < MMA_TILE / 8; j++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float& x = s[j][2 * half + e];
-                x = exp2f(x - m_new);
-                l[half] += x;
-            }
-        m[half] = m_new;
-    }
-}
-
-// grid (T / 64 rounded up, B * NH), 4 warps: warp w owns queries q0 + 16 w .. q0 + 16 w + 15
-template <int HS_MAX>
-__global__ void __launch_bounds__(32 * QUERY_WARPS7)
-attention_forward_kernel7(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS_MAX + MMA_PAD)], v_tile[MMA_TILE * (HS_MAX + MMA_PAD)];
-    int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    // the last query tiles see the most keys: started first, they do not finish alone at the end
-    int q0 = (gridDim.x - 1 - blockIdx.x) * 16 * QUERY_WARPS7, row0 = q0 + 16 * (threadIdx.x / 32);
-    float scale_log2 = 1.4426950408889634f / sqrtf((float)HS_MAX);  // log2(e) / sqrt(hs): exp2 of it is exp
-    const floatX* head = qkv + (size_t)b * T * 3 * C + h * HS_MAX;
-    uint32_t q[HS_MAX / 16][4];
-    mma_load_a<HS_MAX>(q, head, 3 * C, row0, T, g, t);
-    float o[HS_MAX / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int last_key = min(q0 + 16 * QUERY_WARPS7, T) - 1;  // tiles past the block's last query are above the diagonal
-    for (int k0 = 0; k0 <= last_key; k0 += MMA_TILE) {
-        mma_load_tile<HS_MAX>(k_tile, head + C, 3 * C, k0, T);
-        mma_load_tile<HS_MAX>(v_tile, head + 2 * C, 3 * C, k0, T);
-        __syncthreads();  // every thread's loads are in before any warp reads the tiles
-        if (k0 <= row0 + 15 && row0 < T) {  // the same in the whole warp: a tile above its rows, or rows past T, skipped
-            float s[MMA_TILE / 8][4];
-            mma_rows_times_tile<HS_MAX>(s, q, k_tile, g, t);  // S = Q K^T
-            warp_softmax7<HS_MAX>(s, o, m, l, row0, k0, T, g, t, scale_log2);
-            mma_add_times_tile<HS_MAX>(o, s, v_tile, g, t);  // O += P V
-        }
-        __syncthreads();  // every warp is done with k and v before the next pass overwrites them
-    }
-    #pragma unroll
-    for (int half = 0; half < 2; half++) {  // l: the row's 4 lanes' partial sums, in a fixed order
-        l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
-        l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
-        int query = row0 + g + 8 * half;
-        if (query >= T) continue;
-        floatX* y = out + ((size_t)b * T + query) * C + h * HS_MAX + 2 * t;
-        #pragma unroll
-        for (int d = 0; d < HS_MAX / 8; d++) {
-            y[8 * d] = from_float(o[d][2 * half] / l[half]);
-            y[8 * d + 1] = from_float(o[d][2 * half + 1] / l[half]);
-        }
-        if (t == 0) lse[((size_t)b * NH + h) * T + query] = m[half] * 0.6931471805599453f + logf(l[half]);
-    }
-}
-
-template <int HS> static void launch_kernel7(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-    attention_forward_kernel7<HS><<<dim3(ceil_div(T, 16 * QUERY_WARPS7), B * NH), 32 * QUERY_WARPS7>>>(out, lse, qkv, T, C, NH);
-}
-#endif
-
 // the smallest compiled capacity that holds head size hs
 static int head_capacity(int hs) {
     if (hs > 128) fail("attention_forward versions 3 to 5: head size %d, more than the 128 they are compiled for", hs);
@@ -531,23 +429,7 @@ static void attention_forward5(floatX* out, float* lse, const floatX* qkv, int B
 }
 
 // ---------------------------------------------------------------- the lab
-// version 6 (the trainer's) keeps lse as (B,T,NH), lse_rows, and needs the fp32 AttentionScratch
-static void attention_forward7(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH) {
-#if FLOATX_IS_FP32
-    (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
-    fail("attention_forward version 7: bf16 and fp16 builds only");
-#else
-    switch (C / NH) {
-        case 16: launch_kernel7<16>(out, lse, qkv, B, T, C, NH); break;
-        case 32: launch_kernel7<32>(out, lse, qkv, B, T, C, NH); break;
-        case 64: launch_kernel7<64>(out, lse, qkv, B, T, C, NH); break;
-        case 128: launch_kernel7<128>(out, lse, qkv, B, T, C, NH); break;
-        default: fail("attention_forward version 7: head size %d, not 16, 32, 64 or 128", C / NH);
-    }
-    launchCheck();
-#endif
-}
-
+// versions 6 and 7 (the trainer's, -fa 1 and 2) keep lse as (B,T,NH), lse_rows, and need the fp32 AttentionScratch
 struct Buffers { floatX *out, *att, *qkv, *scratch; float *lse, *lse_rows; AttentionScratch flash; };
 static float* device_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
 static Buffers upload(const std::vector<floatX>& qkv, int B, int T, int C, int NH) {
@@ -606,10 +488,9 @@ static void attention_forward_version(int version, int block, const Buffers& d, 
         attention_forward4(d.out, d.lse, d.qkv, B, T, C, NH);
     } else if (version == 5) {
         attention_forward5(d.out, d.lse, d.qkv, B, T, C, NH);
-    } else if (version == 7) {
-        attention_forward7(d.out, d.lse, d.qkv, B, T, C, NH);
-    } else {  // the trainer's: kernels/flash_attention.cuh through kernels/attention.cuh
-        attention_forward(d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH);
+    } else {  // the trainer's through kernels/attention.cuh: 6 kernels/flash_attention.cuh (-fa 1), 7
+              // kernels/flash_attention_mma.cuh (-fa 2)
+        attention_forward(d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH, version == 7 ? 2 : 1);
         lse_rows_to_heads_kernel<<<ceil_div(B * NH * T, 256), 256>>>(d.lse, d.lse_rows, B, T, NH);
         launchCheck();
     }

@@ -39,7 +39,9 @@ v at C: a rank's own qkv (kv = qkv + C, stride 3C) or the [k | v] rows that trav
                 the online softmax by rows, p v by sgemm; the backward's four products likewise.
                 Scratch: a tile of scores (64 x Tk) per thread, O(T)
     GPU         kernels/flash_attention.cuh: tiles of queries and keys in shared memory, on CUDA
-                cores in the fp32 build and on tensor cores (WMMA) in the bf16 and fp16 builds
+                cores in the fp32 build and on tensor cores (WMMA) in the bf16 and fp16 builds;
+                -fa 2: kernels/flash_attention_mma.cuh, FlashAttention-2 with the scores in
+                registers (mma.sync), one rank's whole sequences
 Every sum runs in a fixed order (no atomics): the same bits every run, as resume needs.
 Read attention_block_forward_row first, then attention_forward. Applied in train_gpt.cu:
 sequence_attention_forward and _backward (one rank), and through cp.h's ring attention (-cp).
@@ -53,7 +55,7 @@ sequence_attention_forward and _backward (one rank), and through cp.h's ring att
 //          attention_block_output, attention_block_gradients, attention_forward, attention_backward,
 //          attention_forward_host, attention_backward_host, ATTENTION_CPU_QUERIES, gather_head_rows,
 //          attention_block_forward_head, attention_block_backward_head, attention_pack_kv, attention_pack_kv_host,
-//          attention_backward_ledger, attention_forward_ledger, flash_wmma_head
+//          attention_backward_ledger, attention_forward_ledger, flash_wmma_head, flash_kernels_refusal
 #include <math.h>    // defines: expf, logf, sqrtf, INFINITY
 #include <algorithm> // defines: std::min
 #include <vector>    // defines: std::vector
@@ -224,23 +226,38 @@ inline void attention_backward_host(floatX* dqkv, const floatX* dout, const floa
 
 // the GPU build's WMMA kernels take head sizes 16, 32, 64, 128 in bf16 and fp16 (flash_attention.cuh)
 inline bool flash_wmma_head(int hs) { return !FLOATX_IS_FP32 && (hs == 16 || hs == 32 || hs == 64 || hs == 128); }
+// why -fa `flash` cannot run at head size hs under cp, or nullptr: it can (the CPU build runs its own
+// attention whatever -fa says; the GPU build's -fa 2 kernels take one rank's whole sequences only)
+inline const char* flash_kernels_refusal(int flash, int hs, int cp) {
+#ifdef __CUDACC__
+    if (flash != 2) return nullptr;
+    if (FLOATX_IS_FP32) return "FlashAttention-2's mma.sync kernels are the bf16 and fp16 builds' (fp32 has no such tensor cores); use -fa 1";
+    if (!(hs == 16 || hs == 32 || hs == 64 || hs == 128))
+        return "the head size is not 16, 32, 64 or 128, the sizes the mma.sync kernels are compiled for; use -fa 1";
+    if (cp > 1) return "ring attention (-cp) runs the WMMA kernels on its blocks; use -fa 1";
+#else
+    (void)flash, (void)hs, (void)cp;
+#endif
+    return nullptr;
+}
 
 // the kernel ledger (ledger.cuh) of attention_forward and attention_backward below (one rank's
 // whole sequences). A head's causal pairs are T(T+1)/2, each a dot product of hs for every
 // product: forward q k^T and p v (2), the backward's dq kernel q k^T again, dout v^T and ds k (3),
 // its dk dv kernel q k^T, dout v^T, p^T dout and ds^T q (4): the two kernels recompute what
 // FlashAttention-2's one backward kernel shares, for no atomics (flash_attention.cuh)
-inline void attention_forward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH) {
+inline void attention_forward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH, int flash) {
     double X = sizeof(floatX), N = (double)B * T, pairs_flops = 2.0 * B * C * T * (T + 1) / 2;
     bool wmma = flash_wmma_head((int)(C / NH));  // out in floatX from the kernel, else fp32 and a pass to round it
-    ledger_add(l, {wmma ? "flash_forward_wmma_kernel<HS_MAX, Out>" : "flash_forward_kernel<HS_MAX>", 2 * pairs_flops,
-                   3 * N * C * X, N * C * (wmma ? X : 4) + 4 * N * NH, 0, wmma});
+    const char* kernel = flash == 2 && wmma ? "flash_forward_mma_kernel<HS>"
+                         : wmma     ? "flash_forward_wmma_kernel<HS_MAX, Out>" : "flash_forward_kernel<HS_MAX>";
+    ledger_add(l, {kernel, 2 * pairs_flops, 3 * N * C * X, N * C * (wmma ? X : 4) + 4 * N * NH, 0, wmma});
     if (!wmma)
         ledger_add(l, {packs_divide(N * C) ? "flash_output_kernel128" : "flash_output_kernel", N * C, 4 * N * C,
                        N * C * X, 0});
 }
 // dq, dk dv: written in floatX into dqkv by the WMMA kernels, else summed into zeroed fp32 and rounded
-inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH) {
+inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, size_t NH, int flash) {
     double X = sizeof(floatX), N = (double)B * T, pairs_flops = 2.0 * B * C * T * (T + 1) / 2;
     // attention_block_row_dot's condition
     size_t lanes_a_head = C % (NH * PACK_VALUES) == 0 ? C / NH / PACK_VALUES : 0;
@@ -249,6 +266,11 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
     ledger_add(
         l, {row_packs ? "flash_row_dot_kernel128" : "flash_row_dot_kernel", 2 * N * C, 2 * N * C * X, 4 * N * NH, 0});
     double reads = 3 * N * C * X + N * C * X + 8 * N * NH;  // q k v, dout, lse and D
+    if (flash == 2 && flash_wmma_head((int)(C / NH))) {  // attention_whole_backward_mma: dk dv, then dq
+        ledger_add(l, {"flash_dkv_mma_kernel<HS>", 4 * pairs_flops, reads, 2 * N * C * X, 0, true});
+        ledger_add(l, {"flash_dq_mma_kernel<HS>", 3 * pairs_flops, reads, N * C * X, 0, true});
+        return;
+    }
     if (flash_wmma_head((int)(C / NH))) {
         ledger_add(l, {"flash_dq_wmma_kernel<HS_MAX, Out>", 3 * pairs_flops, reads, N * C * X, 0, true});
         ledger_add(l, {"flash_dkv_wmma_kernel<HS_MAX, Out>", 4 * pairs_flops, reads, 2 * N * C * X, 0, true});
@@ -264,6 +286,7 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
 
 #ifdef __CUDACC__
 #include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, ...
+#include "flash_attention_mma.cuh"  // defines: attention_whole_forward_mma, attention_whole_backward_mma, flash_mma_head
 #else
 // ---------------------------------------------------------------- the CPU build: tiles through sgemm
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)
@@ -397,13 +420,17 @@ inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C)
 struct AttentionScratch { float *out, *dq, *dkv, *D; };
 
 // out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX.
-// The GPU build's WMMA kernels (flash_wmma_head) write it in floatX themselves; the others (the
-// CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
+// The GPU build's tensor-core kernels write it in floatX themselves: flash, -fa, picks them (1 the
+// WMMA kernels, flash_wmma_head; 2 the mma.sync ones, flash_mma_head, which train_gpt checks first);
+// the others (the CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T,
-                              int C, int NH) {
+                              int C, int NH, int flash) {
     AttentionBlock a = attention_whole_sequences(B, T, C, NH);
 #ifdef __CUDACC__
+    if (flash == 2) { attention_whole_forward_mma(out, lse, qkv, B, T, C, NH); return; }
     if (flash_wmma_head(C / NH)) { attention_whole_forward_wmma(a, qkv, qkv + C, out, lse); return; }
+#else
+    (void)flash;
 #endif
     attention_block_forward(a, qkv, qkv + C, s.out, lse);
     attention_block_output(out, s.out, (size_t)B * T * C);
@@ -411,12 +438,15 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const 
 // dqkv (B,T,3C), overwritten, from dout and the forward's out and lse: D = dout . out, then dq and
 // dk dv, written in floatX by the WMMA kernels, else summed in the zeroed fp32 scratch and rounded
 inline void attention_backward(floatX* dqkv, const floatX* dout, const floatX* out, const float* lse, const floatX* qkv,
-                               const AttentionScratch& s, int B, int T, int C, int NH) {
+                               const AttentionScratch& s, int B, int T, int C, int NH, int flash) {
     size_t rows = (size_t)B * T;
     AttentionBlock a = attention_whole_sequences(B, T, C, NH);
     attention_block_row_dot(s.D, dout, out, (int)rows, C, NH);
 #ifdef __CUDACC__
+    if (flash == 2) { attention_whole_backward_mma(dqkv, dout, qkv, lse, s.D, B, T, C, NH); return; }
     if (flash_wmma_head(C / NH)) { attention_whole_backward_wmma(a, qkv, qkv + C, dqkv, dout, lse, s.D); return; }
+#else
+    (void)flash;
 #endif
     device_zero(s.dq, rows * C * sizeof(float));
     device_zero(s.dkv, rows * 2 * C * sizeof(float));

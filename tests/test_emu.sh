@@ -12,7 +12,8 @@
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
 #    host-staged collectives); bf16 and fp16 at one rank, bf16 at cp 2, within their bars (3e-3, 5e-4, 7e-4);
 #  - -f 1 (TF32 GEMMs) moves fp32's losses by TF32's rounding: more than 1e-6, less than 1e-2;
-#  - -ge 2 (GELU in cuBLASLt's epilogues) in bf16 within bf16's bar, no GELU kernel launched;
+#  - -ge 2 (GELU in cuBLASLt's epilogues) with -fa 2 (FlashAttention-2 in registers, mma.sync) in
+#    bf16 within bf16's bar: no GELU kernel launched, the mma.sync attention kernels and no WMMA ones;
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
 #  - sampling with the KV cache (fp32) draws the tokens a full forward per token draws;
@@ -70,11 +71,27 @@ PY
 # table): bf16 2.3e-4 -> 3e-3, fp16 4.3e-5 -> 5e-4
 trajectory "bf16, one rank" ./train_gpt_emu 3e-3 1
 trajectory "fp16, one rank" ./train_gpt_emu_fp16 5e-4 1
-# -ge 2: GELU in the fc GEMMs' cuBLASLt epilogues (kernels/gelu_fusion.cuh), forward and backward;
-# within bf16's bar (measured 4.8e-4), and no GELU kernel launched: the epilogues took every call
-CUDA_EMU_LAUNCH_REPORT=$D/ge2.report.jsonl trajectory "bf16 -ge 2, one rank" ./train_gpt_emu 3e-3 1 -ge 2
+# -ge 2: GELU in the fc GEMMs' cuBLASLt epilogues (kernels/gelu_fusion.cuh), forward and backward,
+# and -fa 2: attention by kernels/flash_attention_mma.cuh; one run for both (each kernel is checked
+# alone in test_emu_kernels), within bf16's bar (measured 4.8e-4 with -ge 2 alone), no GELU kernel
+# launched (the epilogues took every call), and the mma.sync attention kernels in place of the WMMA ones
+CUDA_EMU_LAUNCH_REPORT=$D/ge2.report.jsonl trajectory "bf16 -ge 2 -fa 2, one rank" ./train_gpt_emu 3e-3 1 -ge 2 -fa 2
 ! grep -q gelu_ $D/ge2.report.jsonl && grep -q cublasLtMatmul $D/ge2.report.jsonl \
     || { grep gelu_ $D/ge2.report.jsonl; echo "FAIL: -ge 2 launched GELU kernels: the epilogues were not taken"; exit 1; }
+for k in flash_forward_mma_kernel flash_dkv_mma_kernel flash_dq_mma_kernel; do
+    grep -q "$k" $D/ge2.report.jsonl || { echo "FAIL: -fa 2 launched no $k"; exit 1; }; done
+! grep -q wmma_kernel $D/ge2.report.jsonl || { echo "FAIL: -fa 2 launched WMMA attention kernels"; exit 1; }
+# -fa 2 where its kernels do not go: one line naming the flag, exit 1, before any step
+refused() {  # refused WHAT EXPECTED COMMAND...
+    local what=$1 want=$2; shift 2
+    if "$@" > $D/refused.txt 2>&1 || ! grep -q "^error: -fa 2: .*$want" $D/refused.txt || grep -q "^step" $D/refused.txt; then
+        cat $D/refused.txt; echo "FAIL: -fa 2 $what: not refused in one line"; exit 1; fi
+}
+FA="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -x 1 -v 0 -s 0 -fa 2"
+refused "in the fp32 build" "bf16 and fp16 builds" ./train_gpt_emu_fp32 $FA
+refused "under -cp 2" "ring attention" $MPIRUN -np 2 ./train_gpt_emu $FA -cp 2
+echo "-fa 2: refused in the fp32 build and under -cp 2"
+
 export OMP_NUM_THREADS=1
 trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
 trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi

@@ -324,9 +324,10 @@ static void column_sums_many(int N) {
 // fp32 device memory the kernels must write before they read: fresh, so the emulator's NaN poison
 static float* fresh_floats(size_t n) { return (float*)device_malloc(n * sizeof(float)); }
 
-// one rank's flash attention (kernels/attention.cuh, kernels/flash_attention.cuh) against the twin:
-// out, lse and dqkv, the scratch fresh (NaN) so that what is read before it is written shows
-static void attention(int B, int T, int C, int NH) {
+// one rank's flash attention (kernels/attention.cuh, kernels/flash_attention.cuh; -fa 2:
+// kernels/flash_attention_mma.cuh) against the twin: out, lse and dqkv, the scratch fresh (NaN) so
+// that what is read before it is written shows
+static void attention(int B, int T, int C, int NH, int flash = 1) {
     size_t n = (size_t)B * T * C, stats = (size_t)B * T * NH;
     vector<floatX> qkv = randx(3 * n, 20), out(n), dout = randx(n, 21), dqkv(3 * n);
     vector<float> lse(stats);
@@ -334,12 +335,13 @@ static void attention(int B, int T, int C, int NH) {
     floatX* d_dqkv = (floatX*)device_malloc(3 * n * sizeof(floatX));
     float* d_lse = fresh_floats(stats);
     AttentionScratch s = {fresh_floats(n), fresh_floats(n), fresh_floats(2 * n), fresh_floats(stats)};
-    attention_forward(d_out, d_lse, d_qkv, s, B, T, C, NH);
+    attention_forward(d_out, d_lse, d_qkv, s, B, T, C, NH, flash);
     attention_forward_host(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    std::string at = " B T hs NH " + std::to_string(B) + " " + std::to_string(T) + " " + std::to_string(C / NH) + " " + std::to_string(NH);
+    std::string at = " B T hs NH " + std::to_string(B) + " " + std::to_string(T) + " " + std::to_string(C / NH) + " " +
+                     std::to_string(NH) + (flash == 2 ? " -fa 2" : "");
     check(("attention_forward out" + at).c_str(), download(d_out, n), out);
     check(("attention_forward lse" + at).c_str(), download(d_lse, stats), lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
-    attention_backward(d_dqkv, d_dout, d_out, d_lse, d_qkv, s, B, T, C, NH);
+    attention_backward(d_dqkv, d_dout, d_out, d_lse, d_qkv, s, B, T, C, NH, flash);
     attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
     check(("attention_backward dqkv" + at).c_str(), download(d_dqkv, dqkv.size()), dqkv);
     for (void* p : {(void*)d_qkv, (void*)d_out, (void*)d_dout, (void*)d_dqkv, (void*)d_lse, (void*)s.out, (void*)s.dq, (void*)s.dkv,
@@ -594,7 +596,11 @@ int main(int argc, char** argv) {
         attention(2, 7, 40, 5);   // head sizes 8 and 7: the CUDA-core kernels in every build
         attention(1, 33, 21, 3);
         for (int T : {1, 17, 64, 100})  // T a multiple of no tile, of the 32-key tile, of every tile
-            for (int hs : {16, 64, 128}) attention(1, T, 2 * hs, 2);  // capacities 16, 64, 128 (and WMMA in bf16, fp16)
+            for (int hs : {16, 64, 128}) {
+                attention(1, T, 2 * hs, 2);  // capacities 16, 64, 128 (and WMMA in bf16, fp16)
+                if (flash_mma_head(hs)) attention(1, T, 2 * hs, 2, 2);  // FlashAttention-2 in registers (mma.sync)
+            }
+        if (flash_mma_head(32)) attention(2, 130, 96, 3, 2);  // head size 32, three query tiles (the last ragged)
         attention_block(2, 7, 40, 5, false);
         attention_block(3, 5, 21, 3, true);
         attention_block(2, 20, 64, 2, true);  // head size 32: WMMA in bf16, fp16

@@ -202,14 +202,14 @@ TEST_CASE("attention on the CPU path (sgemm tiles) equals the host twin and floa
         vector<float> out(n), lse(B * T * NH), dqkv(3 * n, 7.0f), twin_out(n), twin_lse(lse.size()), twin_dqkv(3 * n);
         vector<float> acc(n, NAN), dq(n, NAN), dkv(2 * n, NAN), D(B * T * NH, NAN);  // the kernels must write or zero them
         AttentionScratch s = {acc.data(), dq.data(), dkv.data(), D.data()};
-        attention_forward(out.data(), lse.data(), qkv.data(), s, B, T, C, NH);
+        attention_forward(out.data(), lse.data(), qkv.data(), s, B, T, C, NH, 1);
         attention_forward_host(twin_out.data(), twin_lse.data(), qkv.data(), B, T, C, NH);
         vector<double> ref, ref_lse;
         attention_double(to_double(qkv), ref, B, T, C, NH, &ref_lse);
         CHECK(rel_err(out, ref) < 1e-5);
         CHECK(rel_err(lse, ref_lse) < 1e-5);
         CHECK(rel_err(out, to_double(twin_out)) < 1e-5);
-        attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s, B, T, C, NH);
+        attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s, B, T, C, NH, 1);
         attention_backward_host(twin_dqkv.data(), dout.data(), twin_out.data(), twin_lse.data(), qkv.data(), B, T, C, NH);
         CHECK(rel_err(dqkv, to_double(twin_dqkv)) < 1e-5);
     }

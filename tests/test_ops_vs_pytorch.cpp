@@ -109,8 +109,8 @@ static bool attention_case(const Case& c) {  // the twin, then the CPU build's s
         vector<float> lse(stats), acc(n), dq(n), dkv(2 * n), D(stats);
         if (fast) {
             AttentionScratch scratch = {acc.data(), dq.data(), dkv.data(), D.data()};
-            attention_forward(out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH);
-            attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH);
+            attention_forward(out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH, 1);
+            attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), scratch, B, T, C, NH, 1);
         } else {
             attention_forward_host(out.data(), lse.data(), qkv.data(), B, T, C, NH);
             attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);

@@ -1,6 +1,7 @@
 /*
-dev/mma_m16n8k16.h: PTX's mma.sync.aligned.m16n8k16 for the labs' FlashAttention-2 versions
-(dev/attention_forward.cu version 7, dev/attention_backward.cu version 6), whose fragment layout
+kernels/mma_m16n8k16.cuh: PTX's mma.sync.aligned.m16n8k16 for FlashAttention-2 in registers
+(kernels/flash_attention_mma.cuh, the trainer's -fa 2, which the labs dev/attention_forward.cu
+version 7 and dev/attention_backward.cu version 6 run), whose fragment layout
 the PTX ISA documents, unlike WMMA's: D (16 x 8, fp32) = A (16 x 16) B (16 x 8) + C, A and B in
 floatX (bf16 or fp16). With g = lane / 4 and t = lane % 4, a lane holds, two 16-bit elements to a
 32-bit register, the lower-indexed one in the low half:
@@ -14,15 +15,16 @@ the same layout and is warp-collective as the instruction is. The B operands com
 memory by ldmatrix (four 8 x 8 blocks a warp-wide load, .trans where B is the tile as stored
 rather than transposed), emulated likewise (cuda_emu_ldmatrix_x4): a few instructions where 32-
 and 16-bit loads and packing took many (a reviewer's reading, not yet measured).
+Applied in kernels/flash_attention_mma.cuh: flash_forward_mma_kernel, flash_dkv_mma_kernel, flash_dq_mma_kernel.
 */
 #pragma once
 // defines: mma_head_size, mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD, mma_load_a,
 //          mma_load_tile, mma_rows_times_tile, mma_add_times_tile
 #include <stdint.h>  // defines: uint32_t, uint16_t
 #include <string.h>  // defines: memcpy
-#include "../kernels/common.cuh"  // defines: Packed128, load128, store128
+#include "common.cuh"  // defines: Packed128, load128, store128
 
-// the head sizes the labs' mma.sync versions are compiled for (each one's registers hold a whole row)
+// the head sizes the mma.sync kernels are compiled for (each one's registers hold a whole row)
 inline bool mma_head_size(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
 #if !FLOATX_IS_FP32
 #ifdef CUDA_EMULATION
@@ -64,7 +66,7 @@ __device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
 }
 
 // ---------------------------------------------------------------- a warp's 16 rows against a tile
-// What both labs' FlashAttention-2 versions do with the instruction: a warp owns 16 rows (queries,
+// What FlashAttention-2's kernels do with the instruction: a warp owns 16 rows (queries,
 // or keys) held as A fragments, and meets MMA_TILE rows of the other side staged in shared memory
 #define MMA_TILE 64    // rows of the other side a tile
 #define MMA_PAD 8      // elements after each shared row (16 bytes): an ldmatrix's 8 rows start in different banks
