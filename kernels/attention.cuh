@@ -231,7 +231,9 @@ inline bool flash_wmma_head(int hs) { return !FLOATX_IS_FP32 && (hs == 16 || hs 
 inline const char* flash_kernels_refusal(int flash, int hs, int cp) {
 #ifdef __CUDACC__
     if (flash != 2) return nullptr;
-    if (FLOATX_IS_FP32) return "FlashAttention-2's mma.sync kernels are the bf16 and fp16 builds' (fp32 has no such tensor cores); use -fa 1";
+    if (FLOATX_IS_FP32)
+        return "FlashAttention-2's mma.sync kernels are the bf16 and fp16 builds' (fp32 has no such tensor cores); "
+               "use -fa 1";
     if (!(hs == 16 || hs == 32 || hs == 64 || hs == 128))
         return "the head size is not 16, 32, 64 or 128, the sizes the mma.sync kernels are compiled for; use -fa 1";
     if (cp > 1) return "ring attention (-cp) runs the WMMA kernels on its blocks; use -fa 1";
@@ -286,7 +288,7 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
 
 #ifdef __CUDACC__
 #include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, ...
-#include "flash_attention_mma.cuh"  // defines: attention_whole_forward_mma, attention_whole_backward_mma, flash_mma_head
+#include "flash_attention_mma.cuh"  // defines: attention_whole_forward_mma, attention_whole_backward_mma
 #else
 // ---------------------------------------------------------------- the CPU build: tiles through sgemm
 #include <cblas.h>  // defines: cblas_sgemm (OpenBLAS)

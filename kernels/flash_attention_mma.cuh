@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(32 * FLASH_MMA_WARPS)
         mma_load_tile<HS>(k_tile, head + C, 3 * C, k0, T);
         mma_load_tile<HS>(v_tile, head + 2 * C, 3 * C, k0, T);
         __syncthreads();  // every thread's loads are in before any warp reads the tiles
-        if (k0 <= row0 + 15 && row0 < T) {  // the same in the whole warp: a tile above its rows, or rows past T, skipped
+        if (k0 <= row0 + 15 && row0 < T) {  // the same in the whole warp: tiles above its rows, rows past T skipped
             float s[MMA_TILE / 8][4];
             mma_rows_times_tile<HS>(s, q, k_tile, g, t);  // S = Q K^T
             flash_softmax_mma<HS>(s, o, m, l, row0, k0, T, g, t, scale_log2);

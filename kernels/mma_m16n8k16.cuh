@@ -33,7 +33,8 @@ inline bool mma_head_size(int hs) { return hs == 16 || hs == 32 || hs == 64 || h
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const floatX* row) { cuda_emu_ldmatrix_x4(r, row, false); }
 __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const floatX* row) { cuda_emu_ldmatrix_x4(r, row, true); }
 #else
-__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
+__device__ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                    const float (&c)[4]) {
 #if defined(ENABLE_FP16) && !defined(ENABLE_BF16)  // as precision.h picks floatX
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%11,%12,%13};"
@@ -126,16 +127,18 @@ __device__ inline void mma_rows_times_tile(float (&acc)[MMA_TILE / 8][4], const 
 // ldmatrix_x4_trans brings b for rows 16c .. 16c + 15 and channel groups d, d + 1 (lane L points
 // at row 16c + 8 (L / 8 % 2) + L % 8, channels 8 (d + L / 16))
 template <int HS>
-__device__ inline void mma_add_times_tile(float (&out)[HS / 8][4], const float (&x)[MMA_TILE / 8][4], const floatX* tile,
-                                       int g, int t) {
+__device__ inline void mma_add_times_tile(float (&out)[HS / 8][4], const float (&x)[MMA_TILE / 8][4],
+                                          const floatX* tile, int g, int t) {
     int lane = 4 * g + t;
     const floatX* mine = tile + (lane / 8 % 2 * 8 + lane % 8) * (HS + MMA_PAD) + lane / 16 * 8;
     #pragma unroll
     for (int c = 0; c < MMA_TILE / 16; c++) {
         const float* lo = x[2 * c];
         const float* hi = x[2 * c + 1];
-        uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])), pack_pair(from_float(lo[2]), from_float(lo[3])),
-                         pack_pair(from_float(hi[0]), from_float(hi[1])), pack_pair(from_float(hi[2]), from_float(hi[3]))};
+        uint32_t a[4] = {pack_pair(from_float(lo[0]), from_float(lo[1])),
+                         pack_pair(from_float(lo[2]), from_float(lo[3])),
+                         pack_pair(from_float(hi[0]), from_float(hi[1])),
+                         pack_pair(from_float(hi[2]), from_float(hi[3]))};
         #pragma unroll
         for (int d = 0; d < HS / 8; d += 2) {
             uint32_t b[4];  // d: b[0], b[1]; d + 1: b[2], b[3]
