@@ -5,7 +5,7 @@
 # "A GPU session") and carried, with .device (MPICH, found by .device/env.sh), data/ and .gpurun/
 # (llm.c's two builds, the commit measured):
 #   1. speed: GPT-2 124M against llm.c with cuDNN, llm.c's default build and PyTorch compiled
-#      (scripts/bench_gpu.sh at B 64, then B 16 and 32), and ours under -ge 0, 1, 2
+#      (scripts/bench_gpu.sh at B 64, then B 16 and 32), and ours under -fa 1, 2 and -ge 0, 2
 #   2. the flash attention labs: every version against the host twin and PyTorch, then timed
 #   3. each kernel's time in one d12 step (ncu, one metric: gpu__time_duration), as CSV and as the
 #      record that refits ledger.h's kernel_classes
@@ -47,10 +47,12 @@ LLMC_BIN=${LLMC_BIN:-.gpurun/llmc/train_gpt2cu} LLMC_CUDNN_BIN=${LLMC_CUDNN_BIN:
 [ -x "$LLMC_CUDNN_BIN" ] || { echo "=== no llm.c cuDNN build at $LLMC_CUDNN_BIN: its column stays null"; LLMC_CUDNN_BIN=; }
 BENCH="env LLMC_BIN=$LLMC_BIN LLMC_CUDNN_BIN=$LLMC_CUDNN_BIN RECORD_DIR=$OUTDIR/gpu-runs STEPS=12 bash scripts/bench_gpu.sh"
 part speed_b64 240 env BATCHES=64 $BENCH
-# -ge (kernels/gelu_fusion.cuh): GELU in the fc GEMMs' cuBLASLt epilogues, the backward's with a 32 MiB
-# workspace (without one its DGELU GEMM measured 4x slower): the step's time at -ge 0, 1 and 2
-part gelu_fusion 60 bash -c 'for g in 0 1 2; do echo "-ge $g: $(./train_gpt -e d12 -b 16 -t 1024 -x 8 -v 0 -s 0 -ge $g | grep -E "step +8/")"; done'
-# the labs: version 7 forward and 6 backward are FlashAttention-2's with the scores in registers (mma.sync)
+# the kernels' options: -fa 2 (kernels/flash_attention_mma.cuh: FlashAttention-2 with the scores in
+# registers) against -fa 1 (WMMA), and -ge (kernels/gelu_fusion.cuh: GELU in the fc GEMMs' cuBLASLt
+# epilogues, the backward's with a 32 MiB workspace): the step's time under each; the faster become
+# the defaults (and bench_gpu.sh's flags) where resume stays bit-exact (the suite's resume check)
+part kernel_options 120 bash -c 'for f in "-fa 1 -ge 0" "-fa 2 -ge 0" "-fa 1 -ge 2" "-fa 2 -ge 2"; do echo "$f: $(./train_gpt -e d12 -b 16 -t 1024 -x 8 -v 0 -s 0 $f | grep -E "step +8/")"; done'
+# the labs: version 7 forward and 6 backward are -fa 2's kernels, 6 and 5 -fa 1's
 part lab_attention_forward 60 env DEV_REF_DIR=tests/build/pytorch_ops ./dev/attention_forward
 part lab_attention_backward 40 env DEV_REF_DIR=tests/build/pytorch_ops ./dev/attention_backward
 NCU_CMD="./train_gpt -e d12 -b 8 -t 1024 -x 1 -v 0 -s 0"
