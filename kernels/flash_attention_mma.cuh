@@ -25,8 +25,9 @@ the next product: no trip through shared memory, no barrier between the products
 Costs per (b, h): the forward 4 T^2/2 hs FLOPs of causal work, q k v read once per query tile
 and written out once; the backward 2 + 3 products (dq) and 4 (dk dv): the two walks recompute
 S and dP that FlashAttention-2's one backward shares, for no atomics. lse and D are (B, T, NH)
-fp32, as the WMMA kernels keep them. Registers (ptxas, sm_90, bf16, head size 64): the forward 129
-a thread, no spills (the lab's measurement of the same walk).
+fp32, as the WMMA kernels keep them. Registers (ptxas of nvcc 13, sm_90, bf16, head size 64): the
+forward 128 a thread, dq 164, dk dv 228, no spills; at 128 dk dv spills 192 bytes (its k, v, dk,
+dv, p and ds fragments); 18 KB of static shared memory each, so occupancy is the registers'.
 
 Head sizes 16, 32, 64 and 128 (compiled in), bf16 and fp16 builds; train_gpt refuses -fa 2
 otherwise, and under -cp (ring attention's blocks run the WMMA kernels). Not yet timed on a GPU:

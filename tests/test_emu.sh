@@ -81,6 +81,12 @@ CUDA_EMU_LAUNCH_REPORT=$D/ge2.report.jsonl trajectory "bf16 -ge 2 -fa 2, one ran
 for k in flash_forward_mma_kernel flash_dkv_mma_kernel flash_dq_mma_kernel; do
     grep -q "$k" $D/ge2.report.jsonl || { echo "FAIL: -fa 2 launched no $k"; exit 1; }; done
 ! grep -q wmma_kernel $D/ge2.report.jsonl || { echo "FAIL: -fa 2 launched WMMA attention kernels"; exit 1; }
+# and the kernel ledger (ledger.h) of -fa 2 names the attention kernels the run launched (tests/test_ledger.sh
+# holds the -fa 1 ledger's bytes and FLOPs to a run; -fa 2's do the same work in other kernels)
+./train_gpt_cpu_bf16 -e $REF/model.bin -b 2 -t 32 -plan 1 -gpu H100 -fa 2 2>/dev/null | grep '^{"ledger"' \
+    | grep -o '"kernel": "flash[^"]*"' | sort > $D/fa2.ledger
+grep -o '"kernel": "flash[^"]*"' $D/ge2.report.jsonl | sort > $D/fa2.launched
+cmp -s $D/fa2.ledger $D/fa2.launched || { diff $D/fa2.ledger $D/fa2.launched; echo "FAIL: -fa 2's ledger and launches name other attention kernels"; exit 1; }
 # -fa 2 where its kernels do not go: one line naming the flag, exit 1, before any step
 refused() {  # refused WHAT EXPECTED COMMAND...
     local what=$1 want=$2; shift 2
