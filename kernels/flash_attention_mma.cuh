@@ -94,7 +94,10 @@ __device__ inline void flash_softmax_mma(float (&s)[MMA_TILE / 8][4], float (&o)
 template <int HS>
 __global__ void __launch_bounds__(32 * FLASH_MMA_WARPS)
     flash_forward_mma_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
+    // floatX tiles as raw 16-bit words, cast at use: the emulated build's bf16 and fp16 are classes with
+    // constructors, whose __shared__ arrays would get an initialisation guard (a false race under ThreadSanitizer)
+    __shared__ __align__(16) uint16_t k_bits[MMA_TILE * (HS + MMA_PAD)], v_bits[MMA_TILE * (HS + MMA_PAD)];
+    floatX *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits;
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     // the last query tiles see the most keys: started first, they do not finish alone at the end
     int q0 = (gridDim.x - 1 - blockIdx.x) * 16 * FLASH_MMA_WARPS, row0 = q0 + 16 * (threadIdx.x / 32);
@@ -154,8 +157,9 @@ template <int HS>
 __global__ void __launch_bounds__(32 * FLASH_MMA_WARPS)
     flash_dkv_mma_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
                          int C, int NH) {
-    __shared__ __align__(16) floatX q_tile[MMA_TILE * (HS + MMA_PAD)], do_tile[MMA_TILE * (HS + MMA_PAD)];
+    __shared__ __align__(16) uint16_t q_bits[MMA_TILE * (HS + MMA_PAD)], do_bits[MMA_TILE * (HS + MMA_PAD)];
     __shared__ float lse_tile[MMA_TILE], d_tile[MMA_TILE];
+    floatX *q_tile = (floatX*)q_bits, *do_tile = (floatX*)do_bits;  // raw words: flash_forward_mma_kernel says why
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int k0 = blockIdx.x * MMA_TILE, j0 = k0 + 16 * (threadIdx.x / 32);
     const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
@@ -200,7 +204,8 @@ template <int HS>
 __global__ void __launch_bounds__(32 * FLASH_MMA_WARPS)
     flash_dq_mma_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int T,
                         int C, int NH) {
-    __shared__ __align__(16) floatX k_tile[MMA_TILE * (HS + MMA_PAD)], v_tile[MMA_TILE * (HS + MMA_PAD)];
+    __shared__ __align__(16) uint16_t k_bits[MMA_TILE * (HS + MMA_PAD)], v_bits[MMA_TILE * (HS + MMA_PAD)];
+    floatX *k_tile = (floatX*)k_bits, *v_tile = (floatX*)v_bits;  // raw words: flash_forward_mma_kernel says why
     int b = blockIdx.y / NH, h = blockIdx.y % NH, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * (threadIdx.x / 32);  // the most keys first
     const float log2e = 1.4426950408889634f, scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * log2e;
