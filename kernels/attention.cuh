@@ -234,7 +234,7 @@ inline const char* flash_kernels_refusal(int flash, int hs, int cp) {
     if (FLOATX_IS_FP32)
         return "FlashAttention-2's mma.sync kernels are the bf16 and fp16 builds' (fp32 has no such tensor cores); "
                "use -fa 1";
-    if (!(hs == 16 || hs == 32 || hs == 64 || hs == 128))
+    if (!flash_wmma_head(hs))  // the mma.sync kernels are compiled for the WMMA kernels' head sizes
         return "the head size is not 16, 32, 64 or 128, the sizes the mma.sync kernels are compiled for; use -fa 1";
     if (cp > 1) return "ring attention (-cp) runs the WMMA kernels on its blocks; use -fa 1";
 #else
@@ -423,7 +423,7 @@ struct AttentionScratch { float *out, *dq, *dkv, *D; };
 
 // out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX.
 // The GPU build's tensor-core kernels write it in floatX themselves: flash, -fa, picks them (1 the
-// WMMA kernels, flash_wmma_head; 2 the mma.sync ones, flash_mma_head, which train_gpt checks first);
+// WMMA kernels, flash_wmma_head; 2 the mma.sync ones, where flash_kernels_refusal let train_gpt take them);
 // the others (the CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T,
                               int C, int NH, int flash) {

@@ -47,6 +47,7 @@ LLMC_FLAGS="-r 0 -x $STEPS -v 1000000 -s 0 -h 0 -t $T"
 OURS_FLAGS="-x $STEPS -v 0 -s 0 -shuffle 0 -t $T"
 TORCH_FLAGS="-x $STEPS -t $T -compile 1 -dtype bf16"
 
+in_tmp() { (cd "$D" && exec "$@"); }  # llm.c runs in the temporary folder, where anything it writes goes
 run() {  # run NAME B COMMAND...: its output in $D/NAME_bB.out, or one line saying it failed
     local name=$1 B=$2; shift 2
     echo "B $B: $name"
@@ -54,10 +55,9 @@ run() {  # run NAME B COMMAND...: its output in $D/NAME_bB.out, or one line sayi
 }
 for B in $BATCHES; do
     run ours $B ./train_gpt -e "$MODEL" -i "$TRAIN" -j "$VAL" -b $B $OURS_FLAGS -log "$D/ours_b$B.jsonl"
-    [ -z "$LLMC_CUDNN_BIN" ] || run llmc_cudnn $B env LD_LIBRARY_PATH="${CUDNN_LIB:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        bash -c 'cd "$1" && shift && exec "$@"' _ "$D" "$(realpath "$LLMC_CUDNN_BIN")" -e "$MODEL" -i "$TRAIN" -j "$TRAIN" -b $B $LLMC_FLAGS
-    [ -z "$LLMC_BIN" ] || run llmc $B bash -c 'cd "$1" && shift && exec "$@"' _ "$D" "$(realpath "$LLMC_BIN")" \
-        -e "$MODEL" -i "$TRAIN" -j "$TRAIN" -b $B $LLMC_FLAGS
+    [ -z "$LLMC_CUDNN_BIN" ] || run llmc_cudnn $B in_tmp env LD_LIBRARY_PATH="${CUDNN_LIB:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$(realpath "$LLMC_CUDNN_BIN")" -e "$MODEL" -i "$TRAIN" -j "$TRAIN" -b $B $LLMC_FLAGS
+    [ -z "$LLMC_BIN" ] || run llmc $B in_tmp "$(realpath "$LLMC_BIN")" -e "$MODEL" -i "$TRAIN" -j "$TRAIN" -b $B $LLMC_FLAGS
     [ "$TORCH_PYTHON" = none ] || run torch $B "$TORCH_PYTHON" scripts/bench_torch_gpu.py -e "$MODEL" -i "$TRAIN" -b $B $TORCH_FLAGS
 done
 

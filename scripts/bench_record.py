@@ -20,13 +20,17 @@ PROGRAMS = ["ours", "llmc_cudnn", "llmc", "torch"]
 STEP_LINE = re.compile(r"^step +(\d+)/\d+ .*?\| ([0-9.]+) ms \|", re.M)  # llm.c's and bench_torch_gpu.py's
 
 
+def log_rows(path):
+    """our -log's rows"""
+    return [json.loads(l) for l in open(path) if l.strip()]
+
+
 def step_ms(path, first):
     """{step: ms} of the steps from `first` on, or None where the file is missing"""
     if not os.path.exists(path):
         return None
     if path.endswith(".jsonl"):
-        rows = [json.loads(l) for l in open(path) if l.strip()]
-        ms = {r["step"]: r["ms"] for r in rows}
+        ms = {r["step"]: r["ms"] for r in log_rows(path)}
     else:
         ms = {int(s): float(m) for s, m in STEP_LINE.findall(open(path).read())}
     return {s: m for s, m in ms.items() if s >= first}
@@ -65,7 +69,7 @@ def main():
             rec[f"{p}_tok_s"] = round(B * a.T / (med / 1e3), 1) if med else None
             rec[f"{p}_flags"] = flags.get(p) or None
             if p == "ours" and med:
-                rows = [json.loads(l) for l in open(os.path.join(a.dir, f"ours_b{B}.jsonl")) if l.strip()]
+                rows = log_rows(os.path.join(a.dir, f"ours_b{B}.jsonl"))
                 mfus = [r["mfu"] for r in rows if r["step"] >= first and r.get("mfu") is not None]
                 ours_mfu = statistics.median(mfus) if mfus else None
         for p in PROGRAMS:  # the same FLOPs a step for all: MFU scales with the inverse of the step time
