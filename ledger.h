@@ -162,7 +162,7 @@ inline double ledger_roofline_ms(const Ledger& l, const GpuSpec& g) {
 // The roofline is a floor. What the kernels reached on a GPU, per class: ncu's time of the class in
 // one step over this ledger's roofline of it, at the same shape (GPT-2 124M, B 8, T 1024, H200):
 // docs/gpu-runs/ncu_2026-11-26_11a79f0_B8.json, the second lease's run 5 (commit 11a79f0).
-// tests/test_ledger.sh recomputes each slowdown from that record and this ledger's rows and wants
+// tests/test_ledger_calibration.sh recomputes each slowdown from that record and this ledger's rows and wants
 // the table to agree, and the calibrated step within 10% of the record's total: a change of a
 // kernel's formula or of the record asks for the table to be refit. The next GPU run's record
 // replaces it. Kernels of no class (the embedding, memsets) keep their roofline.

@@ -14,7 +14,7 @@ time, so the sum is GPU time without overlap and without the host's waits (docs/
 With --record FILE (and --commit, --gpu, --B, --T) it also writes the run's record for
 docs/gpu-runs/ (ncu_DATE_COMMIT_BB.json): every kernel's milliseconds and their sums by the kernel
 classes of ledger.h (kernel_classes, read from the header: a kernel whose name starts with one of a
-class's prefixes), from which ledger.h's slowdowns are refit (tests/test_ledger.sh checks them).
+class's prefixes), from which ledger.h's slowdowns are refit (tests/test_ledger_calibration.sh checks them).
 """
 import argparse
 import collections
