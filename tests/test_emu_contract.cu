@@ -190,6 +190,60 @@ static void upload_rewritten() {
     cudaDeviceSynchronize();
 }
 
+// Streams (cuda_emu.cpp): work runs when the host waits for it, the streams interleaved in the order
+// CUDA_EMU_STREAMS picks. x passes from the default stream to a non-blocking one and back: written,
+// read into y, then overwritten. With both events y is 2 x in every order; without the first, `early`
+// runs the reader before the writer (the case stream-reader-early), without the second `late` lets
+// the writer overwrite x before the reader read it (stream-writer-late). A blocking stream needs no
+// event: the legacy default stream and it wait for each other's earlier work.
+__global__ void copy_scaled(float* out, const float* in, float scale, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = scale * in[i];
+}
+static bool pass_between_streams(cudaStream_t side, bool event_before_read, bool event_after_read) {
+    float *x, *y, h[8];
+    cudaMalloc(&x, 4 * sizeof(float)); cudaMalloc(&y, 4 * sizeof(float));
+    cudaEvent_t written, read;
+    cudaEventCreateWithFlags(&written, cudaEventDisableTiming); cudaEventCreateWithFlags(&read, cudaEventDisableTiming);
+    fill<<<1, 4>>>(x, 3.0f, 4);
+    cudaDeviceSynchronize();     // x = 3, then:
+    fill<<<1, 4>>>(x, 1.0f, 4);  // default stream: x = 1
+    cudaEventRecord(written, 0);
+    if (event_before_read) cudaStreamWaitEvent(side, written, 0);
+    copy_scaled<<<1, 4, 0, side>>>(y, x, 2.0f, 4);  // side stream: y = 2 x
+    cudaEventRecord(read, side);
+    if (event_after_read) cudaStreamWaitEvent(0, read, 0);
+    fill<<<1, 4>>>(x, 5.0f, 4);  // default stream: x = 5
+    cudaMemcpy(h, y, 4 * sizeof(float), cudaMemcpyDeviceToHost);  // waits for the default stream, and so the side's read
+    cudaStreamSynchronize(side);
+    cudaMemcpy(h + 4, x, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaEventDestroy(written); cudaEventDestroy(read);
+    cudaFree(x); cudaFree(y);
+    return h[0] == 2.0f && h[3] == 2.0f && h[4] == 5.0f;
+}
+static void streams(const char* c) {
+    cudaStream_t side, blocking;
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    cudaStreamCreate(&blocking);
+    if (!strcmp(c, "stream-reader-early"))
+        expect(pass_between_streams(side, false, true), "a tensor read on another stream with no event after its write");
+    else if (!strcmp(c, "stream-writer-late"))
+        expect(pass_between_streams(side, true, false), "a tensor rewritten with no event after another stream read it");
+    else {
+        expect(pass_between_streams(side, true, true), "a tensor passed to a non-blocking stream and back, an event each way");
+        expect(pass_between_streams(blocking, false, false), "the same through a blocking stream, with no event");
+        float *d, h = 0;
+        cudaMalloc(&d, sizeof(float));
+        fill<<<1, 1>>>(d, 4.0f, 1);
+        expect(cudaStreamQuery(0) == cudaSuccess, "cudaStreamQuery runs what it can: a kernel, done");
+        cudaMemcpy(&h, d, sizeof(float), cudaMemcpyDeviceToHost);
+        expect(h == 4.0f, "and its result is there");
+        cudaFree(d);
+    }
+    cudaStreamDestroy(side);
+    cudaStreamDestroy(blocking);
+}
+
 static void poison() {
     float *fresh, *in, *odd, *out;
     cudaMalloc(&fresh, 64 * sizeof(float)); cudaMalloc(&in, 64 * sizeof(float));
@@ -526,6 +580,21 @@ static void nccl() {
     ncclRecv(d, 8, ncclFloat, peer, comm, 0);
     expect(ncclGroupEnd() == ncclSuccess, "a send and a receive to each other inside a group");
     expect(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart is ncclInvalidUsage");
+    cudaStream_t side;  // a reduction on a stream of its own, ordered by events both ways
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    cudaEvent_t written, reduced;
+    cudaEventCreate(&written); cudaEventCreate(&reduced);
+    fill<<<1, 8>>>(d, 1.0f + rank, 8);
+    cudaEventRecord(written, 0);
+    cudaStreamWaitEvent(side, written, 0);
+    ncclAllReduce(d, d, 8, ncclFloat, ncclSum, comm, side);
+    cudaEventRecord(reduced, side);
+    cudaStreamWaitEvent(0, reduced, 0);
+    copy_scaled<<<1, 8>>>(d, d, 10.0f, 8);
+    cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+    expect(h[0] == 30.0f && h[7] == 30.0f, "ncclAllReduce on a non-blocking stream between two events: 10 (1 + 2)");
+    cudaEventDestroy(written); cudaEventDestroy(reduced);
+    cudaStreamDestroy(side);
     ncclCommDestroy(comm);
 }
 // one NCCL bug per case: each must end the run with a line naming it
@@ -544,7 +613,12 @@ static void nccl_bug(const char* c) {
     else if (!strcmp(c, "nccl-overlap-reducescatter")) ncclReduceScatter(d, d + 1, 4, ncclFloat, ncclSum, comm, 0);
     else if (!strcmp(c, "nccl-overlap-allgather")) ncclAllGather(d + 1, d, 4, ncclFloat, comm, 0);  // in place is d + rank * 4
     else if (!strcmp(c, "nccl-overlap-broadcast")) ncclBroadcast(d, d + 1, 4, ncclFloat, 0, comm, 0);
-    else if (!strcmp(c, "nccl-deadlock")) {  // both send first, outside a group: each send waits for a receive never posted
+    else if (!strcmp(c, "nccl-two-streams")) {  // one communicator on two streams with no event between them
+        cudaStream_t side;
+        cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+        ncclAllReduce(d, d, 4, ncclFloat, ncclSum, comm, 0);
+        ncclAllReduce(e, e, 4, ncclFloat, ncclSum, comm, side);
+    } else if (!strcmp(c, "nccl-deadlock")) {  // both send first, outside a group: each send waits for a receive never posted
         ncclSend(d, 8, ncclFloat, peer, comm, 0);
         ncclRecv(e, 8, ncclFloat, peer, comm, 0);
         cudaDeviceSynchronize();
@@ -568,8 +642,9 @@ int main(int argc, char** argv) {
     __nv_bfloat16* ab;  // two 16x16 bf16 tiles, for the WMMA bugs
     cudaMalloc(&ab, 512 * sizeof(__nv_bfloat16));
     cudaMemset(ab, 0, 512 * sizeof(__nv_bfloat16));
-    if (!*c) { launches(); poison(); async_copies(); cublas(); wmma_checks(); }
+    if (!*c) { launches(); poison(); async_copies(); streams(""); cublas(); wmma_checks(); }
     else if (!strcmp(c, "upload-rewritten")) upload_rewritten();
+    else if (!strncmp(c, "stream", 6)) streams(c);
     else if (!strcmp(c, "wmma")) wmma_checks();  // also under ThreadSanitizer
     else if (!strcmp(c, "wmma-half-warp")) wmma_half_warp<<<1, 32>>>(d, ab, 0);
     else if (!strcmp(c, "wmma-after-exit")) wmma_half_warp<<<1, 32>>>(d, ab, 1);

@@ -26,7 +26,7 @@ cores do. The result, with cuBLASLt's epilogue (bias, GELU), is rounded once int
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 
-struct cublasContext { cublasMath_t math = CUBLAS_DEFAULT_MATH; };
+struct cublasContext { cublasMath_t math = CUBLAS_DEFAULT_MATH; cudaStream_t stream = 0; };
 
 static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_64F ? 8 : 2; }
 static float load(const void* p, cudaDataType t, size_t i) {
@@ -106,7 +106,6 @@ static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperati
     if (lda < (ta ? k : m) || lda < 1 || ldb < (tb ? n : k) || ldb < 1 || ldc < m || ldc < 1) return CUBLAS_STATUS_INVALID_VALUE;
     if (!supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-    cuda_emu::finish_queued_work();  // the GEMM runs after the work queued before it on the stream
     float al = *(const float*)alpha, be = *(const float*)beta;  // host pointer mode: scalars in host memory
     size_t ea = extent(ta ? k : m, ta ? m : k, lda), eb = extent(tb ? n : k, tb ? k : n, ldb), ec = extent(m, n, ldc);
     std::string what = std::string(who) + " ";
@@ -115,13 +114,15 @@ static cublasStatus_t gemm(cublasHandle_t handle, const char* who, cublasOperati
     char* c = (char*)cuda_emu::device_bytes(C, (ec + (size_t)sc * (batch - 1)) * type_bytes(ct), (what + "C").c_str());
     bool tf32_inputs = at == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                                             (handle->math == CUBLAS_TF32_TENSOR_OP_MATH && compute == CUBLAS_COMPUTE_32F));
-    cuda_emu::watch_begin();
-    for (int i = 0; i < batch; i++)
-        gemm_one(tf32_inputs, ta, tb, m, n, k, al, a + (size_t)i * sa * type_bytes(at), at, lda, b + (size_t)i * sb * type_bytes(bt),
-                 bt, ldb, be, c + (size_t)i * sc * type_bytes(ct), ct, ldc, c + (size_t)i * sc * type_bytes(ct), ldc,
-                 Epilogue{nullptr, CUDA_R_32F, false});
-    cuda_emu::watch_end(who, 2.0 * m * n * k * batch);  // the launch report's FLOPs, from the sizes given
-    cuda_emu::check_canaries(who);
+    cuda_emu::enqueue(handle->stream, [=] {  // the scalars as they were at the call, the GEMM when its stream runs it
+        cuda_emu::watch_begin();
+        for (int i = 0; i < batch; i++)
+            gemm_one(tf32_inputs, ta, tb, m, n, k, al, a + (size_t)i * sa * type_bytes(at), at, lda,
+                     b + (size_t)i * sb * type_bytes(bt), bt, ldb, be, c + (size_t)i * sc * type_bytes(ct), ct, ldc,
+                     c + (size_t)i * sc * type_bytes(ct), ldc, Epilogue{nullptr, CUDA_R_32F, false});
+        cuda_emu::watch_end(who, 2.0 * m * n * k * batch);  // the launch report's FLOPs, from the sizes given
+        cuda_emu::check_canaries(who);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -137,7 +138,11 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
     handle->math = mode;
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) { return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                             const void* alpha, const void* A, cudaDataType at, int lda, const void* B, cudaDataType bt,
                             int ldb, const void* beta, void* C, cudaDataType ct, int ldc, cublasComputeType_t compute,
@@ -259,7 +264,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* beta,
                               const void* C, cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     const void* pointers[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)  // the heuristic's algorithm needs the alignment its preference allowed (or 256 bytes)
@@ -272,7 +277,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
                 d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (with_bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     int m = (int)Dd->rows, n = (int)Dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
-    cuda_emu::finish_queued_work();
     if (workspace_bytes) cuda_emu::device_bytes(workspace, workspace_bytes, "cublasLtMatmul workspace");
     float be = *(const float*)beta;
     cudaDataType bias_type = d->bias_type < 0 ? Dd->type : (cudaDataType)d->bias_type;
@@ -285,11 +289,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t d, c
     const void* b = cuda_emu::device_bytes(B, extent((int)Bd->rows, (int)Bd->cols, Bd->ld) * type_bytes(Bd->type), "cublasLtMatmul B");
     const void* c = be != 0.0f ? cuda_emu::device_bytes(C, extent(m, n, Cd->ld) * type_bytes(Cd->type), "cublasLtMatmul C") : nullptr;
     void* dd = cuda_emu::device_bytes(D, extent(m, n, Dd->ld) * type_bytes(Dd->type), "cublasLtMatmul D");
-    cuda_emu::watch_begin();
-    gemm_one(Ad->type == CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32, d->transa != CUBLAS_OP_N,
-             d->transb != CUBLAS_OP_N, m, n, k, *(const float*)alpha, a, Ad->type, (int)Ad->ld, b, Bd->type, (int)Bd->ld, be, c,
-             Dd->type, (int)Cd->ld, dd, (int)Dd->ld, ep);
-    cuda_emu::watch_end("cublasLtMatmul", 2.0 * m * n * k);  // the launch report's FLOPs (the epilogue not counted)
-    cuda_emu::check_canaries("cublasLtMatmul");
+    bool tf32 = Ad->type == CUDA_R_32F && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    bool ta = d->transa != CUBLAS_OP_N, tb = d->transb != CUBLAS_OP_N;
+    float al = *(const float*)alpha;
+    cudaDataType at = Ad->type, bt = Bd->type, dt = Dd->type;
+    int lda = (int)Ad->ld, ldb = (int)Bd->ld, ldc = (int)Cd->ld, ldd = (int)Dd->ld;
+    cuda_emu::enqueue(stream, [=] {  // the descriptors as they were at the call, the GEMM when its stream runs it
+        cuda_emu::watch_begin();
+        gemm_one(tf32, ta, tb, m, n, k, al, a, at, lda, b, bt, ldb, be, c, dt, ldc, dd, ldd, ep);
+        cuda_emu::watch_end("cublasLtMatmul", 2.0 * m * n * k);  // the launch report's FLOPs (the epilogue not counted)
+        cuda_emu::check_canaries("cublasLtMatmul");
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

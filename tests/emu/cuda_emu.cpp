@@ -48,6 +48,8 @@ on stderr (a line: how many, the first's offset), to tell "read before written" 
 #include <sys/mman.h>
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -116,13 +118,176 @@ static Devices& devices() {
 static int physical_device() { return devices().visible.empty() ? 0 : devices().visible[devices().current]; }
 int current_device_bus_id() { return 0x10 + physical_device(); }
 
-// ---------------------------------------------------------------- the stream
+// ---------------------------------------------------------------- streams
+// Work is queued on its stream when the host issues it and runs later, when the host waits for
+// it (a synchronize, a query, an event, a copy to or from pageable memory, cudaFree), as a GPU
+// runs behind its host. The queues then run interleaved, within what CUDA promises: each stream
+// in its own order; cudaStreamWaitEvent holds a stream until the event's record (the last one
+// issued before the wait) has run; the legacy default stream (0) and the blocking streams
+// (cudaStreamCreate) each wait for the other's earlier work, cudaStreamNonBlocking streams for
+// nothing but their events. Among the streams that may run, CUDA_EMU_STREAMS picks:
+//     issue    (default) the one whose next work was issued first: the host's order
+//     early    any stream but the default one, as early as its waits allow
+//     late     the default stream whenever it can run: the others as late as their waits allow
+//     seed:N   one drawn at random (seed N) at each piece of work
+// Two streams that share a tensor without an event between them then show it in the bytes: early
+// runs a reader before the writer it should have waited for, late lets a buffer be rewritten
+// before the other stream read it. NCCL's operations (nccl_emu.cpp) are started, then polled: a
+// stream waiting on another rank holds back only itself, as a GPU's NCCL kernel does.
 static bool stalled = false;
 void stall_default_stream() { stalled = true; }
 [[noreturn]] static void wait_forever() { for (;;) pause(); }
-static bool (*queued_work)(bool wait) = nullptr;
-void set_queued_work(bool (*finish)(bool wait)) { queued_work = finish; }
-void finish_queued_work() { if (queued_work) queued_work(true); }
+void pause_between_polls(unsigned polls) {
+    if (polls >= 64) usleep(polls < 1024 ? 10 : 50);
+}
+
+struct Work {
+    enum Kind { RUN, RECORD, WAIT } kind;
+    unsigned long long seq;       // the host's issue order over every stream
+    std::function<void()> start;  // RUN: the work, or its beginning
+    std::function<bool()> done;   // RUN, started work: true once complete (null: complete when start returns)
+    cudaEvent_t event;            // RECORD, WAIT
+    unsigned long long mark;      // RECORD: this record's number; WAIT: the record waited for
+    bool started;
+};
+}  // namespace cuda_emu
+struct CUstream_st { std::deque<cuda_emu::Work> queue; bool blocking; };
+struct CUevent_st { double ms; unsigned long long recorded, completed; };  // records issued, records run
+namespace cuda_emu {
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static CUstream_st legacy_stream = {{}, true};
+static std::vector<CUstream_st*>& live_streams() { static std::vector<CUstream_st*> v = {&legacy_stream}; return v; }
+static unsigned long long issued_work = 0;
+static CUstream_st* stream_of(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy ? &legacy_stream : s; }
+
+enum Order { ISSUE, EARLY, LATE, SEEDED };
+struct Schedule { Order order; uint64_t state; };
+static Schedule& schedule() {
+    static Schedule s = [] {
+        Schedule s = {ISSUE, 0};
+        const char* v = getenv("CUDA_EMU_STREAMS");
+        if (!v || !*v || !strcmp(v, "issue")) return s;
+        if (!strcmp(v, "early")) s.order = EARLY;
+        else if (!strcmp(v, "late")) s.order = LATE;
+        else if (!strncmp(v, "seed:", 5) && v[5]) s = {SEEDED, strtoull(v + 5, nullptr, 10) * 0x9E3779B97F4A7C15ull + 1};
+        else die("CUDA_EMU_STREAMS=%s: expected issue, early, late or seed:N", v);
+        return s;
+    }();
+    return s;
+}
+
+static void run_work_left_at_exit();
+static void push(cudaStream_t stream, Work w) {
+    static bool registered = (live_streams(), atexit(run_work_left_at_exit), true);  // the list outlives the handler
+    (void)registered;
+    w.seq = ++issued_work;
+    stream_of(stream)->queue.push_back(std::move(w));
+}
+void enqueue(cudaStream_t stream, std::function<void()> run) {
+    if (stalled) return;  // queued behind work that never completes: it never runs
+    push(stream, Work{Work::RUN, 0, std::move(run), nullptr, nullptr, 0, false});
+}
+void enqueue_started(cudaStream_t stream, std::function<void()> start, std::function<bool()> done) {
+    if (stalled) return;
+    push(stream, Work{Work::RUN, 0, std::move(start), std::move(done), nullptr, 0, false});
+}
+
+// whether stream s's next work may begin now
+static bool may_start(const CUstream_st* s) {
+    if (s->queue.empty() || s->queue.front().started) return false;
+    const Work& w = s->queue.front();
+    if (w.kind == Work::WAIT && w.event->completed < w.mark) return false;
+    if (!s->blocking) return true;
+    for (const CUstream_st* o : live_streams())  // the legacy stream and a blocking one: the other's earlier work first
+        if (o != s && o->blocking && (o == &legacy_stream || s == &legacy_stream) && !o->queue.empty() &&
+            o->queue.front().seq < w.seq)
+            return false;
+    return true;
+}
+static CUstream_st* pick() {
+    std::vector<CUstream_st*> ready;
+    for (CUstream_st* s : live_streams())
+        if (may_start(s)) ready.push_back(s);
+    if (ready.empty()) return nullptr;
+    auto first_issued = [&](bool legacy_only, bool others_only) {
+        CUstream_st* best = nullptr;
+        for (CUstream_st* s : ready)
+            if (!(legacy_only && s != &legacy_stream) && !(others_only && s == &legacy_stream) &&
+                (!best || s->queue.front().seq < best->queue.front().seq))
+                best = s;
+        return best;
+    };
+    Schedule& order = schedule();
+    CUstream_st* s = nullptr;
+    if (order.order == EARLY) s = first_issued(false, true);
+    if (order.order == LATE) s = first_issued(true, false);
+    if (order.order == SEEDED) {  // xorshift64
+        order.state ^= order.state << 13, order.state ^= order.state >> 7, order.state ^= order.state << 17;
+        s = ready[order.state % ready.size()];
+    }
+    return s ? s : first_issued(false, false);
+}
+static void run_next(CUstream_st* s) {
+    Work& w = s->queue.front();  // a reference a push onto the deque leaves valid
+    if (w.kind == Work::RECORD) {
+        w.event->completed = std::max(w.event->completed, w.mark);
+        w.event->ms = now_ms();
+    } else if (w.kind == Work::RUN) {
+        w.started = true;
+        w.start();
+        if (w.done && !w.done()) return;  // in progress: polled by complete_started
+    }
+    s->queue.pop_front();
+}
+// at exit, the kernels, copies and GEMMs still queued run (a fault in one is still reported), up to the
+// first NCCL operation: MPI may be gone by then
+static void run_work_left_at_exit() {
+    while (CUstream_st* s = stalled ? nullptr : pick()) {
+        if (s->queue.front().done) return;
+        run_next(s);
+    }
+}
+// started work that has completed since: retired
+static bool complete_started() {
+    bool any = false;
+    for (CUstream_st* s : live_streams())
+        if (!s->queue.empty() && s->queue.front().started && s->queue.front().done()) {
+            s->queue.pop_front();
+            any = true;
+        }
+    return any;
+}
+// runs queued work until finished() holds (wait) or nothing more can run without waiting (!wait)
+template <typename Finished> static bool run_work(Finished finished, bool wait) {
+    for (unsigned polls = 0;;) {
+        if (stalled) {  // behind a failed link nothing completes
+            if (wait) wait_forever();
+            return false;
+        }
+        if (finished()) return true;
+        if (CUstream_st* s = pick()) { run_next(s); polls = 0; continue; }
+        if (complete_started()) { polls = 0; continue; }
+        if (!wait) return false;
+        bool in_progress = false;
+        for (CUstream_st* s : live_streams()) in_progress |= !s->queue.empty() && s->queue.front().started;
+        if (!in_progress) die("queued work that can never run: a stream waits for an event that will not be recorded");
+        pause_between_polls(polls++);
+    }
+}
+static bool all_idle() {
+    for (CUstream_st* s : live_streams())
+        if (!s->queue.empty()) return false;
+    return true;
+}
+static void run_all_work() { run_work(all_idle, true); }
+// the work issued so far on `stream` and on what it waits for implicitly: a marker queued behind it
+static void run_work_before(cudaStream_t stream) {
+    bool reached = false;
+    push(stream, Work{Work::RUN, 0, [&reached] { reached = true; }, nullptr, nullptr, 0, false});
+    run_work([&] { return reached; }, true);
+}
 
 // ---------------------------------------------------------------- errors
 static thread_local cudaError_t last_error = cudaSuccess;
@@ -209,7 +374,9 @@ static size_t data_pages(const Allocation& a) {
     return ((uintptr_t)a.bytes + a.size + PAGE - 1) / PAGE - (uintptr_t)a.bytes / PAGE;
 }
 
+static void run_work_left_at_exit();
 static void write_report() {
+    run_work_left_at_exit();  // registered before this, so run after it: its launches count
     FILE* f = fopen(report_path(), "w");
     if (!f) { fprintf(stderr, "CUDA emulation: cannot write the launch report %s\n", report_path()); return; }
     for (auto& [name, row] : report_rows())
@@ -344,18 +511,15 @@ static bool wait_report_registered = getenv("CUDA_EMU_WAIT_REPORT") && atexit(wr
 // Asynchronous copies with page-locked memory hold the host to a discipline the emulator checks at
 // each wait: an upload's host bytes stay as they were queued until a wait has passed (the GPU may
 // read them any time before), and a download's host bytes hold nothing before a wait (they are
-// 0xFF, NaN as floats, until the wait lands the device's bytes as they were when it was queued)
-struct QueuedCopy { void* host; std::vector<char> bytes; };  // an upload's host bytes, a download's device bytes
+// 0xFF, NaN as floats, until its work runs, at the wait)
+struct QueuedCopy { void* host; std::vector<char> bytes; };  // an upload's host bytes as queued
 static std::vector<QueuedCopy>& queued_uploads() { static std::vector<QueuedCopy> v; return v; }
-static std::vector<QueuedCopy>& queued_downloads() { static std::vector<QueuedCopy> v; return v; }
 static void land_queued_copies() {
     for (const QueuedCopy& u : queued_uploads())
         if (memcmp(u.host, u.bytes.data(), u.bytes.size()))
             die("the host rewrote the %zu bytes at %p, an asynchronous upload's source, before a wait: the device may "
                 "read them any time until one (cudaMemcpyAsync from page-locked memory)", u.bytes.size(), u.host);
-    for (const QueuedCopy& d : queued_downloads()) memcpy(d.host, d.bytes.data(), d.bytes.size());
     queued_uploads().clear();
-    queued_downloads().clear();
 }
 static void host_waited() {
     land_queued_copies();
@@ -422,6 +586,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr) {
     if (!ptr) return cudaSuccess;
+    if (!stalled) run_all_work();  // cudaFree waits for the device, whose queued work may use the memory
     std::lock_guard<std::mutex> lock(memory_mutex);
     auto it = allocations().find((uintptr_t)ptr);
     if (it == allocations().end()) return record(cudaErrorInvalidValue);
@@ -441,7 +606,8 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
     if (!ptr) return cudaSuccess;
-    land_queued_copies();  // CUDA waits for the device before freeing page-locked memory
+    if (!stalled) run_all_work();  // CUDA waits for the device before freeing page-locked memory
+    land_queued_copies();
     std::lock_guard<std::mutex> lock(memory_mutex);
     if (!pinned().erase((uintptr_t)ptr)) return record(cudaErrorInvalidValue);
     free(ptr);
@@ -481,23 +647,32 @@ static void copy_reported(const char* call, const void* from, const void* src, s
     if (src_device && !dst_device) report_unwritten((const char*)from, bytes, src);
     check_canaries(call);
 }
+// a copy's work, queued on `stream`: the bytes move when it runs
+static void queue_copy(const char* call, void* to, const void* from, const void* src, size_t bytes, bool src_device,
+                       bool dst_device, cudaStream_t stream) {
+    enqueue(stream, [=] {
+        memmove(to, from, bytes);
+        copy_reported(call, from, src, bytes, src_device, dst_device);
+    });
+}
+// on the legacy stream: device to device is queued; with host memory on one side the host waits for
+// the work before it (its stream's and the blocking streams'), then the copy is done when it returns
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return cudaSuccess;
-    if (stalled && kind != cudaMemcpyDeviceToDevice) wait_forever();  // it waits for the work before it
-    if (kind != cudaMemcpyDeviceToDevice) host_waited();
-    finish_queued_work();
     bool dst_device, src_device;
     if (!copy_sides(dst, src, kind, &dst_device, &src_device)) return record(cudaErrorInvalidMemcpyDirection);
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpy destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpy source") : src;
+    if (src_device && dst_device) { queue_copy("cudaMemcpy", to, from, src, bytes, true, true, 0); return cudaSuccess; }
+    run_work_before(0);  // waits forever behind a failed link
+    host_waited();
     memmove(to, from, bytes);
     copy_reported("cudaMemcpy", from, src, bytes, src_device, dst_device);
-    if (!(src_device && dst_device)) issued_since_wait = 0;  // done when it returns: nothing of it to wait for
+    issued_since_wait = 0;  // done when it returns: nothing of it to wait for
     return cudaSuccess;
 }
-// done at once, as everything here; only its effect on the host differs: from page-locked memory it
-// is queued work (the host goes on), from pageable memory a wait as cudaMemcpy's
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+// from page-locked memory, queued work (the host goes on); from pageable memory a wait as cudaMemcpy's
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     bool pageable;
     {
         std::lock_guard<std::mutex> lock(memory_mutex);
@@ -507,29 +682,25 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     bool dst_device, src_device;
     if (!copy_sides(dst, src, kind, &dst_device, &src_device)) return record(cudaErrorInvalidMemcpyDirection);
     if (stalled) return cudaSuccess;  // queued behind a failed link: it never runs, the host goes on
-    finish_queued_work();
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpyAsync source") : src;
     if (!src_device) queued_uploads().push_back({(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)});
-    if (!dst_device) {  // lands at the next wait; until then the host sees 0xFF
-        queued_downloads().push_back({dst, std::vector<char>((const char*)from, (const char*)from + bytes)});
-        memset(dst, 0xFF, bytes);
-    } else {
-        memmove(to, from, bytes);
-    }
-    copy_reported("cudaMemcpyAsync", from, src, bytes, src_device, dst_device);
+    if (!dst_device) memset(dst, 0xFF, bytes);  // until its work runs the host sees 0xFF
+    queue_copy("cudaMemcpyAsync", to, from, src, bytes, src_device, dst_device, stream);
     return cudaSuccess;
 }
-cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return cudaSuccess;
     if (!is_device_pointer(ptr)) die("cudaMemset: %p is not device memory", ptr);
-    finish_queued_work();
-    memset(device_bytes(ptr, bytes, "cudaMemset"), value, bytes);
-    count_copy("cudaMemset", bytes);
-    check_canaries("cudaMemset");
+    void* at = device_bytes(ptr, bytes, "cudaMemset");
+    enqueue(stream, [=] {
+        memset(at, value, bytes);
+        count_copy("cudaMemset", bytes);
+        check_canaries("cudaMemset");
+    });
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) { return cudaMemset(ptr, value, bytes); }
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, 0); }
 
 // ---------------------------------------------------------------- devices API
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -566,24 +737,61 @@ cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
 }
 
 // ---------------------------------------------------------------- streams, events, errors
-// work runs when it is issued, in issue order: every stream is always idle
-cudaError_t cudaDeviceSynchronize() { if (stalled) wait_forever(); finish_queued_work(); host_waited(); return cudaSuccess; }
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { static char id; *stream = (cudaStream_t)&id; return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { if (stalled) wait_forever(); finish_queued_work(); host_waited(); return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) {
-    if (stalled || (queued_work && !queued_work(false))) return cudaErrorNotReady;
+// (the streams section above says when queued work runs)
+cudaError_t cudaDeviceSynchronize() { run_all_work(); host_waited(); return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+    *stream = new CUstream_st{{}, !(flags & cudaStreamNonBlocking)};
+    live_streams().push_back(*stream);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {  // its queued work still runs, as CUDA's does
+    if (!stream || stream == cudaStreamLegacy) return record(cudaErrorInvalidResourceHandle);
+    if (!stalled) run_work([&] { return stream->queue.empty(); }, true);
+    auto& v = live_streams();
+    v.erase(std::remove(v.begin(), v.end(), stream), v.end());
+    delete stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    CUstream_st* s = stream_of(stream);
+    run_work([&] { return s->queue.empty(); }, true);
+    host_waited();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {  // runs what can run now: the GPU moved on meanwhile
+    CUstream_st* s = stream_of(stream);
+    if (!run_work([&] { return s->queue.empty(); }, false)) return cudaErrorNotReady;
     host_waited();  // polled until done: base.h's device_synchronize
     return cudaSuccess;
 }
-struct CUevent_st { double ms; };
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+    if (!event) return record(cudaErrorInvalidResourceHandle);
+    if (event->recorded > 0 && !stalled) push(stream, Work{Work::WAIT, 0, nullptr, nullptr, event, event->recorded, false});
+    return cudaSuccess;
 }
-cudaError_t cudaEventCreate(cudaEvent_t* event) { *event = new CUevent_st{0.0}; return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t event) { delete event; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { finish_queued_work(); event->ms = now_ms(); return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { if (stalled) wait_forever(); host_waited(); return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { *event = new CUevent_st{0.0, 0, 0}; return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {  // a record or wait still queued keeps it until it runs
+    if (!stalled) run_all_work();
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    if (!event) return record(cudaErrorInvalidResourceHandle);
+    if (!stalled) push(stream, Work{Work::RECORD, 0, nullptr, nullptr, event, ++event->recorded, false});
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    unsigned long long mark = event->recorded;
+    run_work([&] { return event->completed >= mark; }, true);
+    host_waited();
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    unsigned long long mark = event->recorded;
+    return run_work([&] { return event->completed >= mark; }, false) ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     *ms = (float)(end->ms - start->ms);
     return cudaSuccess;
@@ -875,8 +1083,6 @@ static Worker* this_worker(const LaunchSite& site, dim3 block, void (*run_thread
 }
 
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, void (*run_thread)(void*), void* bound) {
-    if (stalled) return;  // queued behind work that never completes
-    finish_queued_work();  // it runs after the work queued before it
     long long blocks = (long long)grid.x * grid.y * grid.z;
     watch_begin();
     auto run = [&](long long b) {

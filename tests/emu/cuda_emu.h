@@ -30,9 +30,17 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
                holds a NaN in every precision (0xFFA5 words), as a reminder that cudaMalloc
                does not clear
     copies     cudaMemcpy checks that its pointers are on the sides its kind says
+    streams    work is queued on its stream and runs when the host waits for it, as a
+               GPU runs behind its host; the streams' queues interleave within CUDA's
+               promises (stream order, cudaStreamWaitEvent, the legacy default stream's
+               implicit waits) in the order CUDA_EMU_STREAMS picks: issue (default),
+               early or late (the adversarial orders: a missing event shows in the
+               bytes), seed:N. NCCL's operations are started, then polled, so a stream
+               waiting on a peer rank holds back only itself (cuda_emu.cpp: streams)
 
 What it cannot show: speed, the memory model beyond barriers (no reordering,
-no caches), real NCCL transport, numerical details of tensor cores (the GEMMs run
+no caches), two kernels running at the same moment (work on two streams interleaves
+kernel by kernel, never inside a kernel), real NCCL transport, numerical details of tensor cores (the GEMMs run
 in fp32 on the host through OpenBLAS).
 */
 #pragma once
@@ -40,6 +48,7 @@ in fp32 on the host through OpenBLAS).
 #include <stdint.h>  // defines: uint64_t
 #include <string.h>  // defines: memcpy
 #include <math.h>    // defines: sqrtf, expf
+#include <functional>  // defines: std::function
 #include <tuple>     // defines: std::tuple, std::apply
 #include <type_traits>  // defines: std::is_class_v, std::has_unique_object_representations_v
 #include <utility>   // defines: std::index_sequence
@@ -143,6 +152,11 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_32I = 10, CUDA_R_16BF = 14 } cudaDataType;
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)  // the legacy default stream, as stream 0 is
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1             // a stream that does not wait for, nor hold back, the legacy stream
+#define cudaEventDefault 0x0
+#define cudaEventDisableTiming 0x2
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin;
@@ -168,10 +182,14 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = 0);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
@@ -194,12 +212,15 @@ int current_device_bus_id();  // the PCI bus id of the calling thread's current 
 // a failed NCCL link: its work, and everything queued after it, never completes (cudaStreamQuery
 // says not ready, synchronising waits forever, as on a GPU)
 void stall_default_stream();
-// work another library queued on the stream and has not finished (NCCL's sends and receives):
-// finish(true) completes it, finish(false) says whether it is done. The runtime completes it
-// before anything later on the stream runs (a kernel, a copy, a GEMM), and cudaStreamQuery says
-// "not ready" until it is done: the host waits where a GPU would make it wait
-void set_queued_work(bool (*finish)(bool wait));
-void finish_queued_work();
+// Work on a stream (cuda_emu.cpp, "streams"): queued when issued, run when the host waits for it,
+// the streams interleaved in the order CUDA_EMU_STREAMS chooses. enqueue: work done when run()
+// returns (a kernel, a copy, a GEMM); enqueue_started: work that start() begins and that completes
+// when done() first says so, polled meanwhile while other streams go on (NCCL's operations)
+void enqueue(cudaStream_t stream, std::function<void()> run);
+void enqueue_started(cudaStream_t stream, std::function<void()> start, std::function<bool()> done);
+// the pause between two polls of work that waits on another process (a short spin, then sleeps:
+// the tests run more ranks than cores)
+void pause_between_polls(unsigned polls);
 }
 
 // ---------------------------------------------------------------- launches
@@ -242,6 +263,7 @@ template <typename... Params> struct Launch {
     LaunchSite site;
     dim3 grid, block;
     size_t shared_bytes;
+    cudaStream_t stream;
     struct Bound { void (*kernel)(Params...); std::tuple<Params...> params; };
     template <size_t... I> static void translate_all(std::tuple<Params...>& t, const LaunchSite& site, std::index_sequence<I...>) {
         (translate(std::get<I>(t), site, (int)I), ...);
@@ -254,14 +276,16 @@ template <typename... Params> struct Launch {
         if (!launch_valid((const void*)kernel, site, grid, block, shared_bytes)) return;
         Bound bound = {kernel, std::tuple<Params...>(args...)};
         translate_all(bound.params, site, std::index_sequence_for<Params...>{});
-        run_grid(site, grid, block, &run_thread, &bound);
+        // the arguments are copied now, as a launch copies them; the grid runs when its stream gets to it
+        enqueue(stream, [bound, site = site, grid = grid, block = block]() mutable {
+            run_grid(site, grid, block, &run_thread, &bound);
+        });
     }
 };
 template <typename... Params>
 inline Launch<Params...> launch(void (*kernel)(Params...), const char* name, const char* file, int line, dim3 grid,
                                 dim3 block, size_t shared_bytes = 0, cudaStream_t stream = 0) {
-    (void)stream;  // one stream of work, run in order as launched
-    return Launch<Params...>{kernel, LaunchSite{name, file, line}, grid, block, shared_bytes};
+    return Launch<Params...>{kernel, LaunchSite{name, file, line}, grid, block, shared_bytes, stream};
 }
 }  // namespace cuda_emu
 #define cuda_emu_launch cuda_emu::launch

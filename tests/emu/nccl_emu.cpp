@@ -15,9 +15,14 @@ tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's s
     with every rank's, and a mismatch ends the run with a line naming both; a rank that
     never makes the call leaves the others waiting, a hang the tests' timeouts turn into
     a failure, as on a GPU;
-  - sends and receives are queued, as on a GPU, and complete when later work on the stream
-    needs them: the host waits there (a kernel launch, a copy, a synchronisation), not in the
-    call. A send completes only when its receiver has taken it (MPI_Issend): two ranks that both
+  - every operation is work on its stream (cuda_emu.cpp's streams), queued by the call and run
+    when the stream gets to it: started (MPI's non-blocking calls), then polled, so a stream
+    waiting for its peers holds back only itself and the other streams go on, as on a GPU. The
+    host waits only where it waits for the stream (a synchronisation, a copy to the host);
+  - a communicator's operations run one at a time: one that starts while another of the same
+    communicator is still running (the two on streams without an event between them) ends the run
+    with a line, since NCCL gives such a pair no order and ranks could pair them differently;
+  - a send completes only when its receiver has taken it (MPI_Issend): two ranks that both
     send first, outside a group, deadlock, as two GPUs would, and after 3 seconds' wait each says
     so in a line and ends the run (a longer cycle of ranks hangs, for the tests' timeouts); inside
     a group the operations are posted together at ncclGroupEnd; ncclGroupEnd without
@@ -36,6 +41,9 @@ never completes and ncclCommGetAsyncError reports ncclRemoteError (for the train
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <algorithm>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 #include "nccl.h"
@@ -45,6 +53,8 @@ never completes and ncclCommGetAsyncError reports ncclRemoteError (for the train
 struct ncclComm {
     MPI_Comm mpi;
     int rank, size, device_bus_id;
+    int running;                      // its operations started and not complete (one at a time)
+    unsigned long long queued;        // its operations issued and not complete
     unsigned long long calls;         // collectives so far: the order every rank must agree on
     unsigned long long transfers;     // sends and receives so far
     long long fail_after;             // CUDA_EMU_NCCL_FAIL_AFTER, -1: never
@@ -74,22 +84,6 @@ const char* ncclGetErrorString(ncclResult_t r) {
 
 static void free_mpi_objects();
 static int live_communicators_count(int change);
-static bool finish_in_flight(bool wait);
-
-
-// a posted MPI operation finished by polling, sleeping between polls after a short spin: MPICH's
-// blocking calls spin on their core, and the tests run more ranks than cores (comm.h's mpi_wait)
-static void pause_between_polls(unsigned polls) {
-    if (polls >= 64) usleep(polls < 1024 ? 10 : 50);
-}
-static void wait_for(MPI_Request* request) {
-    int done = 0;
-    for (unsigned polls = 0;; polls++) {
-        MPI_Test(request, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-        pause_between_polls(polls);
-    }
-}
 
 // ---------------------------------------------------------------- communicators
 struct IdContents { int magic, creator, serial; };
@@ -152,13 +146,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     comm->fail_after = getenv("CUDA_EMU_NCCL_FAIL_AFTER") ? atoll(getenv("CUDA_EMU_NCCL_FAIL_AFTER")) : -1;
     comm->async_error = ncclSuccess;
     live_communicators_count(+1);
-    cuda_emu::set_queued_work(finish_in_flight);
     *out = comm;
     return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
-    finish_in_flight(true);
+    if (comm->queued > 0) cudaDeviceSynchronize();  // its queued work runs first, as NCCL's does
     if (getenv("CUDA_EMU_NCCL_REPORT"))
         fprintf(stderr, "NCCL emulation: communicator of %d ranks, rank %d: %llu collectives, %llu sends and receives\n",
                 comm->size, comm->rank, comm->calls, comm->transfers);
@@ -167,7 +160,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (live_communicators_count(-1) == 0) free_mpi_objects();
     return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+// its work abandoned (a hang's last act, watchdog.h): a communicator with work queued is left as it is
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    return comm->queued > 0 ? ncclSuccess : ncclCommDestroy(comm);
+}
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
     if (!comm) return ncclInvalidArgument;
     *e = comm->async_error;
@@ -214,41 +211,45 @@ static void put(void* p, ncclDataType_t t, size_t i, double v) {  // floats roun
         case ncclUint64: ((uint64_t*)p)[i] = (uint64_t)v; break;
     }
 }
-// the operation a reduction step applies: inout = a (op) inout, elementwise, in the buffer's type
-static thread_local ncclDataType_t reducing_type;
-static thread_local ncclRedOp_t reducing_op;
-static void reduce_step(void* in, void* inout, int* len, MPI_Datatype*) {
-    size_t n = (size_t)*len;
-    for (size_t i = 0; i < n; i++) {
-        double a = get(in, reducing_type, i), b = get(inout, reducing_type, i);
-        if (reducing_type == ncclFloat32 || reducing_type == ncclBfloat16 || reducing_type == ncclFloat16) {
+// one element of each NCCL type as an MPI type of its own (so MPI never cuts a value in two, and a
+// reduction knows the type from it), and one MPI operation per NCCL operation: several reductions
+// of different types may be in progress at once
+static MPI_Datatype element_types[10] = {};
+static MPI_Op mpi_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+static ncclDataType_t type_of(MPI_Datatype d) {
+    for (int t = 0; t < 10; t++)
+        if (element_types[t] == d) return (ncclDataType_t)t;
+    die("a reduction of an MPI type the emulation did not make");
+}
+// inout = in (op) inout, elementwise, in the buffer's type
+template <ncclRedOp_t OP> static void reduce_step(void* in, void* inout, int* len, MPI_Datatype* datatype) {
+    ncclDataType_t t = type_of(*datatype);
+    for (size_t i = 0; i < (size_t)*len; i++) {
+        double a = get(in, t, i), b = get(inout, t, i);
+        if (t == ncclFloat32 || t == ncclBfloat16 || t == ncclFloat16) {
             float x = (float)a, y = (float)b;  // fp32 arithmetic for the float types
-            put(inout, reducing_type, i, reducing_op == ncclMax ? (x > y ? x : y) : reducing_op == ncclMin ? (x < y ? x : y)
-                                         : reducing_op == ncclProd ? x * y : x + y);
+            put(inout, t, i, OP == ncclMax ? (x > y ? x : y) : OP == ncclMin ? (x < y ? x : y) : OP == ncclProd ? x * y : x + y);
         } else {
-            put(inout, reducing_type, i, reducing_op == ncclMax ? (a > b ? a : b) : reducing_op == ncclMin ? (a < b ? a : b)
-                                         : reducing_op == ncclProd ? a * b : a + b);
+            put(inout, t, i, OP == ncclMax ? (a > b ? a : b) : OP == ncclMin ? (a < b ? a : b) : OP == ncclProd ? a * b : a + b);
         }
     }
 }
-static MPI_Op mpi_op = MPI_OP_NULL;
-static MPI_Datatype element_types[9] = {};
-static MPI_Op reduction(ncclDataType_t t, ncclRedOp_t op) {
-    if (mpi_op == MPI_OP_NULL) MPI_Op_create(reduce_step, 1, &mpi_op);
-    reducing_type = t;
-    reducing_op = op == ncclAvg ? ncclSum : op;
-    return mpi_op;
+static MPI_Op reduction(ncclRedOp_t op) {
+    if (op == ncclAvg) op = ncclSum;  // the inputs were multiplied by 1/nranks
+    MPI_User_function* functions[4] = {reduce_step<ncclSum>, reduce_step<ncclProd>, reduce_step<ncclMax>, reduce_step<ncclMin>};
+    if (mpi_ops[op] == MPI_OP_NULL) MPI_Op_create(functions[op], 1, &mpi_ops[op]);
+    return mpi_ops[op];
 }
-// one element of type t as an MPI type, so MPI never cuts a value in two
 static MPI_Datatype element(ncclDataType_t t) {
-    MPI_Datatype& type = element_types[type_bytes(t)];
+    MPI_Datatype& type = element_types[t];
     if (!type) { MPI_Type_contiguous((int)type_bytes(t), MPI_BYTE, &type); MPI_Type_commit(&type); }
     return type;
 }
 // the last communicator gone: MPI's objects too (before MPI_Finalize, which reports leaks)
 static int live_communicators_count(int change) { static int live = 0; return live += change; }
 static void free_mpi_objects() {
-    if (mpi_op != MPI_OP_NULL) MPI_Op_free(&mpi_op);
+    for (MPI_Op& op : mpi_ops)
+        if (op != MPI_OP_NULL) MPI_Op_free(&op);
     for (MPI_Datatype& type : element_types)
         if (type) { MPI_Type_free(&type); type = 0; }
 }
@@ -270,11 +271,7 @@ static std::string describe(const Call& c) {
     return std::string(kind_names[c.kind]) + "(count " + std::to_string(c.count) + ", type " + type + ", op " + op +
            ", root " + std::to_string(c.root) + ")";
 }
-static void agree(ncclComm* comm, Call mine) {
-    std::vector<Call> all(comm->size);
-    MPI_Request request;
-    MPI_Iallgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE, comm->mpi, &request);
-    wait_for(&request);
+static void check_agreement(const ncclComm* comm, const Call& mine, const std::vector<Call>& all) {
     for (int r = 0; r < comm->size; r++)
         if (memcmp(&all[r], &mine, sizeof(Call)) != 0)
             die("collective #" + std::to_string(mine.serial) + " of a communicator of " + std::to_string(comm->size) +
@@ -282,10 +279,17 @@ static void agree(ncclComm* comm, Call mine) {
                 " calls " + describe(all[r]));
 }
 
-// ---------------------------------------------------------------- groups and deferred work
-struct Pending { bool send; char* bytes; size_t size; int peer; ncclComm* comm; };
-static int group_depth = 0;
-static std::vector<Pending> pending;
+// ---------------------------------------------------------------- operations on a stream
+// one at a time per communicator (the header says why): `what` starts while another runs
+static void begin_running(ncclComm* comm, const std::string& what) {
+    if (comm->running++ > 0)
+        die(what + " starts while another operation of its communicator is still running: they are on two streams "
+            "with no event between them, and NCCL gives them no order (every rank could pair them differently)");
+}
+static void end_running(ncclComm* comm) {
+    comm->running--;
+    comm->queued--;
+}
 
 static bool link_failed(ncclComm* comm) {  // CUDA_EMU_NCCL_FAIL_AFTER: the work never completes
     if (comm->fail_after >= 0 && (long long)comm->calls >= comm->fail_after) {
@@ -296,12 +300,20 @@ static bool link_failed(ncclComm* comm) {  // CUDA_EMU_NCCL_FAIL_AFTER: the work
     return false;
 }
 
-// Sends and receives are queued as on a GPU: posted (MPI_Issend, MPI_Irecv) and left in flight,
-// completed when something later on the stream needs them (cuda_emu's finish_queued_work) or when
-// the host asks (cudaStreamQuery). An ncclSend completes only once its receiver has taken it, so
-// two ranks that both send before receiving, outside a group, wait for each other, as two GPUs do.
-struct InFlight { std::vector<Pending> ops; std::vector<MPI_Request> requests; };
-static InFlight in_flight;
+// ---------------------------------------------------------------- sends and receives
+struct Pending { bool send; char* bytes; size_t size; int peer; ncclComm* comm; cudaStream_t stream; };
+static int group_depth = 0;
+static std::vector<Pending> pending;
+
+// A send and receive group in progress: posted (MPI_Issend, MPI_Irecv) when its stream gets to it,
+// complete when every request is. An ncclSend completes only once its receiver has taken it, so two
+// ranks that both send before receiving, outside a group, wait for each other, as two GPUs do.
+struct InFlight {
+    std::vector<Pending> ops;
+    std::vector<MPI_Request> requests;
+    double next_check;  // the deadlock check's next time
+    int cycle_seen;
+};
 
 static void check_received(const std::vector<Pending>& ops, const std::vector<MPI_Status>& statuses) {
     for (size_t i = 0; i < ops.size(); i++) {
@@ -316,54 +328,63 @@ static void check_received(const std::vector<Pending>& ops, const std::vector<MP
 // A send of ours still unmatched while the same peer's message to us waits unreceived (MPI_Iprobe
 // sees only messages no posted receive has taken) is the deadlock of two ranks that both send
 // first: neither can post its receive before its own send completes. Returns that send, or null
-static const Pending* send_cycle() {
-    for (size_t i = 0; i < in_flight.ops.size(); i++) {
-        const Pending& p = in_flight.ops[i];
+static const Pending* send_cycle(InFlight& f) {
+    for (size_t i = 0; i < f.ops.size(); i++) {
+        const Pending& p = f.ops[i];
         int sent = 1, waiting = 0;
-        if (p.send) MPI_Request_get_status(in_flight.requests[i], &sent, MPI_STATUS_IGNORE);
+        if (p.send) MPI_Request_get_status(f.requests[i], &sent, MPI_STATUS_IGNORE);
         if (!sent) MPI_Iprobe(p.peer, 0, p.comm->mpi, &waiting, MPI_STATUS_IGNORE);
         if (waiting) return &p;
     }
     return nullptr;
 }
-// wait: complete everything in flight, ending the run with a line if it is a send cycle (seen at 3
-// checks a second apart: a peer's MPI can lag, a deadlock stays); else say whether it is complete
-// (and retire it if so)
-static bool finish_in_flight(bool wait) {
-    if (in_flight.requests.empty()) return true;
-    std::vector<MPI_Status> statuses(in_flight.requests.size());
-    int done = 0, cycle_seen = 0;
-    double next_check = MPI_Wtime() + 1.0;
-    for (unsigned polls = 1;; polls++) {
-        MPI_Testall((int)in_flight.requests.size(), in_flight.requests.data(), &done, statuses.data());
-        if (done || !wait) break;
-        pause_between_polls(polls);  // the peer may need this core (the tests run more ranks than cores)
-        if (polls % 1024 == 0 && MPI_Wtime() > next_check) {
-            const Pending* p = send_cycle();
-            cycle_seen = p ? cycle_seen + 1 : 0;
-            if (cycle_seen == 3)
-                die("deadlock: rank " + std::to_string(p->comm->rank) + "'s ncclSend to rank " + std::to_string(p->peer) +
-                    " never completes: rank " + std::to_string(p->peer) + " sends to it first too and neither has posted "
-                    "its ncclRecv (two ranks that both send first need ncclGroupStart/End, as on a GPU)");
-            next_check += 1.0;
-        }
-    }
-    if (!done) return false;
-    check_received(in_flight.ops, statuses);
-    in_flight = InFlight{};
-    cuda_emu::check_canaries("ncclSend/ncclRecv");
-    return true;
+// the communicators a group uses, each once
+static std::vector<ncclComm*> communicators(const std::vector<Pending>& ops) {
+    std::vector<ncclComm*> comms;
+    for (const Pending& p : ops)
+        if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+    return comms;
 }
-// after the work before them: the operations of one group, or one send or receive alone
-static void post_point_to_point(const std::vector<Pending>& ops) {
-    finish_in_flight(true);
-    for (const Pending& p : ops) {
+static void post_point_to_point(InFlight& f) {
+    for (ncclComm* comm : communicators(f.ops)) begin_running(comm, "a group of ncclSend and ncclRecv");
+    for (const Pending& p : f.ops) {
         MPI_Request request;
         if (p.send) MPI_Issend(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &request);
         else MPI_Irecv(p.bytes, (int)p.size, MPI_BYTE, p.peer, 0, p.comm->mpi, &request);
-        in_flight.ops.push_back(p);
-        in_flight.requests.push_back(request);
+        f.requests.push_back(request);
     }
+    f.next_check = MPI_Wtime() + 1.0;
+}
+// polled: whether the group is complete; a send cycle seen at 3 checks a second apart (a peer's MPI
+// can lag, a deadlock stays) ends the run with a line
+static bool point_to_point_done(InFlight& f) {
+    std::vector<MPI_Status> statuses(f.requests.size());
+    int done = 0;
+    MPI_Testall((int)f.requests.size(), f.requests.data(), &done, statuses.data());
+    if (!done) {
+        if (MPI_Wtime() > f.next_check) {
+            const Pending* p = send_cycle(f);
+            f.cycle_seen = p ? f.cycle_seen + 1 : 0;
+            if (f.cycle_seen == 3)
+                die("deadlock: rank " + std::to_string(p->comm->rank) + "'s ncclSend to rank " + std::to_string(p->peer) +
+                    " never completes: rank " + std::to_string(p->peer) + " sends to it first too and neither has posted "
+                    "its ncclRecv (two ranks that both send first need ncclGroupStart/End, as on a GPU)");
+            f.next_check += 1.0;
+        }
+        return false;
+    }
+    check_received(f.ops, statuses);
+    for (ncclComm* comm : communicators(f.ops)) end_running(comm);
+    cuda_emu::check_canaries("ncclSend/ncclRecv");
+    return true;
+}
+// the operations of one group, or one send or receive alone, as one piece of work on their stream
+static void queue_point_to_point(const std::vector<Pending>& ops) {
+    auto f = std::make_shared<InFlight>();
+    f->ops = ops;
+    f->cycle_seen = 0;
+    for (ncclComm* comm : communicators(ops)) comm->queued++;
+    cuda_emu::enqueue_started(ops[0].stream, [f] { post_point_to_point(*f); }, [f] { return point_to_point_done(*f); });
 }
 
 ncclResult_t ncclGroupStart() { group_depth++; return ncclSuccess; }
@@ -372,116 +393,138 @@ ncclResult_t ncclGroupEnd() {
     if (--group_depth > 0) return ncclSuccess;
     std::vector<Pending> ops;
     ops.swap(pending);
-    post_point_to_point(ops);
+    for (const Pending& p : ops)
+        if (p.stream != ops[0].stream) die("a group of sends and receives on two streams (this emulation runs a group on one)");
+    if (!ops.empty()) queue_point_to_point(ops);
     return ncclSuccess;
 }
 
-static ncclResult_t point_to_point(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm* comm) {
+static ncclResult_t point_to_point(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm* comm,
+                                   cudaStream_t stream) {
     if (!comm) return ncclInvalidArgument;
     if (peer < 0 || peer >= comm->size) return ncclInvalidArgument;
     if (count * type_bytes(t) > (size_t)INT32_MAX) die("a send of over 2 GiB (the emulation passes it to MPI in one message)");
     Pending p = {send, (char*)cuda_emu::device_bytes(buf, count * type_bytes(t), send ? "ncclSend buffer" : "ncclRecv buffer"),
-                 count * type_bytes(t), peer, comm};
+                 count * type_bytes(t), peer, comm, stream};
     if (link_failed(comm)) return ncclSuccess;
     comm->transfers++;
     if (group_depth > 0) { pending.push_back(p); return ncclSuccess; }
-    post_point_to_point({p});
+    queue_point_to_point({p});
     return ncclSuccess;
 }
-ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
-    return point_to_point(true, buf, count, t, peer, comm);
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    return point_to_point(true, buf, count, t, peer, comm, stream);
 }
-ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
-    return point_to_point(false, buf, count, t, peer, comm);
+ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    return point_to_point(false, buf, count, t, peer, comm, stream);
 }
 
 // ---------------------------------------------------------------- collectives
 static bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return a < b + bn && b < a + an; }
 
-// common checks; false: nothing to do (a failed link); fills the host views of the two buffers
-static ncclResult_t start_collective(ncclComm* comm, Call call, const void* send, size_t send_bytes, void* recv,
-                                     size_t recv_bytes, char** s, char** r, bool* skip) {
-    *skip = false;
+// A collective in progress on its stream: first every rank's description (the agreement check),
+// then the data, each an MPI request polled until complete
+struct Collective {
+    ncclComm* comm;
+    Call call;
+    std::vector<Call> all;
+    std::vector<char> scratch;                                  // a copy MPI needs apart from the buffers
+    std::function<void(Collective&, MPI_Request*)> post_data;   // posts the data's operation
+    MPI_Request request;
+    bool agreed;
+};
+static bool collective_done(Collective& c) {
+    int done = 0;
+    MPI_Test(&c.request, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+    if (!c.agreed) {
+        check_agreement(c.comm, c.call, c.all);
+        c.agreed = true;
+        c.post_data(c, &c.request);
+        return false;
+    }
+    end_running(c.comm);
+    cuda_emu::check_canaries(kind_names[c.call.kind]);
+    return true;
+}
+// common checks, then the collective queued on its stream; post_data runs when the stream gets to it
+static ncclResult_t queue_collective(ncclComm* comm, Call call, const void* send, size_t send_bytes, void* recv,
+                                     size_t recv_bytes, cudaStream_t stream,
+                                     std::function<void(Collective&, char* s, char* r, MPI_Request*)> post_data) {
     if (!comm) return ncclInvalidArgument;
     if (group_depth > 0) die(std::string(kind_names[call.kind]) + " inside ncclGroupStart/End: this emulation runs only "
                              "sends and receives in groups");
-    finish_in_flight(true);  // the collective runs after the work queued before it
     call.serial = comm->calls;
-    *s = (char*)cuda_emu::device_bytes(send, send_bytes, (std::string(kind_names[call.kind]) + " sendbuff").c_str());
-    *r = (char*)cuda_emu::device_bytes(recv, recv_bytes, (std::string(kind_names[call.kind]) + " recvbuff").c_str());
-    if (link_failed(comm)) { *skip = true; return ncclSuccess; }
+    char* s = (char*)cuda_emu::device_bytes(send, send_bytes, (std::string(kind_names[call.kind]) + " sendbuff").c_str());
+    char* r = (char*)cuda_emu::device_bytes(recv, recv_bytes, (std::string(kind_names[call.kind]) + " recvbuff").c_str());
+    if (link_failed(comm)) return ncclSuccess;
     comm->calls++;
-    agree(comm, call);
+    comm->queued++;
+    auto c = std::make_shared<Collective>();
+    *c = Collective{comm, call, std::vector<Call>(comm->size), {},
+                    [post_data, s, r](Collective& c, MPI_Request* request) { post_data(c, s, r, request); }, MPI_REQUEST_NULL, false};
+    cuda_emu::enqueue_started(
+        stream,
+        [c] {
+            begin_running(c->comm, kind_names[c->call.kind]);
+            MPI_Iallgather(&c->call, sizeof(Call), MPI_BYTE, c->all.data(), sizeof(Call), MPI_BYTE, c->comm->mpi, &c->request);
+        },
+        [c] { return collective_done(*c); });
     return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t) {
+                           cudaStream_t stream) {
     size_t bytes = count * type_bytes(t);
-    char *s, *r;
-    bool skip;
-    ncclResult_t res = start_collective(comm, Call{ALL_REDUCE, t, op, 0, count, 0}, send, bytes, recv, bytes, &s, &r, &skip);
-    if (res != ncclSuccess || skip || count == 0) return res;
-    if (s != r && overlaps(s, bytes, r, bytes)) die("ncclAllReduce: sendbuff and recvbuff overlap without being the same");
-    if (s != r) memcpy(r, s, bytes);
-    if (op == ncclAvg) premultiply(r, count, t, comm->size);
-    MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(t, op), comm->mpi, &request);
-    wait_for(&request);
-    cuda_emu::check_canaries("ncclAllReduce");
-    return ncclSuccess;
+    if (send != recv && comm && overlaps((const char*)send, bytes, (const char*)recv, bytes))
+        die("ncclAllReduce: sendbuff and recvbuff overlap without being the same");
+    return queue_collective(comm, Call{ALL_REDUCE, t, op, 0, count, 0}, send, bytes, recv, bytes, stream,
+                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
+                                if (s != r) memcpy(r, s, bytes);
+                                if (op == ncclAvg) premultiply(r, count, t, c.comm->size);
+                                MPI_Iallreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(op), c.comm->mpi, request);
+                            });
 }
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t) {
+                               ncclComm_t comm, cudaStream_t stream) {
     size_t block = recvcount * type_bytes(t);
-    char *s, *r;
-    bool skip;
-    ncclResult_t res = start_collective(comm, Call{REDUCE_SCATTER, t, op, 0, recvcount, 0}, send, block * (comm ? comm->size : 0),
-                                        recv, block, &s, &r, &skip);
-    if (res != ncclSuccess || skip || recvcount == 0) return res;
-    bool in_place = r == s + comm->rank * block;
-    if (!in_place && overlaps(s, block * comm->size, r, block))
+    int size = comm ? comm->size : 0;
+    bool in_place = comm && (const char*)recv == (const char*)send + comm->rank * block;
+    if (comm && !in_place && overlaps((const char*)send, block * size, (const char*)recv, block))
         die("ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank * recvcount (NCCL's in-place form)");
-    std::vector<char> input(s, s + block * comm->size);  // MPI's reduce-scatter needs distinct buffers
-    if (op == ncclAvg) premultiply(input.data(), recvcount * comm->size, t, comm->size);
-    std::vector<int> counts(comm->size, (int)recvcount);
-    MPI_Request request;
-    MPI_Ireduce_scatter(input.data(), r, counts.data(), element(t), reduction(t, op), comm->mpi, &request);
-    wait_for(&request);
-    cuda_emu::check_canaries("ncclReduceScatter");
-    return ncclSuccess;
+    return queue_collective(comm, Call{REDUCE_SCATTER, t, op, 0, recvcount, 0}, send, block * size, recv, block, stream,
+                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
+                                c.scratch.assign(s, s + block * size);  // MPI's reduce-scatter needs distinct buffers
+                                if (op == ncclAvg) premultiply(c.scratch.data(), recvcount * size, t, size);
+                                std::vector<int> counts(size, (int)recvcount);
+                                MPI_Ireduce_scatter(c.scratch.data(), r, counts.data(), element(t), reduction(op),
+                                                    c.comm->mpi, request);
+                            });
 }
-ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
+                           cudaStream_t stream) {
     size_t block = sendcount * type_bytes(t);
-    char *s, *r;
-    bool skip;
-    ncclResult_t res = start_collective(comm, Call{ALL_GATHER, t, 0, 0, sendcount, 0}, send, block, recv,
-                                        block * (comm ? comm->size : 0), &s, &r, &skip);
-    if (res != ncclSuccess || skip || sendcount == 0) return res;
-    bool in_place = s == r + comm->rank * block;
-    if (!in_place && overlaps(s, block, r, block * comm->size))
+    int size = comm ? comm->size : 0;
+    bool in_place = comm && (const char*)send == (const char*)recv + comm->rank * block;
+    if (comm && !in_place && overlaps((const char*)send, block, (const char*)recv, block * size))
         die("ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank * sendcount (NCCL's in-place form)");
-    std::vector<char> mine(s, s + block);
-    MPI_Request request;
-    MPI_Iallgather(mine.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, comm->mpi, &request);
-    wait_for(&request);
-    cuda_emu::check_canaries("ncclAllGather");
-    return ncclSuccess;
+    return queue_collective(comm, Call{ALL_GATHER, t, 0, 0, sendcount, 0}, send, block, recv, block * size, stream,
+                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
+                                c.scratch.assign(s, s + block);
+                                MPI_Iallgather(c.scratch.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, c.comm->mpi,
+                                               request);
+                            });
 }
-ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
     size_t bytes = count * type_bytes(t);
     if (comm && (root < 0 || root >= comm->size)) return ncclInvalidArgument;
-    char *s, *r;
-    bool skip;
     bool is_root = comm && comm->rank == root;
-    ncclResult_t res = start_collective(comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes,
-                                        &s, &r, &skip);
-    if (res != ncclSuccess || skip || count == 0) return res;
-    if (is_root && s != r && overlaps(s, bytes, r, bytes)) die("ncclBroadcast: sendbuff and recvbuff overlap without being the same");
-    if (is_root && s != r) memmove(r, s, bytes);
-    MPI_Request request;
-    MPI_Ibcast(r, (int)bytes, MPI_BYTE, root, comm->mpi, &request);
-    wait_for(&request);
-    cuda_emu::check_canaries("ncclBroadcast");
-    return ncclSuccess;
+    if (is_root && send != recv && overlaps((const char*)send, bytes, (const char*)recv, bytes))
+        die("ncclBroadcast: sendbuff and recvbuff overlap without being the same");
+    return queue_collective(comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes, stream,
+                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
+                                if (is_root && s != r) memmove(r, s, bytes);
+                                MPI_Ibcast(r, (int)bytes, MPI_BYTE, root, c.comm->mpi, request);
+                            });
 }
