@@ -47,7 +47,8 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 //          comm_fail_all, comm_fail_if_any, comm_use_nccl, CommKind, HostView, ReduceOp, comm_abort_job,
 //          comm_all_reduce, comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace,
 //          comm_single_process, comm_span_name, comm_staging, comm_groups, floatX_sum_op, for_each_chunk, make_grid,
-//          mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress, comm_abort_nccl, mpi_wait, mpi_wait_all
+//          mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress, comm_abort_nccl, mpi_wait, mpi_wait_all,
+//          Posted, comm_poll_posted, comm_wait_posted
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Iallreduce, MPI_Test, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
@@ -421,8 +422,29 @@ inline void mpi_wait_all(MPI_Request* requests, int n) {
 
 enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 
+// A posted collective (overlap.h) is started by the call and finished later, by comm_wait_posted:
+// through NCCL it is queued on `stream` (the caller orders that stream against the default one
+// with events); on the CPU build it is MPI's non-blocking call, whose requests wait in `requests`.
+// Through -comm mpi's host staging it is done when the call returns (the staging waits anyway).
+// Without a Posted (NULL), a collective is done, as far as the default stream is concerned, when
+// the call returns.
+struct Posted {
+    std::vector<MPI_Request> requests;
+    Stream stream;
+};
+// MPI moves a posted operation on only inside its calls: a poll between units keeps it going
+inline void comm_poll_posted(Posted* p) {
+    int done = 0;
+    if (!p->requests.empty())
+        MPI_Testall((int)p->requests.size(), p->requests.data(), &done, MPI_STATUSES_IGNORE);
+}
+inline void comm_wait_posted(Posted* p) {
+    mpi_wait_all(p->requests.data(), (int)p->requests.size());
+    p->requests.clear();
+}
+
 // buf (n) = sum or max over the group, in place
-template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, ReduceOp op) {
+template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, ReduceOp op, Posted* posted = nullptr) {
     if (c->size <= 1) return;
     c->bytes[COMM_ALL_REDUCE] += 2 * ring_bytes(n * sizeof(T), c->size);
     comm_progress(c, op == REDUCE_MAX ? "an all-reduce (max)" : "an all-reduce");
@@ -432,43 +454,50 @@ template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, Red
 #ifdef __CUDACC__
     if (c->use_nccl) {
         ncclRedOp_t nccl_op = op == REDUCE_SUM ? ncclSum : ncclMax;
-        nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), nccl_op, c->nccl, 0), "ncclAllReduce");
+        nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), nccl_op, c->nccl, posted ? posted->stream : 0),
+                   "ncclAllReduce");
         return;
     }
+    posted = nullptr;  // host-staged: done when the call returns
 #endif
     HostView<T> h(c, 0, buf, n, true);
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(c);
     for_each_chunk(n, c->chunk_bytes / sizeof(T), [&](size_t at, size_t count) {
         MPI_Request r;
         MPI_Iallreduce(MPI_IN_PLACE, h.ptr + at, (int)count, mpi_type<T>(), mpi_op, c->mpi, &r);
-        mpi_wait(&r);
+        if (posted) posted->requests.push_back(r);
+        else mpi_wait(&r);
     });
     h.copy_out(buf);
 }
 template <typename T>
-inline void comm_all_reduce_sum(Comm* c, T* buf, size_t n) {
-    comm_all_reduce(c, buf, n, REDUCE_SUM);
+inline void comm_all_reduce_sum(Comm* c, T* buf, size_t n, Posted* posted = nullptr) {
+    comm_all_reduce(c, buf, n, REDUCE_SUM, posted);
 }
 // fp32 only (MPI_MAX does not know 16-bit floatX)
 inline void comm_all_reduce_max(Comm* c, float* buf, size_t n) { comm_all_reduce(c, buf, n, REDUCE_MAX); }
 
 // recv (n) = this rank's n-element block of the sum of every rank's send (n * size)
-template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send, T* recv, size_t n) {
+template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send, T* recv, size_t n,
+                                                          Posted* posted = nullptr) {
     c->bytes[COMM_REDUCE_SCATTER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
     comm_progress(c, "a reduce-scatter");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "reduce-scatter"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
     if (c->use_nccl) {
-        nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, 0), "ncclReduceScatter");
+        nccl_check(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c->nccl, posted ? posted->stream : 0),
+                   "ncclReduceScatter");
         return;
     }
+    posted = nullptr;  // host-staged: done when the call returns
 #endif
     HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
     MPI_Request r;
     int count = mpi_count(n, "reduce-scatter");
     MPI_Ireduce_scatter_block(in.ptr, out.ptr, count, mpi_type<T>(), mpi_sum<T>(c), c->mpi, &r);
-    mpi_wait(&r);
+    if (posted) posted->requests.push_back(r);
+    else mpi_wait(&r);
     out.copy_out(recv);
 }
 

@@ -347,7 +347,8 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
 // layout starts from the same values), with ZeRO `stage` over its DP group.
 // allocate = false only lays it out (-plan): no memory, no parameter values.
 inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
-                       bool allocate, const char* stage_layers = NULL, int chunks = 1, bool master_weights = true) {
+                       bool allocate, const char* stage_layers = NULL, int chunks = 1, bool master_weights = true,
+                       bool overlap = false) {
     *model = GPT2{};
     GPT2Config c;
     float* file_values = NULL;
@@ -381,7 +382,7 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     parameter_shapes(model->shapes, c, model->layout);
     model->num_parameters = parameter_count(model->shapes);
     zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
-              grads_fp32, master_weights, allocate, model->memory);
+              grads_fp32, master_weights, allocate, model->memory, overlap);
     if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
     reorder_part(c, model->layout, model->zero.units, file_values, values, true);

@@ -57,6 +57,7 @@ struct TrainConfig {
     int loss_scale_interval = 2000;
     const char* grad_accum_type = "floatX";  // floatX | fp32
     int zero_stage = 0;
+    int overlap = 1;                 // -overlap: DP reductions beside the backward (overlap.h)
     int tp = 1, pp = 1;
     int sequence_parallel = 0;               // -sp 1: Megatron's sequence parallelism over the TP group (tp.h)
     int cp = 1;                              // -cp: context-parallel ranks, each sequence split over them (cp.h)
@@ -160,6 +161,11 @@ static const Option option_table[] = {
      "dynamic loss scaling: clean steps before the scale doubles", 1, INT_MAX},
     {"-ga", OPT_STRING, OPTION_FIELD(grad_accum_type), "gradient accumulation across micro-steps: floatX or fp32"},
     {"-z", OPT_INT, OPTION_FIELD(zero_stage), "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
+    {"-overlap", OPT_INT, OPTION_FIELD(overlap),
+     "1: each unit's data-parallel gradient reduction starts when its backward ends and runs beside the rest of the "
+     "backward (overlap.h: a stream of its own on the GPU, MPI's non-blocking collectives on the CPU), under ZeRO "
+     "0-2 (0-1: in the last micro-step; not with -ga fp32 there, nor through -comm mpi's staging in the GPU build); "
+     "0: the reductions after the backward", 0, 1},
     {"-tp", OPT_INT, OPTION_FIELD(tp),
      "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = "
      "world / (tp * pp)", 1, 1 << 16},

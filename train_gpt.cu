@@ -460,17 +460,21 @@ inline PipelineStage pipeline_stage(GPT2* model, const std::vector<MicroBatch>& 
         stage_forward(model, activation_set(model, v, k), batches[k], B, T_local, dloss);
         return 0.0;
     };
+    int last = (int)batches.size() - 1;  // the step's last micro-batch: ZeRO 0-1 reduce in its backward (overlap.h)
     stage.backward = [=, &batches](int v, int k) {
+        zero_begin_micro_step(&model->zero, k == last);
         stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, -1);
         zero_end_micro_step(&model->zero);
     };
     // ZB-H1: -ga fp32 folds each micro-batch's gradients into the fp32 sum alone, the head's after its
     // input half, the layers' after their weight halves
     stage.backward_input = [=, &batches](int v, int k, int slot) {
+        zero_begin_micro_step(&model->zero, k == last);
         stage_backward(model, activation_set(model, v, k), batches[k], B, T_local, slot);
         zero_end_micro_step(&model->zero);
     };
     stage.backward_weight = [=](int v, int k, int slot) {
+        zero_begin_micro_step(&model->zero, k == last);
         blocks_backward_weights(model, activation_set(model, v, k), slot, B, T_local);
         zero_end_micro_step(&model->zero);
     };
@@ -840,7 +844,7 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
 // out and books their bytes without allocating (-plan, the memory check)
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
     gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0,
-               allocate, tc.stage_layers, tc.chunks, tc.master_weights != 0);
+               allocate, tc.stage_layers, tc.chunks, tc.master_weights != 0, tc.overlap != 0);
     model->layout.sequence_parallel = tc.sequence_parallel;
     model->layout.cp = comm->grid.cp;
     model->layout.cp_rank = comm->grid.cp_rank;

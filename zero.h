@@ -50,13 +50,13 @@ The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units, gathered o
 micro-step and kept (both ends of the network use them, the tied wte twice); SLOT_LAYER
 holds one layer at a time, sized for the largest. Stage 2 uses unit_grads only.
 
-Overlap: each gather and reduce here is called, and waited for, where the unit is
-needed, so communication and compute take turns. Faster trainers overlap them: llm.c's
-train_gpt2.cu reduces each layer's gradient on a side NCCL stream while the backward
-moves on to the next layer, and FSDP and Megatron-LM also prefetch the next layer's
-all-gather; each needs one more slot per kind and events between the streams. This
-trainer does not yet: the CPU build's MPI collectives block anyway, and the plain order
-is the one to learn first.
+Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
+is done and runs while the backward goes on: under stages 0-1 in the last micro-step (each unit
+once; zero_reduce_step then only waits), under stage 2 every micro-step, the layers then taking
+turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X bytes). Stage 3's
+gathers and reductions are still called, and waited for, where the unit is needed: compute and
+communication take turns there (FSDP and Megatron-LM prefetch the next layer's gather; here, not
+yet). With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.
@@ -78,11 +78,12 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
-//          zero_adamw_slices
+//          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
 #include "comm.h"                  // defines: Collectives, comm_all_gather, comm_reduce_scatter_sum
+#include "overlap.h"               // defines: Overlap, overlap_start, overlap_finish
 #include "adamw.h"                 // defines: adamw_update
 #include "kernels/gradients.cuh"   // defines: global_norm_squared, gradient_accumulate
 
@@ -110,8 +111,9 @@ template <typename Use> inline void with_gradient(GradientBuffer g, Use use) {
     else use((floatX*)g.data);
 }
 
-// the transient buffers of stages 2 and 3, one per kind of unit (the header's drawing)
-enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, NUM_SLOTS };
+// the transient buffers of stages 2 and 3, one per kind of unit (the header's drawing); under
+// overlap the layers take turns in SLOT_LAYER and SLOT_LAYER_2 (empty otherwise)
+enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, SLOT_LAYER_2, NUM_SLOTS };
 
 struct Zero {
     int stage, shards, shard_rank;  // shards = dp x cp (grid.replicas) from stage 1 on; stage 0: one shard
@@ -138,10 +140,15 @@ struct Zero {
     AdamWSlice* adamw_slices;       // every tensor slice of the shard, for AdamW's one launch (adamw.h)
     int num_adamw_slices;
     unsigned adamw_blocks;          // the launch's grid: the slices' blocks summed
+    Overlap overlap;                // the reductions started during the backward (overlap.h)
+    bool last_micro_step;           // the backward running is the step's last micro-step's (stages 0-1 reduce then)
+    std::vector<bool> reduced;      // stages 0-1: the units whose reduction overlap started this step
 };
 
 inline int unit_slot(const Zero* z, int u) {
-    return u == 0 ? SLOT_EMBEDDING : u == z->num_units - 1 ? SLOT_FINAL_NORM : SLOT_LAYER;
+    if (u == 0) return SLOT_EMBEDDING;
+    if (u == z->num_units - 1) return SLOT_FINAL_NORM;
+    return z->stage == 2 && z->overlap.on && u % 2 == 0 ? SLOT_LAYER_2 : SLOT_LAYER;  // layers in turn
 }
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
@@ -167,16 +174,27 @@ inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks
 // units: each unit's elements and tensor slices (gpt2_units); zero_init takes ownership of them.
 // allocate = false lays out the shards without allocating (-plan).
 // master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
+// whether -overlap 1 applies (overlap.h): under stages 0-2 with more than one replica, but not under
+// -ga fp32 at stages 0-1, and in the GPU build through NCCL only (-comm mpi's host staging waits anyway)
+inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, bool asked) {
+#ifdef __CUDACC__
+    if (!comm->dp.use_nccl) return false;
+#endif
+    return asked && comm->grid.replicas > 1 && stage <= 2 && !(stage <= 1 && grads_fp32);
+}
+
+// overlap: -overlap (zero_overlaps says where it applies)
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
-                      bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS]) {
+                      bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS], bool overlap = false) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
     *z = Zero{};
     z->stage = stage;
+    overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate);
+    z->reduced.assign(num_units, false);
     z->comm = comm;
     z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (comm.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
-    z->units = units;
-    z->num_units = num_units;
+    z->units = units, z->num_units = num_units;
     z->grads_fp32 = grads_fp32;
     zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
     for (int u = 0; u < num_units; u++) {
@@ -204,6 +222,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? slot[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? slot[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->unit_grads[SLOT_FINAL_NORM], unit_grads ? slot[SLOT_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[SLOT_LAYER_2], unit_grads ? slot[SLOT_LAYER_2] : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->norm_scratch, NORM_PARTS * (size_t)z->norm_ranges, fp32, MEM_ACTIVATIONS_TRANSIENT},
         {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
@@ -223,6 +242,7 @@ inline void zero_free(Zero* z) {
     if (z->stage >= 1) device_free(z->step_grad.data);
     for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
     free(z->units);
+    overlap_free(&z->overlap);
 }
 
 // what a checkpoint saves of this rank: the optimizer shard (m, v, and the fp32 master if kept)
@@ -300,16 +320,44 @@ inline void zero_gather_unit(Zero* z, int u) {
     comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)], unit_shard(z, u));
 }
 
-// stages 2-3: once unit u's backward is done, reduce-scatter its gradient, add this
-// rank's shard into the step's gradient shard and clear the unit buffer for the next unit
+// stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into
+// this rank's shard (1); posted: overlap.h
+inline void zero_reduce_step_unit(Zero* z, int u, Posted* posted) {
+    Comm* dp = &z->comm->dp;
+    const Unit& unit = z->units[u];
+    with_gradient(z->step_sum_full, [&](auto* full) {
+        auto* shard = (decltype(full))z->step_grad.data;  // the same type
+        if (z->stage == 0) comm_all_reduce_sum(dp, full + unit.offset, unit.padded, posted);
+        else comm_reduce_scatter_sum(dp, full + unit.offset, shard + unit.shard_offset, unit_shard(z, u), posted);
+    });
+}
+
+// once unit u's backward is done (its gradient for this micro-step complete). Stages 2-3:
+// reduce-scatter its gradient, add this rank's shard into the step's gradient shard and clear
+// the unit buffer for the next unit. Under overlap (overlap.h) that runs beside the backward
+// that follows, as does stages 0-1's reduction of the unit in the last micro-step
 inline void zero_reduce_unit(Zero* z, int u) {
-    if (z->stage < 2) return;
-    size_t S = unit_shard(z, u);
-    floatX* g = z->unit_grads[unit_slot(z, u)];
-    comm_reduce_scatter_sum(&z->comm->dp, g, z->reduce_buffer, S);
-    size_t at = z->units[u].shard_offset;
-    with_gradient(z->step_grad, [&](auto* step) { gradient_accumulate(step + at, z->reduce_buffer, S); });
-    device_zero(g, z->units[u].padded * sizeof(floatX));
+    if (z->units[u].padded == 0) return;  // a unit empty on this pipeline stage
+    if (z->stage <= 1) {
+        if (!z->overlap.on || !z->last_micro_step) return;  // zero_reduce_step reduces it
+        overlap_start(&z->overlap, [&](Posted* p) { zero_reduce_step_unit(z, u, p); }, nullptr, false);
+        z->reduced[u] = true;
+        return;
+    }
+    size_t S = unit_shard(z, u), at = z->units[u].shard_offset, bytes = z->units[u].padded * sizeof(floatX);
+    floatX *g = z->unit_grads[unit_slot(z, u)], *reduced = z->reduce_buffer;
+    GradientBuffer step = z->step_grad;
+    auto add_and_clear = [=](Stream stream) {
+        with_gradient(step, [&](auto* sum) { gradient_accumulate(sum + at, reduced, S, stream); });
+        device_zero_on(stream, g, bytes);
+    };
+    if (!z->overlap.on) {
+        comm_reduce_scatter_sum(&z->comm->dp, g, reduced, S);
+        add_and_clear(0);
+        return;
+    }
+    Comm* dp = &z->comm->dp;
+    overlap_start(&z->overlap, [=](Posted* p) { comm_reduce_scatter_sum(dp, g, reduced, S, p); }, add_and_clear, true);
 }
 
 // ---------------------------------------------------------------- the step
@@ -322,22 +370,26 @@ inline void zero_begin_step(Zero* z) {
     if (z->stage >= 1) device_zero(z->step_grad.data, z->shard_elements * G);
 }
 
-// -ga fp32 under stages 0-1: move the micro-step's floatX gradients into the fp32 sum
+// the backward about to run is the step's last micro-step's (or not): stages 0-1 reduce in it
+inline void zero_begin_micro_step(Zero* z, bool last) { z->last_micro_step = last; }
+
+// after a micro-step's backward (or either half of ZB-H1's). -ga fp32 under stages 0-1: move the
+// micro-step's floatX gradients into the fp32 sum. Stage 2 under overlap: every reduction done, since
+// the next backward writes the embedding's and the head's slots again
 inline void zero_end_micro_step(Zero* z) {
     if (z->stage <= 1 && z->grads_fp32) gradient_accumulate((float*)z->step_sum_full.data, z->grads, z->full_elements);
+    if (z->stage == 2) overlap_finish(&z->overlap);
 }
 
 // after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters each unit into this
-// rank's shard; stages 2-3 already did, unit by unit, during the backward
+// rank's shard, but the units whose reduction overlap started, which are waited for; stages 2-3
+// already did, unit by unit, during the backward
 inline void zero_reduce_step(Zero* z) {
-    Comm* dp = &z->comm->dp;
-    if (z->stage == 0) with_gradient(z->step_grad, [&](auto* all) { comm_all_reduce_sum(dp, all, z->full_elements); });
-    if (z->stage != 1) return;
-    with_gradient(z->step_sum_full, [&](auto* full) {
-        auto* shard = (decltype(full))z->step_grad.data;  // the same type
+    overlap_finish(&z->overlap);
+    if (z->stage <= 1)
         for (int u = 0; u < z->num_units; u++)
-            comm_reduce_scatter_sum(dp, full + z->units[u].offset, shard + z->units[u].shard_offset, unit_shard(z, u));
-    });
+            if (!z->reduced[u] && z->units[u].padded > 0) zero_reduce_step_unit(z, u, nullptr);
+    z->reduced.assign(z->num_units, false);
 }
 
 // squared norm of this rank's part of the step's gradient, summed over the DP group;
@@ -380,7 +432,9 @@ inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
 
 // TRAIN_GPT_INJECT_NONFINITE: make this step's gradient non-finite (the reduction or the norm spreads it)
 inline void zero_poison_gradients(Zero* z) {
-    GradientBuffer target = z->stage <= 1 ? z->step_sum_full : z->step_grad;  // before the reduction, or after it
+    overlap_finish(&z->overlap);  // not under a reduction still running
+    bool reduced = std::find(z->reduced.begin(), z->reduced.end(), true) != z->reduced.end();  // overlap started them
+    GradientBuffer target = z->stage <= 1 && !reduced ? z->step_sum_full : z->step_grad;  // before or after reducing
     with_gradient(target, [&](auto* g) {
         using Element = std::remove_pointer_t<decltype(g)>;  // float or floatX
         Element inf;
@@ -448,7 +502,9 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     int p = z->comm->grid.replicas, s = z->stage;
     size_t G = z->grads_fp32 ? 4 : X;
     unsigned long long g = grad_accum;
-    if (s == 0) plan.comm[COMM_ALL_REDUCE] = 2 * ring_bytes(G * Psi, p);
+    if (s == 0)  // unit by unit, as zero_reduce_step_unit reduces
+        for (int u = 0; u < z->num_units; u++)
+            plan.comm[COMM_ALL_REDUCE] += 2 * ring_bytes(G * z->units[u].padded, p);
     if (s == 1) plan.comm[COMM_REDUCE_SCATTER] = ring_bytes(G * Psi, p);
     if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
     if (s == 1 || s == 2) plan.comm[COMM_ALL_GATHER] = ring_bytes(X * Psi, p);

@@ -82,17 +82,20 @@ inline void norm_partials(float* partials, const T* x, size_t n) {
     norm_partials_kernel<T><<<NORM_PARTS, 256>>>(partials, x, n);
     launchCheck();
 }
+// (on `stream`: overlap.h's communication stream adds a reduced unit there)
 template <typename Acc>
-inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) {
+inline void gradient_accumulate(Acc* acc, floatX* g, size_t n, Stream stream = 0) {
     if (n == 0) return;  // a grid of 0 blocks is a launch error: a unit empty on this stage (pp x ZeRO-2/3)
-    gradient_accumulate_kernel<Acc><<<ceil_div(n, 256), 256>>>(acc, g, n);
+    gradient_accumulate_kernel<Acc><<<ceil_div(n, 256), 256, 0, stream>>>(acc, g, n);
     launchCheck();
 }
 #else
 template <typename T>
 inline void norm_partials(float* partials, const T* x, size_t n) { norm_partials_host(partials, x, n); }
 template <typename Acc>
-inline void gradient_accumulate(Acc* acc, floatX* g, size_t n) { gradient_accumulate_host(acc, g, n); }
+inline void gradient_accumulate(Acc* acc, floatX* g, size_t n, Stream = nullptr) {
+    gradient_accumulate_host(acc, g, n);
+}
 #endif
 
 // the squared norms of `count` ranges of x, [lo[r], hi[r]), summed in order; scratch: count * NORM_PARTS

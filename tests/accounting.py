@@ -103,7 +103,14 @@ def state_memory(a, s):
     return {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
             "parameters_transient": X * (E + Lu + H) if zero == 3 else 0,
             "gradients": full_grads if zero == 0 else full_grads + G * P if zero == 1 else G * P,
-            "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.replicas if zero >= 2 else 0}
+            "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.replicas
+                                   + (X * Lu if overlapped_layers(a, Ls) else 0) if zero >= 2 else 0}
+
+
+def overlapped_layers(a, Ls):
+    """overlap.h under ZeRO-2: the layers take turns in two gradient slots (the second one exists with
+    two layers or more on the stage)"""
+    return a.overlap and a.zero == 2 and a.replicas > 1 and Ls >= 2
 
 
 def layernorm_slices(a, s, dp_rank):
@@ -145,7 +152,7 @@ def comm_bytes(a, s, dp_rank=0):
     G = 4 if a.ga_fp32 else X
     kinds = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "scalars")
     d, t, p, e = (dict.fromkeys(kinds, 0) for _ in range(4))
-    if zero == 0: d["all_reduce"] = 2 * ring(G * Psi, dp)
+    if zero == 0: d["all_reduce"] = 2 * (ring(G * E, dp) + Ls * ring(G * Lu, dp) + ring(G * H, dp))  # unit by unit
     if zero == 1: d["reduce_scatter"] = ring(G * Psi, dp)
     if zero == 2: d["reduce_scatter"] = g * ring(X * Psi, dp)
     if zero in (1, 2): d["all_gather"] = ring(X * Psi, dp)
@@ -212,6 +219,7 @@ def main():
     ap.add_argument("--heads", type=int, default=0)
     ap.add_argument("--ga-fp32", action="store_true")
     ap.add_argument("--no-master", action="store_true")  # -w 0
+    ap.add_argument("--overlap", type=int, default=1)     # -overlap (overlap.h)
     ap.add_argument("--stage-layers", type=lambda v: [int(x) for x in v.split(",")], default=None)
     a = ap.parse_args()
     plans = sorted((json.loads(l) for l in open(a.plan) if l.startswith("{")), key=lambda p: p["rank"])

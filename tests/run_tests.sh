@@ -72,6 +72,8 @@ wait_for_all  # every check below reads the references
 # the CUDA build's own code (kernels, launches, cuBLAS, NCCL, GPU-only host paths) in the emulated build
 check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops $BUILD/ref4
 check emulated_cuda_contract bash tests/test_emu_contract.sh
+# the data-parallel reductions beside the backward (overlap.h), in the emulator's stream orders and the CPU build
+check overlap_reductions_beside_the_backward bash tests/test_overlap.sh $REF $BUILD/ref4
 # at most 2 host waits a step (staging.h), counted by the emulated build
 check host_waits_per_step bash tests/test_host_waits.sh $REF
 # the kernel ledger (-plan 1 -gpu) against the launches and bytes the emulated build measures

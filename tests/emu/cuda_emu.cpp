@@ -128,7 +128,8 @@ int current_device_bus_id() { return 0x10 + physical_device(); }
 // nothing but their events. Among the streams that may run, CUDA_EMU_STREAMS picks:
 //     issue    (default) the one whose next work was issued first: the host's order
 //     early    any stream but the default one, as early as its waits allow
-//     late     the default stream whenever it can run: the others as late as their waits allow
+//     late     the default stream whenever it can run: the others as late as their waits allow, and
+//              started work (NCCL's) completed only when nothing else can run
 //     seed:N   one drawn at random (seed N) at each piece of work
 // Two streams that share a tensor without an event between them then show it in the bytes: early
 // runs a reader before the writer it should have waited for, late lets a buffer be rewritten
@@ -259,6 +260,16 @@ static bool complete_started() {
         }
     return any;
 }
+// whether started work (NCCL's) is polled before more work starts: late completes it only when
+// nothing else can run, so its output lands as late as it may; seed:N draws
+static bool poll_eagerly() {
+    Schedule& order = schedule();
+    if (order.order == SEEDED) {
+        order.state ^= order.state << 13, order.state ^= order.state >> 7, order.state ^= order.state << 17;
+        return order.state & 1;
+    }
+    return order.order != LATE;
+}
 // runs queued work until finished() holds (wait) or nothing more can run without waiting (!wait)
 template <typename Finished> static bool run_work(Finished finished, bool wait) {
     for (unsigned polls = 0;;) {
@@ -267,6 +278,7 @@ template <typename Finished> static bool run_work(Finished finished, bool wait) 
             return false;
         }
         if (finished()) return true;
+        if (poll_eagerly() && complete_started()) { polls = 0; continue; }
         if (CUstream_st* s = pick()) { run_next(s); polls = 0; continue; }
         if (complete_started()) { polls = 0; continue; }
         if (!wait) return false;

@@ -422,14 +422,19 @@ ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclC
 // ---------------------------------------------------------------- collectives
 static bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return a < b + bn && b < a + an; }
 
-// A collective in progress on its stream: first every rank's description (the agreement check),
-// then the data, each an MPI request polled until complete
+// A collective in progress on its stream. When its stream starts it, it reads its input (into
+// `input`, as a NCCL kernel reads it once it runs: a stream that writes the buffer later, with no
+// event between, cannot change what is summed) and posts every rank's description (the agreement
+// check); once that is in, the data's operation, which writes the output as it goes. Each is an MPI
+// request polled until complete
 struct Collective {
     ncclComm* comm;
     Call call;
     std::vector<Call> all;
-    std::vector<char> scratch;                                  // a copy MPI needs apart from the buffers
-    std::function<void(Collective&, MPI_Request*)> post_data;   // posts the data's operation
+    std::vector<char> input;                           // the input as it was when the collective started
+    std::function<void(Collective&)> read;             // fills input
+    std::function<void(Collective&, MPI_Request*)> post_data;  // posts the data's operation
+    std::function<void(Collective&)> finish;           // after it (null: nothing)
     MPI_Request request;
     bool agreed;
 };
@@ -443,14 +448,19 @@ static bool collective_done(Collective& c) {
         c.post_data(c, &c.request);
         return false;
     }
+    if (c.finish) c.finish(c);
     end_running(c.comm);
     cuda_emu::check_canaries(kind_names[c.call.kind]);
     return true;
 }
-// common checks, then the collective queued on its stream; post_data runs when the stream gets to it
+// common checks, then the collective queued on its stream: read(input, s) when the stream starts it,
+// post(collective, r, request) once every rank agreed, finish(collective, r) when it is complete
+typedef std::function<void(std::vector<char>& input, const char* s)> ReadInput;
+typedef std::function<void(Collective&, char* r, MPI_Request*)> PostData;
+typedef std::function<void(Collective&, char* r)> Finish;
 static ncclResult_t queue_collective(ncclComm* comm, Call call, const void* send, size_t send_bytes, void* recv,
-                                     size_t recv_bytes, cudaStream_t stream,
-                                     std::function<void(Collective&, char* s, char* r, MPI_Request*)> post_data) {
+                                     size_t recv_bytes, cudaStream_t stream, ReadInput read, PostData post,
+                                     Finish finish = nullptr) {
     if (!comm) return ncclInvalidArgument;
     if (group_depth > 0) die(std::string(kind_names[call.kind]) + " inside ncclGroupStart/End: this emulation runs only "
                              "sends and receives in groups");
@@ -462,28 +472,37 @@ static ncclResult_t queue_collective(ncclComm* comm, Call call, const void* send
     comm->queued++;
     auto c = std::make_shared<Collective>();
     *c = Collective{comm, call, std::vector<Call>(comm->size), {},
-                    [post_data, s, r](Collective& c, MPI_Request* request) { post_data(c, s, r, request); }, MPI_REQUEST_NULL, false};
+                    [read, s](Collective& c) { read(c.input, s); },
+                    [post, r](Collective& c, MPI_Request* request) { post(c, r, request); },
+                    finish ? std::function<void(Collective&)>([finish, r](Collective& c) { finish(c, r); }) : nullptr,
+                    MPI_REQUEST_NULL, false};
     cuda_emu::enqueue_started(
         stream,
         [c] {
             begin_running(c->comm, kind_names[c->call.kind]);
+            c->read(*c);
             MPI_Iallgather(&c->call, sizeof(Call), MPI_BYTE, c->all.data(), sizeof(Call), MPI_BYTE, c->comm->mpi, &c->request);
         },
         [c] { return collective_done(*c); });
     return ncclSuccess;
 }
 
+// the input, whole, as it is now
+static ReadInput read_bytes(size_t bytes) {
+    return [bytes](std::vector<char>& input, const char* s) { input.assign(s, s + bytes); };
+}
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
     size_t bytes = count * type_bytes(t);
     if (send != recv && comm && overlaps((const char*)send, bytes, (const char*)recv, bytes))
         die("ncclAllReduce: sendbuff and recvbuff overlap without being the same");
-    return queue_collective(comm, Call{ALL_REDUCE, t, op, 0, count, 0}, send, bytes, recv, bytes, stream,
-                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
-                                if (s != r) memcpy(r, s, bytes);
-                                if (op == ncclAvg) premultiply(r, count, t, c.comm->size);
-                                MPI_Iallreduce(MPI_IN_PLACE, r, (int)count, element(t), reduction(op), c.comm->mpi, request);
-                            });
+    return queue_collective(
+        comm, Call{ALL_REDUCE, t, op, 0, count, 0}, send, bytes, recv, bytes, stream, read_bytes(bytes),
+        [=](Collective& c, char*, MPI_Request* request) {
+            if (op == ncclAvg) premultiply(c.input.data(), count, t, c.comm->size);
+            MPI_Iallreduce(MPI_IN_PLACE, c.input.data(), (int)count, element(t), reduction(op), c.comm->mpi, request);
+        },
+        [=](Collective& c, char* r) { memcpy(r, c.input.data(), bytes); });
 }
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
@@ -493,11 +512,10 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
     if (comm && !in_place && overlaps((const char*)send, block * size, (const char*)recv, block))
         die("ncclReduceScatter: recvbuff overlaps sendbuff but is not sendbuff + rank * recvcount (NCCL's in-place form)");
     return queue_collective(comm, Call{REDUCE_SCATTER, t, op, 0, recvcount, 0}, send, block * size, recv, block, stream,
-                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
-                                c.scratch.assign(s, s + block * size);  // MPI's reduce-scatter needs distinct buffers
-                                if (op == ncclAvg) premultiply(c.scratch.data(), recvcount * size, t, size);
+                            read_bytes(block * size), [=](Collective& c, char* r, MPI_Request* request) {
+                                if (op == ncclAvg) premultiply(c.input.data(), recvcount * size, t, size);
                                 std::vector<int> counts(size, (int)recvcount);
-                                MPI_Ireduce_scatter(c.scratch.data(), r, counts.data(), element(t), reduction(op),
+                                MPI_Ireduce_scatter(c.input.data(), r, counts.data(), element(t), reduction(op),
                                                     c.comm->mpi, request);
                             });
 }
@@ -509,10 +527,9 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
     if (comm && !in_place && overlaps((const char*)send, block, (const char*)recv, block * size))
         die("ncclAllGather: sendbuff overlaps recvbuff but is not recvbuff + rank * sendcount (NCCL's in-place form)");
     return queue_collective(comm, Call{ALL_GATHER, t, 0, 0, sendcount, 0}, send, block, recv, block * size, stream,
-                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
-                                c.scratch.assign(s, s + block);
-                                MPI_Iallgather(c.scratch.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE, c.comm->mpi,
-                                               request);
+                            read_bytes(block), [=](Collective& c, char* r, MPI_Request* request) {
+                                MPI_Iallgather(c.input.data(), (int)block, MPI_BYTE, r, (int)block, MPI_BYTE,
+                                               c.comm->mpi, request);
                             });
 }
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
@@ -522,9 +539,11 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     bool is_root = comm && comm->rank == root;
     if (is_root && send != recv && overlaps((const char*)send, bytes, (const char*)recv, bytes))
         die("ncclBroadcast: sendbuff and recvbuff overlap without being the same");
-    return queue_collective(comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes, stream,
-                            [=](Collective& c, char* s, char* r, MPI_Request* request) {
-                                if (is_root && s != r) memmove(r, s, bytes);
-                                MPI_Ibcast(r, (int)bytes, MPI_BYTE, root, c.comm->mpi, request);
-                            });
+    return queue_collective(
+        comm, Call{BROADCAST, t, 0, root, count, 0}, is_root ? send : recv, bytes, recv, bytes, stream,
+        is_root ? read_bytes(bytes) : ReadInput([](std::vector<char>&, const char*) {}),
+        [=](Collective& c, char* r, MPI_Request* request) {
+            MPI_Ibcast(is_root ? c.input.data() : r, (int)bytes, MPI_BYTE, root, c.comm->mpi, request);
+        },
+        [=](Collective& c, char* r) { if (is_root) memcpy(r, c.input.data(), bytes); });
 }

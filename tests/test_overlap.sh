@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The data-parallel reductions overlapped with the backward (overlap.h, -overlap 1, the default).
+# Usage: test_overlap.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS (tests/reference.py's models; the
+# 4-layer one with --accum 4: ZeRO-2's layers take turns in two slots, so a slot is reused within a
+# micro-step only with three layers or more)
+#  - the emulated GPU build (fp32, NCCL on a stream of its own, ordered by events), against the float64
+#    trajectory (1e-4) in the emulator's adversarial stream orders and three random ones
+#    (CUDA_EMU_STREAMS: early runs the comm stream as soon as its waits allow, so a reduction without
+#    its event reads a gradient not yet written; late holds it back, so the default stream rewrites a
+#    buffer a reduction has not read, or reads a sum not yet written): dp 2 ZeRO-0 and ZeRO-1 (the last
+#    micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's, two slots in turn), and dp 2 x
+#    pp 2 ZeRO-2 under ZB-H1 (the reductions after the deferred weight halves);
+#  - the CPU build (MPI's non-blocking collectives, polled as later units start) at dp 4 on 4 layers,
+#    ZeRO-2 against float64 (tests/test_zero.sh runs ZeRO 0-3 on 2 layers), and at ZeRO 0-2 -overlap 0
+#    and 1 bit-identical: the same reductions of the same
+#    sums, only their moment moves.
+set -euo pipefail
+REF=$1 REF4=${2:?usage: test_overlap.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS}; PYTHON=${PYTHON:-/usr/bin/python3}
+D=tests/build/overlap; rm -rf $D; mkdir -p $D
+export OMP_NUM_THREADS=1
+MPIRUN="timeout 300 mpirun"
+
+trajectory() {  # trajectory NAME ORDER REF ACCUM TRAINER NP FLAGS...: 3 steps against float64 (1e-4)
+    local name=$1 order=$2 ref=$3 accum=$4 trainer=$5 np=$6; shift 6
+    local log=$D/$(echo "$name $order" | tr -c 'a-zA-Z0-9\n' _).txt
+    CUDA_EMU_STREAMS=$order $PYTHON tests/check_trajectory.py --trainer $trainer --ref $ref --accum $accum --tol 1e-4 \
+        --launcher "$MPIRUN -np $np" --steps 3 --extra "$*" > $log 2>&1 \
+        || { tail -n 20 $log; echo "FAIL: $name, CUDA_EMU_STREAMS=$order: the trajectory against float64"; exit 1; }
+    echo "$name, CUDA_EMU_STREAMS=$order: $(tail -n 1 $log)"
+}
+for order in early late seed:1 seed:2 seed:3; do
+    trajectory "emulated fp32, dp 2 ZeRO-2, 4 layers" $order $REF4 4 ./train_gpt_emu_fp32 2 -b 2 -z 2
+done
+trajectory "emulated fp32, dp 2 ZeRO-0" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
+trajectory "emulated fp32, dp 2 ZeRO-0" late $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
+trajectory "emulated fp32, dp 2 ZeRO-1" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 1
+trajectory "emulated fp32, dp 2 x pp 2 ZeRO-2 (ZB-H1), 4 layers" seed:1 $REF4 4 ./train_gpt_emu_fp32 4 -b 2 -pp 2 -ps zb -z 2
+
+CPU="-e $REF4/model.bin -i $REF4/train.bin -b 1 -t 32 -d 512 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -shuffle 0 -v 0 -s 0"
+trajectory "CPU build, dp 4 ZeRO-2, 4 layers" issue $REF4 4 ./train_gpt_cpu 4 -b 1 -z 2  # (ZeRO 0-3: tests/test_zero.sh)
+for z in 0 1 2; do
+    for o in 0 1; do $MPIRUN -np 4 ./train_gpt_cpu $CPU -z $z -overlap $o -log $D/cpu_z${z}_overlap$o.jsonl > /dev/null; done
+    $PYTHON tests/identical_steps.py "CPU build, dp 4 ZeRO-$z, -overlap 0 and 1" $D/cpu_z${z}_overlap0.jsonl $D/cpu_z${z}_overlap1.jsonl
+done
