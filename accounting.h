@@ -18,9 +18,10 @@ print_stage_balance predicts each stage's idle time from FLOP counts and suggest
 #pragma once
 // defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan, CommLedger,
 //          comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance, print_plans,
-//          bubble_json, check_memory, ledger_model, check_ledger_flags, print_plan_memory
+//          bubble_json, check_memory, ledger_model, check_ledger_flags, print_plan_memory, plan_comm_time
 #include <stdio.h>      // defines: printf, snprintf
 #include "ledger.h"     // defines: LedgerModel, print_ledger, gpu_spec
+#include "comm_time.h"  // defines: comm_time, print_comm_time
 #include <string.h>     // defines: memcpy
 #include <algorithm>    // defines: std::find
 #include <string>       // defines: std::string
@@ -275,6 +276,19 @@ inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
     if (g.tp > 1 || g.cp > 1 || g.pp > 1 || tc.zero_stage > 1)
         comm_fail_all("-gpu: the kernel ledger describes one GPU holding the whole model (tp, cp, pp 1, ZeRO 0 or 1), "
                       "not tp %d cp %d pp %d ZeRO-%d", g.tp, g.cp, g.pp, tc.zero_stage);
+    if (g.world % tc.nodes != 0)
+        comm_fail_all("-nodes %d does not divide the %d ranks into nodes of equal size", tc.nodes, g.world);
+}
+// with -gpu over more than one replica: the data-parallel communication's time and its exposed part
+// (comm_time.h), printed, and the roofline's "comm" object; "" at one replica
+inline std::string plan_comm_time(GPT2* model, const TrainConfig& tc, const LedgerModel& m) {
+    const Zero& z = model->zero;
+    if (model->comm->grid.replicas < 2) return "";
+    std::vector<size_t> units;
+    for (int u = 0; u < z.num_units; u++) units.push_back(z.units[u].padded);
+    size_t G = z.grads_fp32 ? sizeof(float) : sizeof(floatX);
+    int dp = model->comm->grid.replicas;
+    return print_comm_time(comm_time(m, *gpu_spec(tc.gpu), units, z.stage, G, z.overlap.on, dp, tc.nodes));
 }
 
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
@@ -285,10 +299,12 @@ inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
         comm_barrier(&model->comm->world);
     }
     if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, model->B, model->T, grad_accum);
-    if (tc.gpu && model->comm->grid.rank == 0)
-        print_ledger(ledger_model(model, tc, grad_accum), *gpu_spec(tc.gpu),
-                     model_flops_per_token(whole_parameter_count(model->config), model->config.num_layers,
-                                           model->config.channels, model->T));
+    if (!tc.gpu || model->comm->grid.rank != 0) return;
+    LedgerModel m = ledger_model(model, tc, grad_accum);
+    std::string comm = plan_comm_time(model, tc, m);
+    const GPT2Config& c = model->config;
+    double flops_per_token = model_flops_per_token(whole_parameter_count(c), c.num_layers, c.channels, model->T);
+    print_ledger(m, *gpu_spec(tc.gpu), flops_per_token, comm);
 }
 
 

@@ -28,7 +28,7 @@ Applied in accounting.h (print_plans).
 #pragma once
 // defines: LedgerModel, GpuSpec, gpu_spec, block_forward_ledger, block_backward_ledger, micro_step_ledger, step_ledger,
 //          ledger_roofline_ms, print_ledger, device_copy_ledger, device_zero_ledger, print_ledger_rows,
-//          KernelClass, kernel_classes, kernel_class, ledger_calibrated_ms
+//          KernelClass, kernel_classes, kernel_class, ledger_calibrated_ms, head_backward_ledger, embed_backward_ledger
 #include <stdio.h>   // defines: printf
 #include <string.h>  // defines: strcmp, strcspn
 #include <algorithm> // defines: std::max
@@ -95,6 +95,20 @@ inline void block_backward_ledger(Ledger* l, const LedgerModel& m) {
     matmul_backward_weight_ledger(l, N, C, 3 * C, false);
     bias_backward_ledger(l, N, {C, 4 * C, C, 3 * C});
 }
+// the head's backward after the loss (train_gpt.cu: head_backward): the logits' GEMMs, the final LayerNorm
+inline void head_backward_ledger(Ledger* l, const LedgerModel& m) {
+    size_t N = m.B * m.T, C = m.C;
+    matmul_backward_input_ledger(l, N, C, m.Vp);
+    matmul_backward_weight_ledger(l, N, C, m.Vp, false);
+    device_zero_ledger(l, (double)N * C * sizeof(floatX));  // the residual stream's gradient
+    layernorm_backward_both_ledger(l, N, C, true);
+}
+// after the blocks' backward (train_gpt.cu: blocks_backward's last copy, embed_backward)
+inline void embed_backward_ledger(Ledger* l, const LedgerModel& m) {
+    size_t N = m.B * m.T, C = m.C;
+    if (m.L % 2) device_copy_ledger(l, (double)N * C * sizeof(floatX));  // the input gradient back in scratch.dresidual
+    encoder_backward_ledger(l, m.B, m.T, C, m.V);
+}
 // one micro-batch forward and backward (train_gpt.cu's stage_forward, stage_backward)
 inline Ledger micro_step_ledger(const LedgerModel& m) {
     Ledger l;
@@ -104,14 +118,9 @@ inline Ledger micro_step_ledger(const LedgerModel& m) {
     layernorm_forward_ledger(&l, N, C);
     matmul_forward_ledger(&l, N, C, m.Vp, false);
     crossentropy_forward_backward_ledger(&l, N, m.Vp, true);
-    matmul_backward_input_ledger(&l, N, C, m.Vp);
-    matmul_backward_weight_ledger(&l, N, C, m.Vp, false);
-    device_zero_ledger(&l, (double)N * C * sizeof(floatX));  // the residual stream's gradient
-    layernorm_backward_both_ledger(&l, N, C, true);
+    head_backward_ledger(&l, m);
     for (size_t i = 0; i < m.L; i++) block_backward_ledger(&l, m);
-    if (m.L % 2)
-        device_copy_ledger(&l, (double)N * C * sizeof(floatX));  // the input gradient back in scratch.dresidual
-    encoder_backward_ledger(&l, m.B, m.T, C, m.V);
+    embed_backward_ledger(&l, m);
     if (m.grads_fp32) {  // zero.h's zero_end_micro_step: the fp32 sum += the micro-step's gradient, which is cleared
         ledger_add(&l, {"gradient_accumulate_kernel<Acc>", (double)m.P, 0, 0, m.P * (4.0 + sizeof(floatX))});
     }
@@ -215,7 +224,8 @@ inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per
     }
 }
 // the ledger of a step on GPU g, its sums, and one JSON line {"ledger": [...], "roofline": {...}}
-inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_per_token) {
+// comm: the roofline's "comm" object (comm_time.h), or ""
+inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_per_token, const std::string& comm = "") {
     Ledger micro = micro_step_ledger(m), once = step_ledger(m);
     double micro_ms = ledger_roofline_ms(micro, g), step_ms = m.grad_accum * micro_ms + ledger_roofline_ms(once, g);
     double tokens_per_s = (double)m.B * m.T * m.grad_accum / (step_ms / 1e3),
@@ -235,6 +245,8 @@ inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_pe
     printf("  calibrated (each kernel class at the slowdown the last GPU run measured, ledger.h: kernel_classes): "
            "%.2f ms per step, %.0f tokens/s\n", calibrated_ms, tokens_per_s * step_ms / calibrated_ms);
     printf("{\"ledger\": [%s], \"roofline\": {\"gpu\": \"%s\", \"ms_per_micro_step\": %.4f, \"ms_per_step\": %.4f, "
-           "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f, \"calibrated_ms_per_step\": %.4f}}\n",
-           json.c_str(), g.name, micro_ms, step_ms, tokens_per_s, mfu, (double)launches / m.L, calibrated_ms);
+           "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f, \"calibrated_ms_per_step\": %.4f"
+           "%s%s}}\n",
+           json.c_str(), g.name, micro_ms, step_ms, tokens_per_s, mfu, (double)launches / m.L, calibrated_ms,
+           comm.empty() ? "" : ", \"comm\": ", comm.c_str());
 }

@@ -69,6 +69,7 @@ struct TrainConfig {
     const char* comm_backend = "default";    // nccl | mpi; default: nccl on the GPU build
     int plan = 0;
     const char* gpu = NULL;                  // -gpu with -plan 1: the kernel ledger's roofline on this GPU (ledger.h)
+    int nodes = 1;                           // -nodes with -gpu: the ranks over this many nodes (comm_time.h)
     int timeout = 600;             // seconds without progress before the watchdog ends the job (watchdog.h)
     int inject_nonfinite_step = 0; // from TRAIN_GPT_INJECT_NONFINITE, not a flag
     int stop_at_step = 0;  // from TRAIN_GPT_STOP_AT_STEP: the last rank stops itself (SIGSTOP) as this step begins
@@ -198,6 +199,9 @@ static const Option option_table[] = {
      "1: print each rank's memory and per-step traffic from the formulas, allocating nothing, and exit", 0, 1},
     {"-gpu", OPT_STRING, OPTION_FIELD(gpu),
      "with -plan 1: the CUDA build's kernel ledger of a step and its roofline time on H100, H200 or A100 (ledger.h)"},
+    {"-nodes", OPT_INT, OPTION_FIELD(nodes),
+     "with -gpu: the ranks spread over this many nodes of equal size, for the time ledger of the data-parallel "
+     "communication (comm_time.h: NVLink within one node, InfiniBand across)", 1, 1 << 16},
 };
 inline void* option_value(TrainConfig* tc, const Option& o) { return (char*)tc + o.offset; }
 

@@ -79,6 +79,7 @@ check host_waits_per_step bash tests/test_host_waits.sh $REF
 # the kernel ledger (-plan 1 -gpu) against the launches and bytes the emulated build measures
 check kernel_ledger_vs_emulated_launches bash tests/test_ledger.sh
 check kernel_ledger_calibrated bash tests/test_ledger_calibration.sh  # ledger.h's kernel_classes against the last GPU run
+check comm_time_ledger bash tests/test_comm_time.sh  # comm_time.h: the DP communication's time and exposed part, formulas
 check ops_vs_pytorch_fp32 $BUILD/test_ops_vs_pytorch_fp32 $BUILD/pytorch_ops
 check ops_vs_pytorch_bf16 $BUILD/test_ops_vs_pytorch_bf16 $BUILD/pytorch_ops
 check gpt2_vs_pytorch env REFERENCE_DIR=$REF $BUILD/test_gpt2
