@@ -28,8 +28,11 @@ trajectory() {  # trajectory NAME ORDER REF ACCUM TRAINER NP FLAGS...: 3 steps a
         || { tail -n 20 $log; echo "FAIL: $name, CUDA_EMU_STREAMS=$order: the trajectory against float64"; exit 1; }
     echo "$name, CUDA_EMU_STREAMS=$order: $(tail -n 1 $log)"
 }
-for order in early late seed:1 seed:2 seed:3; do
+for order in early late seed:1; do
     trajectory "emulated fp32, dp 2 ZeRO-2, 4 layers" $order $REF4 4 ./train_gpt_emu_fp32 2 -b 2 -z 2
+done
+for order in seed:2 seed:3; do  # (2 layers: quicker; a slot is then reused only across micro-steps)
+    trajectory "emulated fp32, dp 2 ZeRO-2" $order $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 2
 done
 trajectory "emulated fp32, dp 2 ZeRO-0" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
 trajectory "emulated fp32, dp 2 ZeRO-0" late $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
