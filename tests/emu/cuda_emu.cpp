@@ -526,11 +526,14 @@ static bool wait_report_registered = getenv("CUDA_EMU_WAIT_REPORT") && atexit(wr
 // 0xFF, NaN as floats, until its work runs, at the wait)
 struct QueuedCopy { void* host; std::vector<char> bytes; };  // an upload's host bytes as queued
 static std::vector<QueuedCopy>& queued_uploads() { static std::vector<QueuedCopy> v; return v; }
+// checked when the upload runs (the bytes it would copy) and again at the wait
+static void check_upload_source(const QueuedCopy& u) {
+    if (memcmp(u.host, u.bytes.data(), u.bytes.size()))
+        die("the host rewrote the %zu bytes at %p, an asynchronous upload's source, before a wait: the device may "
+            "read them any time until one (cudaMemcpyAsync from page-locked memory)", u.bytes.size(), u.host);
+}
 static void land_queued_copies() {
-    for (const QueuedCopy& u : queued_uploads())
-        if (memcmp(u.host, u.bytes.data(), u.bytes.size()))
-            die("the host rewrote the %zu bytes at %p, an asynchronous upload's source, before a wait: the device may "
-                "read them any time until one (cudaMemcpyAsync from page-locked memory)", u.bytes.size(), u.host);
+    for (const QueuedCopy& u : queued_uploads()) check_upload_source(u);
     queued_uploads().clear();
 }
 static void host_waited() {
@@ -696,9 +699,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     if (stalled) return cudaSuccess;  // queued behind a failed link: it never runs, the host goes on
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpyAsync source") : src;
-    if (!src_device) queued_uploads().push_back({(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)});
     if (!dst_device) memset(dst, 0xFF, bytes);  // until its work runs the host sees 0xFF
-    queue_copy("cudaMemcpyAsync", to, from, src, bytes, src_device, dst_device, stream);
+    if (src_device) {
+        queue_copy("cudaMemcpyAsync", to, from, src, bytes, src_device, dst_device, stream);
+        return cudaSuccess;
+    }
+    QueuedCopy upload = {(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)};
+    queued_uploads().push_back(upload);
+    enqueue(stream, [=] {
+        check_upload_source(upload);
+        memmove(to, from, bytes);
+        copy_reported("cudaMemcpyAsync", from, src, bytes, false, dst_device);
+    });
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
