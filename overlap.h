@@ -110,8 +110,7 @@ inline void overlap_start(Overlap* o, const std::function<void(Posted*)>& post,
     cudaCheck(cudaEventRecord(o->written, 0));  // the gradient is written...
     cudaCheck(cudaStreamWaitEvent(o->stream, o->written, 0));  // ...before the comm stream reads it
     Posted posted = {{}, o->stream};
-    post(&posted);
-    comm_wait_posted(&posted);  // -comm mpi's host staging: nothing posted; NCCL: queued on the stream
+    post(&posted);  // NCCL: queued on the comm stream, no MPI request (zero_overlaps: never host-staged)
     if (then) then(o->stream);
     cudaCheck(cudaEventRecord(o->reduced[o->started % 2], o->stream));
     if (one_in_flight && o->started > 0) cudaCheck(cudaStreamWaitEvent(0, o->reduced[(o->started - 1) % 2], 0));

@@ -171,9 +171,6 @@ inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* f
 
 inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks);  // below: the optimizer step
 
-// units: each unit's elements and tensor slices (gpt2_units); zero_init takes ownership of them.
-// allocate = false lays out the shards without allocating (-plan).
-// master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 // whether -overlap 1 applies (overlap.h): under stages 0-2 with more than one replica, but not under
 // -ga fp32 at stages 0-1, and in the GPU build through NCCL only (-comm mpi's host staging waits anyway)
 inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, bool asked) {
@@ -183,6 +180,9 @@ inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, b
     return asked && comm->grid.replicas > 1 && stage <= 2 && !(stage <= 1 && grads_fp32);
 }
 
+// units: each unit's elements and tensor slices (gpt2_units); zero_init takes ownership of them.
+// allocate = false lays out the shards without allocating (-plan).
+// master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 // overlap: -overlap (zero_overlaps says where it applies)
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
                       bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS], bool overlap = false) {

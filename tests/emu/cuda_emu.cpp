@@ -663,9 +663,14 @@ static void copy_reported(const char* call, const void* from, const void* src, s
     check_canaries(call);
 }
 // a copy's work, queued on `stream`: the bytes move when it runs
+// (an upload from page-locked memory: its source as queued, checked when it runs)
 static void queue_copy(const char* call, void* to, const void* from, const void* src, size_t bytes, bool src_device,
                        bool dst_device, cudaStream_t stream) {
+    if (!src_device)
+        queued_uploads().push_back({(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)});
+    QueuedCopy upload = src_device ? QueuedCopy{} : queued_uploads().back();
     enqueue(stream, [=] {
+        if (!src_device) check_upload_source(upload);
         memmove(to, from, bytes);
         copy_reported(call, from, src, bytes, src_device, dst_device);
     });
@@ -700,17 +705,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     void* to = dst_device ? device_bytes(dst, bytes, "cudaMemcpyAsync destination") : dst;
     const void* from = src_device ? device_bytes(src, bytes, "cudaMemcpyAsync source") : src;
     if (!dst_device) memset(dst, 0xFF, bytes);  // until its work runs the host sees 0xFF
-    if (src_device) {
-        queue_copy("cudaMemcpyAsync", to, from, src, bytes, src_device, dst_device, stream);
-        return cudaSuccess;
-    }
-    QueuedCopy upload = {(void*)src, std::vector<char>((const char*)src, (const char*)src + bytes)};
-    queued_uploads().push_back(upload);
-    enqueue(stream, [=] {
-        check_upload_source(upload);
-        memmove(to, from, bytes);
-        copy_reported("cudaMemcpyAsync", from, src, bytes, false, dst_device);
-    });
+    queue_copy("cudaMemcpyAsync", to, from, src, bytes, src_device, dst_device, stream);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
