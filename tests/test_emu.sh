@@ -17,7 +17,8 @@
 #  - -r 0..3 bit-identical under cp 2 in bf16 (the flash kernels, tensor cores, rerun by recompute);
 #  - resume bit-exact under pp 2 ZeRO-3 and under cp 2 (bf16, NCCL), with validation and samples in the logs;
 #  - sampling with the KV cache (fp32) draws the tokens a full forward per token draws;
-#  - the watchdog (-timeout 5) under NCCL: a rank stopped at step 3, the job ended with exit code 3;
+#  - the watchdog (-timeout 5) under NCCL: a rank stopped at step 3, the job ended with exit code 3 (or
+#    the launcher's report of the stopped rank's signal: tests/watchdog_status.sh);
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
 #    rank, and train through -comm mpi;
@@ -33,6 +34,7 @@ E=tests/build/emu
 D=$E/runs; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
 MPIRUN="timeout 300 mpirun"
+source tests/watchdog_status.sh  # defines: watchdog_status_ok
 
 for p in fp32 bf16 fp16; do
     $E/test_emu_kernels_$p > $D/kernels_$p.txt || { cat $D/kernels_$p.txt; echo "FAIL: kernel launchers against their host twins, $p"; exit 1; }
@@ -156,10 +158,10 @@ code=0; TRAIN_GPT_STOP_AT_STEP=3 $MPIRUN -np 2 ./train_gpt_emu_fp32 -e $REF/mode
     -timeout 5 > $D/watchdog.txt 2>&1 || code=$?
 # the line matched whole: the rank, the operation and group its peer waits in, the step; at least the
 # timeout's 5 s idle, but no upper bound: a busy machine may let the watchdog's thread wake late
-[ $code -eq 3 ] && [ "$(grep -c 'error: watchdog' $D/watchdog.txt)" = 1 ] && grep -Eq \
+watchdog_status_ok $code $D/watchdog.txt && [ "$(grep -c 'error: watchdog' $D/watchdog.txt)" = 1 ] && grep -Eq \
     "^error: watchdog: rank 0 made no progress for ([5-9]|[1-9][0-9]+) s, since it began an all-reduce of the dp group at step 3 \(-timeout 5\)" \
-    $D/watchdog.txt || { tail -n 5 $D/watchdog.txt; echo "FAIL: the watchdog under NCCL (exit code $code)"; exit 1; }
-echo "ok: a stopped rank under NCCL: $(grep -m1 'error: watchdog' $D/watchdog.txt | cut -c1-120), exit code 3"
+    $D/watchdog.txt || { tail -n 12 $D/watchdog.txt; echo "FAIL: the watchdog under NCCL (exit code $code)"; exit 1; }
+echo "ok: a stopped rank under NCCL: $(grep -m1 'error: watchdog' $D/watchdog.txt | cut -c1-120), exit code $code"
 
 # GPU binding (8 emulated GPUs, PCI bus ids 0x10..0x17; CUDA_VISIBLE_DEVICES as a launcher sets it)
 ONE="-e $REF/model.bin -i $REF/train.bin -b 2 -t 32 -d 128 -x 1 -v 0 -s 0"
