@@ -18,7 +18,8 @@ print_stage_balance predicts each stage's idle time from FLOP counts and suggest
 #pragma once
 // defines: CommGroup, comm_group_names, comm_group, Accounting, gpt2_plan, accounting_json, print_plan, CommLedger,
 //          comm_ledger, measured_accounting_json, StageCosts, stage_costs, print_stage_balance, print_plans,
-//          bubble_json, check_memory, ledger_model, check_ledger_flags, print_plan_memory, plan_comm_time
+//          bubble_json, check_memory, ledger_model, check_ledger_flags, print_plan_memory, plan_comm_time,
+//          step_time_json
 #include <stdio.h>      // defines: printf, snprintf
 #include "ledger.h"     // defines: LedgerModel, print_ledger, gpu_spec
 #include "comm_time.h"  // defines: comm_time, print_comm_time
@@ -351,6 +352,26 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
         simulated += b;
     }
     return text + measured + "]" + simulated + "]";
+}
+
+// the CPU build's split of the step (step_time.h): each part averaged over the ranks (a
+// collective), compute what the others leave of each rank's own step time `ms`
+inline std::string step_time_json(GPT2* model, double ms) {
+#ifdef __CUDACC__
+    (void)model, (void)ms;
+    return "";  // the host clock sees launches, not kernels
+#else
+    const StepTime& t = model->step_time;
+    double parts[6] = {ms - t.data - t.comm_exposed - t.bubble - t.optimizer, t.comm_exposed, t.bubble, t.optimizer,
+                       t.data, t.comm_in_flight};
+    comm_all_reduce_scalars(&model->comm->world, parts, 6);
+    double n = model->comm->grid.world;
+    char text[256];
+    snprintf(text, sizeof(text), ", \"time_ms\": {\"compute\": %.3f, \"comm_exposed\": %.3f, \"bubble\": %.3f, "
+             "\"optimizer\": %.3f, \"data\": %.3f, \"comm_in_flight\": %.3f}", parts[0] / n, parts[1] / n, parts[2] / n,
+             parts[3] / n, parts[4] / n, parts[5] / n);
+    return text;
+#endif
 }
 
 // before anything is allocated: does every rank's plan fit the memory it can use (the GPU's

@@ -48,7 +48,8 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 //          comm_all_reduce, comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace,
 //          comm_single_process, comm_span_name, comm_staging, comm_groups, floatX_sum_op, for_each_chunk, make_grid,
 //          mpi_count, mpi_sum, nccl_check, ring_bytes, comm_progress, comm_abort_nccl, mpi_wait, mpi_wait_all,
-//          Posted, comm_poll_posted, comm_wait_posted
+//          Posted, comm_poll_posted, comm_wait_posted, comm_post, comm_posted_complete, comm_wait, CommFlight,
+//          comm_set_step_time
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Iallreduce, MPI_Test, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
@@ -57,6 +58,7 @@ embedding's group, the loss and norm scalars); model_file.h and accounting.h (th
 #include "base.h"    // defines: fail, fail_hook, device_to_host, host_to_device
 #include "watchdog.h"  // defines: watchdog_progress, watchdog
 #include "trace.h"   // defines: Trace, TraceSpan (-trace: a span per collective)
+#include "step_time.h"  // defines: StepTime, step_time_begin_comm, step_time_end_comm, step_time_now_ms
 #ifdef __CUDACC__
 #include <nccl.h>    // defines: ncclComm_t, ncclAllReduce, ...
 #endif
@@ -92,6 +94,8 @@ struct Comm {
     const char* name;               // "dp", "tp", ...: the trace's span names
     Trace* trace;                   // -trace: where this group's collectives record their spans (NULL: off)
     int world_rank;                 // the trace's track
+    StepTime* time;                 // the CPU build's step split: where its waits count (NULL: untimed)
+    bool pipeline;                  // the pp group: its waits are the bubble, not communication
     size_t chunk_bytes;             // the largest single MPI message (MPI counts are int)
     void* staging[2];               // GPU build, -comm mpi: page-locked host copies, reused
     size_t staging_bytes[2];
@@ -109,6 +113,11 @@ struct Collectives {
 // every group, to set or free them all alike
 inline std::vector<Comm*> comm_groups(Collectives* c) {
     return {&c->world, &c->dp, &c->tp, &c->pp, &c->cp, &c->embedding};
+}
+// the CPU build's step split (step_time.h): every group's waits and flights count into `time`
+inline void comm_set_step_time(Collectives* c, StepTime* time) {
+    for (Comm* g : comm_groups(c)) g->time = time;
+    c->pp.pipeline = true;
 }
 
 // ---------------------------------------------------------------- start-up
@@ -419,6 +428,21 @@ inline void mpi_wait(MPI_Request* request) {
 inline void mpi_wait_all(MPI_Request* requests, int n) {
     for (int i = 0; i < n; i++) mpi_wait(&requests[i]);
 }
+// a group's wait, timed into its step split: the bubble for the pipeline's, else comm_exposed
+inline void comm_wait(const Comm* c, MPI_Request* requests, int n = 1) {
+    double start = c->time ? step_time_now_ms() : 0.0;
+    mpi_wait_all(requests, n);
+    if (c->time) *(c->pipeline ? &c->time->bubble : &c->time->comm_exposed) += step_time_now_ms() - start;
+}
+// a blocking collective's flight (step_time.h): from its start to the end of the scope. The
+// pipeline's sends and receives are not counted (their waits are the bubble), nor a posted
+// collective here (comm_post counts it until its requests complete)
+struct CommFlight {
+    StepTime* time;
+    explicit CommFlight(const Comm* c, const void* posted = nullptr)
+        : time(c->pipeline || posted ? nullptr : c->time) { step_time_begin_comm(time); }
+    ~CommFlight() { step_time_end_comm(time); }
+};
 
 enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 
@@ -431,16 +455,30 @@ enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 struct Posted {
     std::vector<MPI_Request> requests;
     Stream stream;
+    const Comm* comm = nullptr;  // the CPU build: whose step split times them (step_time.h)
+    int collectives = 0;         // begun, in flight until the requests complete
 };
+inline void comm_post(const Comm* c, Posted* p) {
+    p->comm = c;
+    p->collectives++;
+    step_time_begin_comm(c->time);
+}
+inline void comm_posted_complete(Posted* p) {
+    if (p->comm) step_time_end_comm(p->comm->time, p->collectives);
+    p->requests.clear();
+    p->collectives = 0;
+}
 // MPI moves a posted operation on only inside its calls: a poll between units keeps it going
 inline void comm_poll_posted(Posted* p) {
     int done = 0;
-    if (!p->requests.empty())
-        MPI_Testall((int)p->requests.size(), p->requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (p->requests.empty()) return;
+    MPI_Testall((int)p->requests.size(), p->requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) comm_posted_complete(p);
 }
 inline void comm_wait_posted(Posted* p) {
-    mpi_wait_all(p->requests.data(), (int)p->requests.size());
-    p->requests.clear();
+    if (p->requests.empty()) return;
+    comm_wait(p->comm, p->requests.data(), (int)p->requests.size());
+    comm_posted_complete(p);
 }
 
 // buf (n) = sum or max over the group, in place
@@ -460,13 +498,15 @@ template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, Red
     }
     posted = nullptr;  // host-staged: done when the call returns
 #endif
+    CommFlight flight(c, posted);  // posted: in flight until comm_wait_posted
+    if (posted) comm_post(c, posted);
     HostView<T> h(c, 0, buf, n, true);
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(c);
     for_each_chunk(n, c->chunk_bytes / sizeof(T), [&](size_t at, size_t count) {
         MPI_Request r;
         MPI_Iallreduce(MPI_IN_PLACE, h.ptr + at, (int)count, mpi_type<T>(), mpi_op, c->mpi, &r);
         if (posted) posted->requests.push_back(r);
-        else mpi_wait(&r);
+        else comm_wait(c, &r);
     });
     h.copy_out(buf);
 }
@@ -492,12 +532,14 @@ template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send
     }
     posted = nullptr;  // host-staged: done when the call returns
 #endif
+    CommFlight flight(c, posted);  // posted: in flight until comm_wait_posted
+    if (posted) comm_post(c, posted);
     HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
     MPI_Request r;
     int count = mpi_count(n, "reduce-scatter");
     MPI_Ireduce_scatter_block(in.ptr, out.ptr, count, mpi_type<T>(), mpi_sum<T>(c), c->mpi, &r);
     if (posted) posted->requests.push_back(r);
-    else mpi_wait(&r);
+    else comm_wait(c, &r);
     out.copy_out(recv);
 }
 
@@ -510,18 +552,19 @@ template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* rec
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
 #endif
+    CommFlight flight(c);
     int count = mpi_count(n, "all-gather");
     MPI_Request r;
     if (send == recv + c->rank * n) {  // in place: this rank's block already sits in recv
         HostView<T> out(c, 0, recv, n * c->size, true);
         MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.ptr, count, mpi_type<T>(), c->mpi, &r);
-        mpi_wait(&r);
+        comm_wait(c, &r);
         out.copy_out(recv);
         return;
     }
     HostView<T> in(c, 0, (T*)send, n, true), out(c, 1, recv, n * c->size, false);
     MPI_Iallgather(in.ptr, count, mpi_type<T>(), out.ptr, count, mpi_type<T>(), c->mpi, &r);
-    mpi_wait(&r);
+    comm_wait(c, &r);
     out.copy_out(recv);
 }
 
@@ -536,11 +579,12 @@ template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int 
         return;
     }
 #endif
+    CommFlight flight(c);
     HostView<T> h(c, 0, buf, n, c->rank == root);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
         MPI_Request r;
         MPI_Ibcast((char*)h.ptr + at, (int)count, MPI_BYTE, root, c->mpi, &r);
-        mpi_wait(&r);
+        comm_wait(c, &r);
     });
     h.copy_out(buf);
 }
@@ -551,11 +595,12 @@ template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclSend(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclSend"); return; }
 #endif
+    CommFlight flight(c);
     HostView<T> h(c, 0, (T*)buf, n, true);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
         MPI_Request r;
         MPI_Isend((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi, &r);
-        mpi_wait(&r);
+        comm_wait(c, &r);
     });
 }
 
@@ -574,12 +619,13 @@ inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int r
         return;
     }
 #endif
+    CommFlight flight(c);
     HostView<T> out(c, 0, (T*)send, n, true), in(c, 1, recv, n, false);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
         MPI_Request r[2];
         MPI_Irecv((char*)in.ptr + at, (int)count, MPI_BYTE, recv_peer, 0, c->mpi, &r[0]);
         MPI_Isend((char*)out.ptr + at, (int)count, MPI_BYTE, send_peer, 0, c->mpi, &r[1]);
-        mpi_wait_all(r, 2);
+        comm_wait(c, r, 2);
     });
     in.copy_out(recv);
 }
@@ -589,11 +635,12 @@ template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer)
 #ifdef __CUDACC__
     if (c->use_nccl) { nccl_check(ncclRecv(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclRecv"); return; }
 #endif
+    CommFlight flight(c);
     HostView<T> h(c, 0, buf, n, false);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
         MPI_Request r;
         MPI_Irecv((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi, &r);
-        mpi_wait(&r);
+        comm_wait(c, &r);
     });
     h.copy_out(buf);
 }
@@ -603,16 +650,18 @@ inline void comm_all_reduce_scalars(Comm* c, double* values, int n) {
     c->bytes[COMM_SCALARS] += 2 * ring_bytes(n * sizeof(double), c->size);
     comm_progress(c, "an all-reduce of scalars");
     if (c->size <= 1) return;
+    CommFlight flight(c);
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, c->mpi, &r);
-    mpi_wait(&r);
+    comm_wait(c, &r);
 }
 
 inline void comm_barrier(Comm* c) {
     comm_progress(c, "a barrier");
+    CommFlight flight(c);
     MPI_Request r;
     MPI_Ibarrier(c->mpi, &r);
-    mpi_wait(&r);
+    comm_wait(c, &r);
 }
 
 // the smallest of every rank's value (which checkpoint all ranks have); before the groups exist

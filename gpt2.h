@@ -48,6 +48,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 #include "recompute.h"            // defines: NUM_LAYER_ACTIVATIONS, recompute_keeps, layer_activation_bytes
 #include "staging.h"              // defines: HostStaging, staging_free
 #include "comm.h"                 // defines: Collectives, ProcessGrid, comm_all_reduce_scalars
+#include "step_time.h"            // defines: StepTime
 #include "zero.h"                 // defines: Zero, Unit, TensorSlice, zero_grad_norm_squared, zero_sum_gradient_range
 #include "tp.h"                   // defines: TensorPartition, TensorParallel, tp_vocab_range
 #include "cp.h"                   // defines: RingBuffers, cp_chunk, cp_batch_index
@@ -365,6 +366,7 @@ struct GPT2 {
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     HostStaging staging;            // the step's uploads and downloads, queued without waits (staging.h)
     DeviceClock schedule_clock;     // a pipeline's stamps around its compute actions (its bubble: pipeline.h)
+    StepTime step_time;             // the CPU build's split of a step's time (step_time.h)
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
 

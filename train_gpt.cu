@@ -537,7 +537,9 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     // micro-steps and ranks gives the gradient of the mean; times the loss scale
     float dloss = (float)(scaler->scale / tokens_per_step);
     std::vector<std::vector<int>> tokens;
-    std::vector<MicroBatch> batches = next_micro_batches(model, loader, grad_accum, B, T, &tokens);
+    std::vector<MicroBatch> batches;
+    { StepSpan data(&model->step_time, &model->step_time.data);
+      batches = next_micro_batches(model, loader, grad_accum, B, T, &tokens); }
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule =
         pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, gpt2_chunks(model));
@@ -567,7 +569,8 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     uint64_t rounding_seed = random_u32((uint64_t)tc.seed, (uint64_t)t);  // fresh stochastic-rounding bits every step
     TraceSpan span(model->comm->world.trace, [] { return std::string("optimizer step"); }, "optimizer",
                    model->comm->grid.rank);
-    zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed);
+    { StepSpan optimizer(&model->step_time, &model->step_time.optimizer);
+      zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed); }
     zero_gather_updated(&model->zero);
     return r;
 }
@@ -980,6 +983,7 @@ inline void train_loop(Run* run) {
         if (tc.trace_path && step == run->resume_step) { comm_barrier(&model->comm->world); trace_start(&run->trace); }
         CommLedger sent_before = comm_ledger(model);
         device_synchronize();
+        step_time_reset(&model->step_time);
         auto start = std::chrono::steady_clock::now();
         if (tc.overfit_single_batch) dataloader_reset(&run->train_loader);  // -a 1: the first batch again
         StepResult r = train_step(model, &run->train_loader, &run->scaler, &run->outliers, tc, run->grad_accum, step,
@@ -1005,7 +1009,7 @@ inline void train_loop(Run* run) {
         std::string sample = sampled ? sample_text(model, tc, &run->sample_rng, &run->decoder, run->can_decode) : "";
         if (sampled && rank == 0)
             printf("sample%s:\n---\n%s\n---\n", run->can_decode ? "" : " (token ids)", sample.c_str());
-        std::string bubble = bubble_json(model, r.timing, run->grad_accum);
+        std::string bubble = bubble_json(model, r.timing, run->grad_accum) + step_time_json(model, ms);
         if (run->log)
             log_step(run->log, done, r, ms, tc.total_batch_tokens, mfu, run->scaler.enabled, validated, val_loss,
                      sampled, sample, accounting, bubble + hellaswag);
@@ -1057,6 +1061,9 @@ inline void prepare_run(Run* run, Collectives* comm, bool use_nccl) {
     if (!run->can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
     if (tc.trace_path) comm_set_trace(comm, &run->trace);
+#ifndef __CUDACC__
+    comm_set_step_time(comm, &run->model->step_time);  // the GPU build's host clock sees launches only
+#endif
 }
 
 int main(int argc, char** argv) {

@@ -13,7 +13,8 @@
 #  - the CPU build (MPI's non-blocking collectives, polled as later units start) at dp 4 on 4 layers,
 #    ZeRO-2 against float64 (tests/test_zero.sh runs ZeRO 0-3 on 2 layers), and at ZeRO 0-2 -overlap 0
 #    and 1 bit-identical: the same reductions of the same
-#    sums, only their moment moves.
+#    sums, only their moment moves; the log rows' split of the step (step_time.h): at -overlap 1 some
+#    communication in flight beside the backward, at 0 none.
 set -euo pipefail
 REF=$1 REF4=${2:?usage: test_overlap.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS}; PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/overlap; rm -rf $D; mkdir -p $D
@@ -45,3 +46,7 @@ for z in 0 1 2; do
     for o in 0 1; do $MPIRUN -np 4 ./train_gpt_cpu $CPU -z $z -overlap $o -log $D/cpu_z${z}_overlap$o.jsonl > /dev/null; done
     $PYTHON tests/identical_steps.py "CPU build, dp 4 ZeRO-$z, -overlap 0 and 1" $D/cpu_z${z}_overlap0.jsonl $D/cpu_z${z}_overlap1.jsonl
 done
+
+# the step's split in those rows (tests/check_step_time.py: at -overlap 1 communication in flight
+# while the backward goes on, at 0 none)
+$PYTHON tests/check_step_time.py --blocking $D/cpu_z{0,1,2}_overlap0.jsonl --overlapped $D/cpu_z{0,1,2}_overlap1.jsonl
