@@ -225,7 +225,8 @@ inline int launcher_local_rank() {
 inline void cpu_wait_politely(char** argv) { (void)argv; }  // the GPU build: its waits are the GPU's
 // the GPU chosen before MPI_Init, from the launcher's local rank: a CUDA-aware MPI opens a
 // context on the current device at MPI_Init, which would otherwise be GPU 0 in every rank.
-// device_init, after MPI_Init, chooses again from MPI's own node rank (the same, as launchers number)
+// device_init keeps that choice: MPI's own node rank decides only where the launcher gave none, so
+// a launcher that numbers its ranks otherwise cannot leave MPI's context and the model on two GPUs
 inline void device_choose_before_mpi() {
     int count = 0, local = launcher_local_rank();
     if (local >= 0 && cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaSetDevice(local % count);
@@ -237,7 +238,8 @@ inline void device_init(int local_rank, int ranks_on_node, bool tf32 = false) {
     if (err != cudaSuccess || count == 0)
         fail("no CUDA device found (%s): ./train_gpt_cpu takes the same flags and runs on the CPU",
              err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    cudaCheck(cudaSetDevice(local_rank % count));
+    int launcher = launcher_local_rank();  // device_choose_before_mpi's choice, where it made one
+    cudaCheck(cudaSetDevice((launcher >= 0 ? launcher : local_rank) % count));
     if (!cublas_handle()) cublasCheck(cublasCreate(&cublas_handle()));
     if (!cublaslt_handle()) cublasCheck(cublasLtCreate(&cublaslt_handle()));
     // fp32 builds compute in true fp32 unless -f 1 (TF32), so they can be checked against float64

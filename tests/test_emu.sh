@@ -21,7 +21,8 @@
 #    the launcher's report of the stopped rank's signal: tests/watchdog_status.sh);
 #  - GPUs told apart by PCI id: ranks bound to one GPU each by CUDA_VISIBLE_DEVICES (each sees
 #    device 0) train over NCCL; two ranks on one GPU are refused by NCCL with one line on every
-#    rank, and train through -comm mpi;
+#    rank, and train through -comm mpi; the GPU chosen once, by the launcher's local rank, before
+#    MPI_Init and after it;
 #  - a failed NCCL link (CUDA_EMU_NCCL_FAIL_AFTER: its work never completes, as on a GPU) ends
 #    the job with a line naming the group, not a hang;
 #  - the pipeline's bubble under NCCL, whose receives only queue work: at pp 2 with one micro-batch
@@ -169,6 +170,14 @@ $MPIRUN -np 2 bash -c "CUDA_VISIBLE_DEVICES=\${PMI_RANK:-\$OMPI_COMM_WORLD_RANK}
     || { tail -n 3 $D/bound.txt; echo "FAIL: ranks bound to a GPU each by CUDA_VISIBLE_DEVICES"; exit 1; }
 grep -q "NCCL collectives" $D/bound.txt || { echo "FAIL: ranks bound to one GPU each fell back from NCCL"; tail -n 3 $D/bound.txt; exit 1; }
 echo "ok: 2 ranks bound to one GPU each (CUDA_VISIBLE_DEVICES) train over NCCL"
+# the GPU chosen once: from the launcher's local rank before MPI_Init (a CUDA-aware MPI's context),
+# kept after it even where MPI's node rank differs (here the launcher's numbering reversed: rank 0
+# is local rank 1, so its header names device 1; chosen again from MPI's, it named device 0)
+$MPIRUN -np 2 bash -c "MPI_LOCALRANKID=\$((1 - PMI_RANK)) exec ./train_gpt_emu_fp32 $ONE" > $D/reversed.txt 2>&1 \
+    || { tail -n 3 $D/reversed.txt; echo "FAIL: local ranks numbered in reverse by the launcher"; exit 1; }
+grep -q "^train_gpt | CUDA emulation (device 1) |" $D/reversed.txt \
+    || { head -n 1 $D/reversed.txt; echo "FAIL: rank 0, the launcher's local rank 1, is not on device 1"; exit 1; }
+echo "ok: the launcher's local rank picks the GPU before MPI_Init and after: $(head -n 1 $D/reversed.txt | cut -c1-45)"
 code=0; CUDA_EMU_DEVICES=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 $ONE > $D/shared.txt 2>&1 || code=$?
 [ $code -ne 0 ] && [ $code -ne 124 ] && [ "$(grep -c '^error: 2 ranks share one GPU: NCCL needs a GPU per rank' $D/shared.txt)" -eq 2 ] \
     || { echo "FAIL: 2 ranks on one GPU under NCCL, exit $code"; cat $D/shared.txt; exit 1; }
