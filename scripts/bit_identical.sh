@@ -23,7 +23,7 @@ make -s -C $WORK/base $TRAINERS > $WORK/build.log 2>&1 && make -s $TRAINERS >> $
 export OMP_NUM_THREADS=1
 COMMON="-e d2 -b 2 -t 32 -x 4 -v 2 -m 2 -s 2 -g 4 -l 1e-3 -u 1 -q 0.1 -c 0.1 -i data/tinyshakespeare_train.bin \
         -j data/tinyshakespeare_val.bin -tok data/gpt2_tokenizer.bin"
-TIMINGS='s/"ms": [0-9.]+, "tok_per_s": [0-9.]+, "mfu": ([0-9.e+-]+|null)//; s/, "bubble[a-z_]*": (\[[^]]*\]|[0-9.]+)//g'  # timings, and the bubble (timed)
+TIMINGS='s/"ms": [0-9.]+, "tok_per_s": [0-9.]+, "mfu": ([0-9.e+-]+|null)//; s/, "bubble[a-z_]*": (\[[^]]*\]|[0-9.]+)//g; s/, "time_ms": \{[^}]*\}//'  # timings, the bubble and the step's split (timed)
 
 run_all() {  # run_all BINDIR OUT: every run, its log without timings, its step lines, its plan
     local bin=$1 out=$2 i=0

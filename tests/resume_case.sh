@@ -11,8 +11,10 @@ resume_case() {  # resume_case NAME LAUNCH TRAINER EXTRA_FLAGS
     $launch $trainer $FLAGS $extra -o $D/$name-cut -y 1 -log $D/$name-cut.jsonl > $D/$name-resume.txt
     grep -q "^resuming from step 4:" $D/$name-resume.txt \
         || { echo "FAIL $name: resumed from $(grep -m1 -o '^resuming from step [0-9]*' $D/$name-resume.txt || echo 'no step'), not step 4"; exit 1; }
-    # identical rows but for timing (ms, tok_per_s, mfu, the bubble) and the first step's measured block
-    strip() { sed -E -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*, "mfu": ([0-9.e+-]+|null)//' -e 's/, "bubble[a-z_]*": (\[[^]]*\]|[0-9.-]+)//g' -e 's/, "measured": .*}$/}/' "$1"; }
+    # identical rows but for timing (ms, tok_per_s, mfu, the bubble, the CPU build's split of the step)
+    # and the first step's measured block
+    strip() { sed -E -e 's/"ms": [0-9.]*, "tok_per_s": [0-9.]*, "mfu": ([0-9.e+-]+|null)//' -e 's/, "bubble[a-z_]*": (\[[^]]*\]|[0-9.-]+)//g' \
+        -e 's/, "time_ms": \{[^}]*\}//' -e 's/, "measured": .*}$/}/' "$1"; }
     diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) > /dev/null || { echo "FAIL $name: logs differ"; diff <(strip $D/$name-whole.jsonl) <(strip $D/$name-cut.jsonl) | head; exit 1; }
     cmp $D/$name-whole/model_00000008.bin $D/$name-cut/model_00000008.bin || { echo "FAIL $name: final models differ"; exit 1; }
     echo "ok $name: steps 5-8 after resuming equal the unbroken run, final model identical"
