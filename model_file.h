@@ -92,6 +92,15 @@ inline int read_model_header(const char* path, GPT2Config* config, FILE** opened
         fail("model file %s has version %d; known versions are 3 (fp32) and 5 (bf16)", path, version);
     *config = GPT2Config{header[2], header[3], header[7], header[4], header[5], header[6]};
     gpt2_validate_config(*config, path);
+    // the size the header implies, checked before anything is built on it (a damaged header word
+    // of 2^31 - 1 layers would otherwise reach the model's allocations)
+    TensorShape full[NUM_PARAMETER_TENSORS];
+    parameter_shapes(full, *config, whole_model_layout(*config));
+    size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
+    struct stat st;
+    if (stat(path, &st) != 0 || (size_t)st.st_size != 1024 + n * bytes_per)
+        fail("model file %s should be %zu bytes for this header (%zu parameters) but is %lld", path,
+             1024 + n * bytes_per, n, (long long)st.st_size);
     if (opened) *opened = f; else fclose(f);
     return version;
 }
@@ -103,12 +112,7 @@ inline float* read_model_file(const char* path, GPT2Config* config) {
     const GPT2Config& c = *config;
     TensorShape full[NUM_PARAMETER_TENSORS];
     parameter_shapes(full, c, whole_model_layout(c));
-    size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
-    struct stat st;
-    stat(path, &st);
-    if ((size_t)st.st_size != 1024 + n * bytes_per)
-        fail("model file %s should be %zu bytes for this header (%zu parameters) but is %lld", path,
-             1024 + n * bytes_per, n, (long long)st.st_size);
+    size_t n = parameter_count(full);  // the file's size checked against it (read_model_header)
     float* values = (float*)malloc(n * sizeof(float));
     if (version == MODEL_VERSION_FP32) {
         if (fread(values, 4, n, f) != n) fail("model file %s: short read", path);

@@ -38,10 +38,12 @@ def put(name, header, body=raw[1024:]):
 v = h.copy(); v[1] = 7; put("version7.bin", v)
 put("truncated.bin", h, raw[1024:-4096])
 c = h.copy(); c[5] = 5; put("heads.bin", c)   # C=64 with NH=5
+l = h.copy(); l[4] = 2**31 - 1; put("layers.bin", l)  # a damaged layer count: checked before the model is built
 PY
 expect_error "version 7" $TRAINER $GOOD -e $D/version7.bin
 expect_error "should be" $TRAINER $GOOD -e $D/truncated.bin
 expect_error "not divisible by heads" $TRAINER $GOOD -e $D/heads.bin
+expect_error "should be [0-9]* bytes for this header" $TRAINER $GOOD -e $D/layers.bin  # (it crashed: the fuzz found it)
 
 # token shards
 expect_error "no token shards match" $TRAINER $GOOD -i "$D/nothing_*.bin"
