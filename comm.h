@@ -439,7 +439,7 @@ inline void comm_wait(const Comm* c, MPI_Request* requests, int n = 1) {
 // collective here (comm_post counts it until its requests complete)
 struct CommFlight {
     StepTime* time;
-    explicit CommFlight(const Comm* c, const void* posted = nullptr)
+    explicit CommFlight(const Comm* c, bool posted = false)
         : time(c->pipeline || posted ? nullptr : c->time) { step_time_begin_comm(time); }
     ~CommFlight() { step_time_end_comm(time); }
 };
@@ -498,7 +498,7 @@ template <typename T> inline void comm_all_reduce(Comm* c, T* buf, size_t n, Red
     }
     posted = nullptr;  // host-staged: done when the call returns
 #endif
-    CommFlight flight(c, posted);  // posted: in flight until comm_wait_posted
+    CommFlight flight(c, posted != nullptr);  // posted: in flight until comm_wait_posted
     if (posted) comm_post(c, posted);
     HostView<T> h(c, 0, buf, n, true);
     MPI_Op mpi_op = op == REDUCE_MAX ? MPI_MAX : mpi_sum<T>(c);
@@ -532,7 +532,7 @@ template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send
     }
     posted = nullptr;  // host-staged: done when the call returns
 #endif
-    CommFlight flight(c, posted);  // posted: in flight until comm_wait_posted
+    CommFlight flight(c, posted != nullptr);  // posted: in flight until comm_wait_posted
     if (posted) comm_post(c, posted);
     HostView<T> in(c, 0, (T*)send, n * c->size, true), out(c, 1, recv, n, false);
     MPI_Request r;

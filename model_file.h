@@ -27,7 +27,7 @@ another it re-shards the optimizer file. The model it reads and writes is gpt2.h
 #include <stdio.h>      // defines: fopen, fread
 #include <sys/stat.h>   // defines: stat
 #include <vector>       // defines: std::vector
-#include "gpt2.h"       // defines: GPT2, GPT2Config, ModelLayout, Unit (zero.h), parameter_shapes
+#include "gpt2.h"       // defines: GPT2, GPT2Config, ModelLayout, Unit, parameter_shapes, whole_parameter_count
 #include "checkpoint.h" // defines: TrainingState, checkpoint_write_state, checkpoint_read_state, ...
 #include "options.h"    // defines: TrainConfig
 #include "dataloader.h" // defines: DataLoader
@@ -94,9 +94,7 @@ inline int read_model_header(const char* path, GPT2Config* config, FILE** opened
     gpt2_validate_config(*config, path);
     // the size the header implies, checked before anything is built on it (a damaged header word
     // of 2^31 - 1 layers would otherwise reach the model's allocations)
-    TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, *config, whole_model_layout(*config));
-    size_t n = parameter_count(full), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
+    size_t n = whole_parameter_count(*config), bytes_per = version == MODEL_VERSION_FP32 ? 4 : 2;
     struct stat st;
     if (stat(path, &st) != 0 || (size_t)st.st_size != 1024 + n * bytes_per)
         fail("model file %s should be %zu bytes for this header (%zu parameters) but is %lld", path,
@@ -109,10 +107,7 @@ inline int read_model_header(const char* path, GPT2Config* config, FILE** opened
 inline float* read_model_file(const char* path, GPT2Config* config) {
     FILE* f;
     int version = read_model_header(path, config, &f);
-    const GPT2Config& c = *config;
-    TensorShape full[NUM_PARAMETER_TENSORS];
-    parameter_shapes(full, c, whole_model_layout(c));
-    size_t n = parameter_count(full);  // the file's size checked against it (read_model_header)
+    size_t n = whole_parameter_count(*config);  // the file's size checked against it (read_model_header)
     float* values = (float*)malloc(n * sizeof(float));
     if (version == MODEL_VERSION_FP32) {
         if (fread(values, 4, n, f) != n) fail("model file %s: short read", path);
