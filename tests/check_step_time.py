@@ -4,8 +4,8 @@ averaged over the ranks), against what the run's collectives must give:
                        is in flight (all of it but posting it)
   --overlapped LOG...  -overlap 1: a unit's reduction stays in flight while the next unit's backward
                        runs, time the ranks do not wait for it: in flight exceeds exposed by more than
-                       1.5 ms (measured 5.7-31 ms at dp 4 on 4 layers; 0.17-0.33 ms when each
-                       reduction is waited for as soon as it is posted)
+                       1.5 ms (measured 2.7-31 ms at dp 4 on 4 layers, the least on an idle machine;
+                       0.17-0.33 ms when each reduction is waited for as soon as it is posted)
 and in every row every part >= 0. Prints one line per log; FAIL: ... and exit 1 at the first miss."""
 import argparse, json, sys
 
