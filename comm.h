@@ -114,10 +114,15 @@ struct Collectives {
 inline std::vector<Comm*> comm_groups(Collectives* c) {
     return {&c->world, &c->dp, &c->tp, &c->pp, &c->cp, &c->embedding};
 }
-// the CPU build's step split (step_time.h): every group's waits and flights count into `time`
+// the CPU build's step split (step_time.h): every group's waits and flights count into `time`.
+// The GPU build's host clock sees launches, not kernels: its groups stay untimed
 inline void comm_set_step_time(Collectives* c, StepTime* time) {
+#ifdef __CUDACC__
+    (void)c, (void)time;
+#else
     for (Comm* g : comm_groups(c)) g->time = time;
     c->pp.pipeline = true;
+#endif
 }
 
 // ---------------------------------------------------------------- start-up

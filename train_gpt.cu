@@ -1061,9 +1061,7 @@ inline void prepare_run(Run* run, Collectives* comm, bool use_nccl) {
     if (!run->can_decode && rank == 0 && tc.sample_every > 0)
         printf("no tokenizer file %s: samples print token ids (`make data` writes it)\n", tc.tokenizer_path);
     if (tc.trace_path) comm_set_trace(comm, &run->trace);
-#ifndef __CUDACC__
-    comm_set_step_time(comm, &run->model->step_time);  // the GPU build's host clock sees launches only
-#endif
+    comm_set_step_time(comm, &run->model->step_time);
 }
 
 int main(int argc, char** argv) {
