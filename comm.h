@@ -548,28 +548,29 @@ template <typename T> inline void comm_reduce_scatter_sum(Comm* c, const T* send
     out.copy_out(recv);
 }
 
-// recv (n * size) = every rank's send (n), in rank order
-template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n) {
+// recv (n * size) = every rank's send (n), in rank order; posted: overlap.h
+template <typename T> inline void comm_all_gather(Comm* c, const T* send, T* recv, size_t n, Posted* posted = nullptr) {
     c->bytes[COMM_ALL_GATHER] += ring_bytes(n * c->size * sizeof(T), c->size);
     if (c->size == 1) { if (recv != send) device_to_device(recv, send, n * sizeof(T)); return; }
     comm_progress(c, "an all-gather");
     TraceSpan span(c->trace, [&] { return comm_span_name(c, "all-gather"); }, "collective", c->world_rank);
 #ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, 0), "ncclAllGather"); return; }
-#endif
-    CommFlight flight(c);
-    int count = mpi_count(n, "all-gather");
-    MPI_Request r;
-    if (send == recv + c->rank * n) {  // in place: this rank's block already sits in recv
-        HostView<T> out(c, 0, recv, n * c->size, true);
-        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.ptr, count, mpi_type<T>(), c->mpi, &r);
-        comm_wait(c, &r);
-        out.copy_out(recv);
+    if (c->use_nccl) {
+        nccl_check(ncclAllGather(send, recv, n, nccl_type<T>(), c->nccl, posted ? posted->stream : 0), "ncclAllGather");
         return;
     }
-    HostView<T> in(c, 0, (T*)send, n, true), out(c, 1, recv, n * c->size, false);
-    MPI_Iallgather(in.ptr, count, mpi_type<T>(), out.ptr, count, mpi_type<T>(), c->mpi, &r);
-    comm_wait(c, &r);
+    posted = nullptr;  // host-staged: done when the call returns
+#endif
+    CommFlight flight(c, posted != nullptr);  // posted: in flight until comm_wait_posted
+    if (posted) comm_post(c, posted);
+    int count = mpi_count(n, "all-gather");
+    MPI_Request r;
+    bool in_place = send == recv + c->rank * n;  // this rank's block already sits in recv
+    HostView<T> in(c, 0, (T*)send, in_place ? 0 : n, !in_place), out(c, 1, recv, n * c->size, in_place);
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : in.ptr, in_place ? 0 : count, in_place ? MPI_DATATYPE_NULL : mpi_type<T>(),
+                   out.ptr, count, mpi_type<T>(), c->mpi, &r);
+    if (posted) posted->requests.push_back(r);
+    else comm_wait(c, &r);
     out.copy_out(recv);
 }
 

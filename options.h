@@ -164,9 +164,9 @@ static const Option option_table[] = {
     {"-z", OPT_INT, OPTION_FIELD(zero_stage), "ZeRO stage over the data-parallel group: 0, 1, 2 or 3 (zero.h)", 0, 3},
     {"-overlap", OPT_INT, OPTION_FIELD(overlap),
      "1: each unit's data-parallel gradient reduction starts when its backward ends and runs beside the rest of the "
-     "backward (overlap.h: a stream of its own on the GPU, MPI's non-blocking collectives on the CPU), under ZeRO "
-     "0-2 (0-1: in the last micro-step; not with -ga fp32 there, nor through -comm mpi's staging in the GPU build); "
-     "0: the reductions after the backward", 0, 1},
+     "backward (overlap.h: a stream of its own on the GPU, MPI's non-blocking collectives on the CPU); ZeRO-3 also "
+     "gathers each layer while the one before computes (ZeRO 0-1: in the last micro-step; not with -ga fp32 there, "
+     "nor through -comm mpi's staging in the GPU build); 0: each collective where its result is needed", 0, 1},
     {"-tp", OPT_INT, OPTION_FIELD(tp),
      "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = "
      "world / (tp * pp)", 1, 1 << 16},

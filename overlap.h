@@ -33,11 +33,17 @@ buffer again. Which buffers, and so which waits, zero.h decides:
                 default stream waiting for the one before whenever it starts one (overlap_start's
                 one_in_flight), and for all at the end of each micro-step (the head writes the embedding's
                 buffer again in the next).
-    not here    stage 3 (its gathers share the DP group's communicator with the reductions, and one
-                communicator's operations must not run on two streams at once: the next step is to move
-                the gathers onto the comm stream, one unit ahead); -ga fp32 under stages 0-1 (the fp32
-                sum is made after the micro-step); one replica; TP, CP and PP collectives, which the
-                next op needs at once (tp.h, cp.h say why).
+    stage 3     the reductions as stage 2's, and the gathers too: on the comm stream (they share the DP
+                group's communicator with the reductions, and one communicator's operations must not run
+                on two streams at once), each layer's posted while the layer before it computes, into the
+                other of two slots (overlap_post_ahead, zero.h's zero_gather_unit):
+                    default stream | fwd L0  | fwd L1  | fwd L2  |
+                    comm stream    | gather L1 | gather L2 | gather L3 |
+                Its two events: the comm stream waits for the default stream's work issued so far before
+                it writes a slot (the layer two back still reads it), the default stream for the gather
+                before the layer runs.
+    not here    -ga fp32 under stages 0-1 (the fp32 sum is made after the micro-step); one replica; TP, CP
+                and PP collectives, which the next op needs at once (tp.h, cp.h say why).
 The CPU build has no streams: a reduction is MPI's non-blocking call (MPI_Iallreduce,
 MPI_Ireduce_scatter_block) posted when the unit is ready, polled as later units start (MPI progresses
 only inside its calls) and waited for where the sum is needed; what follows it on a GPU's comm
@@ -47,16 +53,28 @@ Risk, said where it is taken: NCCL does not promise that two communicators' kern
 The DP reductions on the comm stream and TP, CP or PP collectives on the default stream rely on it, as
 Megatron-LM does; every rank issues both streams' work in the same order, and -overlap 0 turns it off.
 
-Applied in zero.h: zero_reduce_unit (overlap_start), zero_end_micro_step and zero_reduce_step
-(overlap_finish); Zero holds the Overlap, zero_init makes it (-overlap, options.h).
+Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit (overlap_post_ahead,
+overlap_wait_ahead), zero_end_micro_step and zero_reduce_step (overlap_finish); Zero holds the
+Overlap, zero_init makes it (-overlap, options.h).
 */
 #pragma once
-// defines: Overlap, overlap_init, overlap_free, overlap_start, overlap_finish, overlap_complete_in_flight
+// defines: Ahead, Overlap, overlap_init, overlap_free, overlap_start, overlap_finish, overlap_complete_in_flight,
+//          overlap_poll, overlap_wait_ahead, overlap_ahead_holds, overlap_post_ahead
 #include <functional>  // defines: std::function
 #include <vector>      // defines: std::vector
 #include "comm.h"      // defines: Posted, comm_poll_posted, comm_wait_posted
 
-// the reductions started and not yet waited for
+// A collective posted ahead of the compute that reads what it writes (ZeRO-3's gather of the next
+// unit, zero.h): into buffer k, waited for where that compute starts
+struct Ahead {
+    int unit = -1;          // what it fetches; -1: nothing posted
+    Posted posted;
+#ifdef __CUDACC__
+    cudaEvent_t done;       // recorded on the comm stream after it
+#endif
+};
+
+// the reductions started and not yet waited for, and the collectives posted ahead
 struct Overlap {
     bool on;
     Stream stream;       // the comm stream (GPU); nullptr on the CPU build
@@ -68,17 +86,21 @@ struct Overlap {
     // CPU build: each posted reduction, and the work that follows it once it is complete
     struct InFlight { Posted posted; std::function<void()> then; };
     std::vector<InFlight> in_flight;
+    std::vector<Ahead> ahead;  // one per buffer a collective may be posted ahead into
 };
 
-// make_stream = false (-plan): on, for the slots zero.h lays out, but nothing made
-inline void overlap_init(Overlap* o, bool on, bool make_stream) {
+// make_stream = false (-plan): on, for the slots zero.h lays out, but nothing made. buffers: how many
+// buffers collectives may be posted ahead into (overlap_post_ahead)
+inline void overlap_init(Overlap* o, bool on, bool make_stream, int buffers = 0) {
     *o = Overlap{};
     o->on = on;
+    if (on) o->ahead.resize(buffers);
 #ifdef __CUDACC__
     if (!on || !make_stream) return;
     cudaCheck(cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking));  // no implicit waits on the default one
     cudaCheck(cudaEventCreateWithFlags(&o->written, cudaEventDisableTiming));
     for (cudaEvent_t& e : o->reduced) cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (Ahead& a : o->ahead) cudaCheck(cudaEventCreateWithFlags(&a.done, cudaEventDisableTiming));
 #endif
 }
 inline void overlap_free(Overlap* o) {
@@ -87,6 +109,7 @@ inline void overlap_free(Overlap* o) {
     cudaCheck(cudaStreamDestroy(o->stream));
     cudaCheck(cudaEventDestroy(o->written));
     for (cudaEvent_t e : o->reduced) cudaCheck(cudaEventDestroy(e));
+    for (Ahead& a : o->ahead) cudaCheck(cudaEventDestroy(a.done));
 #endif
     *o = Overlap{};
 }
@@ -98,6 +121,12 @@ inline void overlap_complete_in_flight(Overlap* o) {
         if (f.then) f.then();
     }
     o->in_flight.clear();
+}
+
+// the CPU build: MPI moves a posted collective on only inside its calls, so each is polled as units start
+inline void overlap_poll(Overlap* o) {
+    for (Overlap::InFlight& f : o->in_flight) comm_poll_posted(&f.posted);
+    for (Ahead& a : o->ahead) comm_poll_posted(&a.posted);
 }
 
 // Starts a reduction of a unit whose gradient the default stream has just finished: post(posted)
@@ -121,7 +150,7 @@ inline void overlap_start(Overlap* o, const std::function<void(Posted*)>& post,
     post(&f.posted);
     if (then) f.then = [then] { then(nullptr); };
     o->in_flight.push_back(std::move(f));
-    for (Overlap::InFlight& g : o->in_flight) comm_poll_posted(&g.posted);  // MPI moves on only inside its calls
+    overlap_poll(o);
 #endif
 }
 
@@ -133,4 +162,38 @@ inline void overlap_finish(Overlap* o) {
 #else
     overlap_complete_in_flight(o);
 #endif
+}
+
+// the default stream waits for the collective posted into buffer k (if one is): what it wrote is there
+inline void overlap_wait_ahead(Overlap* o, int k) {
+    Ahead& a = o->ahead[k];
+    if (a.unit < 0) return;
+#ifdef __CUDACC__
+    cudaCheck(cudaStreamWaitEvent(0, a.done, 0));
+#else
+    comm_wait_posted(&a.posted);
+#endif
+    a.unit = -1;
+}
+// whether a collective for `unit` is posted into buffer k and not yet waited for
+inline bool overlap_ahead_holds(const Overlap* o, int k, int unit) { return o->ahead[k].unit == unit; }
+
+// Posts post(posted), a collective that writes buffer k, for `unit`: on the comm stream once the
+// default stream's work issued so far, the buffer's last reader among it, is done (without that
+// wait the comm stream would overwrite a layer the forward has not read yet)
+inline void overlap_post_ahead(Overlap* o, int k, int unit, const std::function<void(Posted*)>& post) {
+    overlap_wait_ahead(o, k);  // one posted into the buffer before: completed first
+    Ahead& a = o->ahead[k];
+#ifdef __CUDACC__
+    cudaCheck(cudaEventRecord(o->written, 0));
+    cudaCheck(cudaStreamWaitEvent(o->stream, o->written, 0));
+    a.posted = Posted{{}, o->stream};
+    post(&a.posted);
+    cudaCheck(cudaEventRecord(a.done, o->stream));
+#else
+    a.posted = Posted{};
+    post(&a.posted);
+    overlap_poll(o);
+#endif
+    a.unit = unit;
 }

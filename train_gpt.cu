@@ -324,20 +324,23 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     });
 }
 
+// under ZeRO-3 each layer is gathered before it runs, the next one beside it (-overlap 1)
 inline void blocks_forward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
-    for (int l = a.first_layer; l < a.first_layer + a.layers; l++) {
-        zero_gather_unit(&model->zero, layer_unit(l));
+    int end = a.first_layer + a.layers;
+    for (int l = a.first_layer; l < end; l++) {
+        zero_gather_unit(&model->zero, layer_unit(l), l + 1 < end ? layer_unit(l + 1) : -1);
         block_forward(model, a, l, B, T_local);
     }
 }
-// under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done. The
+// under ZeRO-2/3 each layer's gradient is reduce-scattered as soon as its backward is done (ZeRO-3
+// gathers it first, the layer below beside it). The
 // residual stream's gradient takes turns between scratch.dresidual and the buffer of fcproj's output
 // gradient, which it stands in for (g the identity); under -sp (g gathers) it stays in one
 inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     ScratchTensors& s = model->scratch;
     floatX *dout = s.dresidual, *dinp = model->layout.sequence_parallel ? s.dresidual : s.layer_grads.fcproj;
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
-        zero_gather_unit(&model->zero, layer_unit(l));
+        zero_gather_unit(&model->zero, layer_unit(l), l > a.first_layer ? layer_unit(l - 1) : -1);
         recompute_block(model, a, l, B, T_local);
         block_backward(model, a, l, B, T_local, dout, dinp);
         zero_reduce_unit(&model->zero, layer_unit(l));
@@ -350,7 +353,7 @@ inline void blocks_backward(GPT2* model, const ActivationTensors& a, int B, int 
 // ZB-H1 (pipeline.h): every block's input half now, its output gradients kept in a slot (waiting_grads)...
 inline void blocks_backward_input(GPT2* model, const ActivationTensors& a, int slot, int B, int T_local) {
     for (int l = a.first_layer + a.layers - 1; l >= a.first_layer; l--) {
-        zero_gather_unit(&model->zero, layer_unit(l));
+        zero_gather_unit(&model->zero, layer_unit(l), l > a.first_layer ? layer_unit(l - 1) : -1);
         recompute_block(model, a, l, B, T_local);
         block_backward_input(model, a, l, B, T_local, waiting_grads(model, slot, l), model->scratch.dresidual,
                              model->scratch.dresidual, NULL);

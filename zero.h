@@ -40,7 +40,7 @@ stochastic rounding draws the same bits for it under any dp.
 
 The life of layer l in one micro-step under stage 3 (g: the gathered slot below):
     forward   all-gather l's shards -> g[LAYER]; block_forward reads it; g is reused
-              by layer l+1 (so at most one layer is whole at a time)
+              by layer l+1 (so at most one layer is whole at a time; two under overlap, below)
     backward  all-gather l again -> g[LAYER]; recompute and block_backward read it and
               accumulate l's gradient into unit_grads[LAYER] (whole, floatX);
               reduce-scatter that -> reduce_buffer (this rank's 1/dp, summed over DP);
@@ -53,10 +53,12 @@ holds one layer at a time, sized for the largest. Stage 2 uses unit_grads only.
 Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
 is done and runs while the backward goes on: under stages 0-1 in the last micro-step (each unit
 once; zero_reduce_step then only waits), under stage 2 every micro-step, the layers then taking
-turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X bytes). Stage 3's
-gathers and reductions are still called, and waited for, where the unit is needed: compute and
-communication take turns there (FSDP and Megatron-LM prefetch the next layer's gather; here, not
-yet). With -overlap 0 every stage takes turns, which is the plain order to learn first.
+turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X bytes). Stage 3
+reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while layer
+l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
+SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute
+and only the first layer's is exposed. With -overlap 0 every stage takes turns, which is the plain
+order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.
@@ -148,7 +150,7 @@ struct Zero {
 inline int unit_slot(const Zero* z, int u) {
     if (u == 0) return SLOT_EMBEDDING;
     if (u == z->num_units - 1) return SLOT_FINAL_NORM;
-    return z->stage == 2 && z->overlap.on && u % 2 == 0 ? SLOT_LAYER_2 : SLOT_LAYER;  // layers in turn
+    return z->stage >= 2 && z->overlap.on && u % 2 == 0 ? SLOT_LAYER_2 : SLOT_LAYER;  // layers in turn
 }
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
@@ -171,13 +173,13 @@ inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* f
 
 inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks);  // below: the optimizer step
 
-// whether -overlap 1 applies (overlap.h): under stages 0-2 with more than one replica, but not under
+// whether -overlap 1 applies (overlap.h): under every stage with more than one replica, but not under
 // -ga fp32 at stages 0-1, and in the GPU build through NCCL only (-comm mpi's host staging waits anyway)
 inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, bool asked) {
 #ifdef __CUDACC__
     if (!comm->dp.use_nccl) return false;
 #endif
-    return asked && comm->grid.replicas > 1 && stage <= 2 && !(stage <= 1 && grads_fp32);
+    return asked && comm->grid.replicas > 1 && !(stage <= 1 && grads_fp32);
 }
 
 // units: each unit's elements and tensor slices (gpt2_units); zero_init takes ownership of them.
@@ -189,13 +191,12 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
     *z = Zero{};
     z->stage = stage;
-    overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate);
+    overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate, stage == 3 ? NUM_SLOTS : 0);
     z->reduced.assign(num_units, false);
     z->comm = comm;
     z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (comm.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
-    z->units = units, z->num_units = num_units;
-    z->grads_fp32 = grads_fp32;
+    z->units = units, z->num_units = num_units, z->grads_fp32 = grads_fp32;
     zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
     for (int u = 0; u < num_units; u++) {
         size_t& slot = z->slot_elements[unit_slot(z, u)];
@@ -213,6 +214,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? slot[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
         {(void**)&z->gathered[SLOT_LAYER], gathered ? slot[SLOT_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
         {(void**)&z->gathered[SLOT_FINAL_NORM], gathered ? slot[SLOT_FINAL_NORM] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[SLOT_LAYER_2], gathered ? slot[SLOT_LAYER_2] : 0, X, MEM_PARAMETERS_TRANSIENT},
         {(void**)&z->master, master ? shard : 0, fp32, MEM_OPTIMIZER},
         {(void**)&z->m, shard, fp32, MEM_OPTIMIZER},
         {(void**)&z->v, shard, fp32, MEM_OPTIMIZER},
@@ -314,10 +316,23 @@ inline floatX* zero_unit_grads(const Zero* z, int u) {
     return z->stage >= 2 ? z->unit_grads[unit_slot(z, u)] : z->grads + z->units[u].offset;
 }
 
-// stage 3: all-gather unit u from the DP shards, just before it is used
-inline void zero_gather_unit(Zero* z, int u) {
+// stage 3: all-gather unit u from the DP shards, just before it is used. Under overlap (overlap.h) the
+// gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
+// computes, into the other layer slot (FSDP's and Megatron-LM's prefetch); -1: none
+inline void zero_gather_unit(Zero* z, int u, int next = -1) {
     if (z->stage != 3) return;
-    comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)], unit_shard(z, u));
+    Comm* dp = &z->comm->dp;
+    auto gather = [=](int unit) {
+        return [=](Posted* p) {
+            comm_all_gather(dp, z->params + z->units[unit].shard_offset, z->gathered[unit_slot(z, unit)],
+                            unit_shard(z, unit), p);
+        };
+    };
+    if (!z->overlap.on) { gather(u)(nullptr); return; }
+    if (!overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))  // not gathered ahead: now
+        overlap_post_ahead(&z->overlap, unit_slot(z, u), u, gather(u));
+    overlap_wait_ahead(&z->overlap, unit_slot(z, u));
+    if (next >= 0) overlap_post_ahead(&z->overlap, unit_slot(z, next), next, gather(next));
 }
 
 // stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into
@@ -374,11 +389,11 @@ inline void zero_begin_step(Zero* z) {
 inline void zero_begin_micro_step(Zero* z, bool last) { z->last_micro_step = last; }
 
 // after a micro-step's backward (or either half of ZB-H1's). -ga fp32 under stages 0-1: move the
-// micro-step's floatX gradients into the fp32 sum. Stage 2 under overlap: every reduction done, since
+// micro-step's floatX gradients into the fp32 sum. Stages 2-3 under overlap: every reduction done, since
 // the next backward writes the embedding's and the head's slots again
 inline void zero_end_micro_step(Zero* z) {
     if (z->stage <= 1 && z->grads_fp32) gradient_accumulate((float*)z->step_sum_full.data, z->grads, z->full_elements);
-    if (z->stage == 2) overlap_finish(&z->overlap);
+    if (z->stage >= 2) overlap_finish(&z->overlap);
 }
 
 // after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters each unit into this

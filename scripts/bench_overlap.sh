@@ -10,7 +10,7 @@
 #   scripts/bench_overlap.sh [STEPS]    STEPS per run, default 6 (about 4 s each on 2 cores)
 # What to expect: ZeRO-1 waits for under the whole flight (each layer's reduce-scatter runs behind the
 # layers below; the wte's, most of the bytes, comes last and is all exposed: zero.h); ZeRO-3's
-# gathers and reductions are not overlapped yet (-overlap applies to ZeRO 0-2), so 0 and 1 match.
+# gathers run one layer ahead and its reductions beside the backward (zero.h: zero_gather_unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-6}

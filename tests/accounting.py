@@ -101,16 +101,16 @@ def state_memory(a, s):
     G = 4 if a.ga_fp32 else X         # the gradient sum's element
     full_grads = X * Psi + (4 * Psi if a.ga_fp32 else 0)
     return {"parameters": X * (P if zero == 3 else Psi), "optimizer": K * P,
-            "parameters_transient": X * (E + Lu + H) if zero == 3 else 0,
+            "parameters_transient": X * (E + Lu + H) + (X * Lu if overlapped_layers(a, Ls) else 0) if zero == 3 else 0,
             "gradients": full_grads if zero == 0 else full_grads + G * P if zero == 1 else G * P,
             "gradients_transient": X * (E + Lu + H) + X * max(E, Lu, H) // a.replicas
                                    + (X * Lu if overlapped_layers(a, Ls) else 0) if zero >= 2 else 0}
 
 
 def overlapped_layers(a, Ls):
-    """overlap.h under ZeRO-2: the layers take turns in two gradient slots (the second one exists with
-    two layers or more on the stage)"""
-    return a.overlap and a.zero == 2 and a.replicas > 1 and Ls >= 2
+    """overlap.h under ZeRO-2 and 3: the layers take turns in two gradient slots (and ZeRO-3's in two
+    gathered slots; the second one exists with two layers or more on the stage)"""
+    return a.overlap and a.zero >= 2 and a.replicas > 1 and Ls >= 2
 
 
 def layernorm_slices(a, s, dp_rank):

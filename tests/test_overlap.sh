@@ -8,10 +8,12 @@
 #    (CUDA_EMU_STREAMS: early runs the comm stream as soon as its waits allow, so a reduction without
 #    its event reads a gradient not yet written; late holds it back, so the default stream rewrites a
 #    buffer a reduction has not read, or reads a sum not yet written): dp 2 ZeRO-0 and ZeRO-1 (the last
-#    micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's, two slots in turn), and dp 2 x
-#    pp 2 ZeRO-2 under ZB-H1 (the reductions after the deferred weight halves);
+#    micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's, two slots in turn), dp 2 ZeRO-3
+#    on 4 layers (each layer gathered on the comm stream while the one before computes: early gathers
+#    into a slot the forward still reads, late lets the forward read one not yet gathered), and dp 2 x
+#    pp 2 ZeRO-3 under ZB-H1 (the reductions after the deferred weight halves);
 #  - the CPU build (MPI's non-blocking collectives, polled as later units start) at dp 4 on 4 layers,
-#    ZeRO-2 against float64 (tests/test_zero.sh runs ZeRO 0-3 on 2 layers), and at ZeRO 0-2 -overlap 0
+#    ZeRO-2 against float64 (tests/test_zero.sh runs ZeRO 0-3 on 2 layers), and at ZeRO 0-3 -overlap 0
 #    and 1 bit-identical: the same reductions of the same
 #    sums, only their moment moves; the log rows' split of the step (step_time.h): at -overlap 1 some
 #    communication in flight beside the backward, at 0 none.
@@ -32,21 +34,23 @@ trajectory() {  # trajectory NAME ORDER REF ACCUM TRAINER NP FLAGS...: 3 steps a
 for order in early late seed:1; do
     trajectory "emulated fp32, dp 2 ZeRO-2, 4 layers" $order $REF4 4 ./train_gpt_emu_fp32 2 -b 2 -z 2
 done
-for order in seed:2 seed:3; do  # (2 layers: quicker; a slot is then reused only across micro-steps)
-    trajectory "emulated fp32, dp 2 ZeRO-2" $order $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 2
+# (2 layers: quicker; a slot is then reused only across micro-steps)
+trajectory "emulated fp32, dp 2 ZeRO-2" seed:2 $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 2
+for order in early late seed:3; do
+    trajectory "emulated fp32, dp 2 ZeRO-3, 4 layers" $order $REF4 4 ./train_gpt_emu_fp32 2 -b 2 -z 3
 done
 trajectory "emulated fp32, dp 2 ZeRO-0" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
 trajectory "emulated fp32, dp 2 ZeRO-0" late $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
 trajectory "emulated fp32, dp 2 ZeRO-1" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 1
-trajectory "emulated fp32, dp 2 x pp 2 ZeRO-2 (ZB-H1), 4 layers" seed:1 $REF4 4 ./train_gpt_emu_fp32 4 -b 2 -pp 2 -ps zb -z 2
+trajectory "emulated fp32, dp 2 x pp 2 ZeRO-3 (ZB-H1), 4 layers" seed:1 $REF4 4 ./train_gpt_emu_fp32 4 -b 2 -pp 2 -ps zb -z 3
 
 CPU="-e $REF4/model.bin -i $REF4/train.bin -b 1 -t 32 -d 512 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -shuffle 0 -v 0 -s 0"
 trajectory "CPU build, dp 4 ZeRO-2, 4 layers" issue $REF4 4 ./train_gpt_cpu 4 -b 1 -z 2  # (ZeRO 0-3: tests/test_zero.sh)
-for z in 0 1 2; do
+for z in 0 1 2 3; do
     for o in 0 1; do $MPIRUN -np 4 ./train_gpt_cpu $CPU -z $z -overlap $o -log $D/cpu_z${z}_overlap$o.jsonl > /dev/null; done
     $PYTHON tests/identical_steps.py "CPU build, dp 4 ZeRO-$z, -overlap 0 and 1" $D/cpu_z${z}_overlap0.jsonl $D/cpu_z${z}_overlap1.jsonl
 done
 
 # the step's split in those rows (tests/check_step_time.py: at -overlap 1 communication in flight
 # while the backward goes on, at 0 none)
-$PYTHON tests/check_step_time.py --blocking $D/cpu_z{0,1,2}_overlap0.jsonl --overlapped $D/cpu_z{0,1,2}_overlap1.jsonl
+$PYTHON tests/check_step_time.py --blocking $D/cpu_z{0,1,2,3}_overlap0.jsonl --overlapped $D/cpu_z{0,1,2,3}_overlap1.jsonl
