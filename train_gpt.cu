@@ -1069,7 +1069,7 @@ inline void prepare_run(Run* run, Collectives* comm, bool use_nccl) {
 
 int main(int argc, char** argv) {
     int world, rank, local_rank;
-    cpu_wait_politely(argv);      // the CPU build: idle OpenMP threads yield the core soon (restarts itself once)
+    cpu_restart_tuned(argv);      // the CPU build: OpenMP's idle threads, OpenBLAS's kernels (restarts itself once)
     device_choose_before_mpi();  // a CUDA-aware MPI_Init opens a context on the current GPU
     comm_start(&argc, &argv, &world, &rank, &local_rank);
     TrainConfig tc;

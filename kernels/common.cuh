@@ -8,7 +8,8 @@ error path and the memory ledger are in base.h, which the collectives, the data
 loader and the tokenizer use too.
 */
 #pragma once
-// defines: device_init, device_choose_before_mpi, cpu_wait_politely, launcher_local_rank, device_count, device_name,
+// defines: device_init, device_choose_before_mpi, cpu_restart_tuned, cpu_wait_politely, cpu_name_blas_kernels,
+//          launcher_local_rank, device_count, device_name,
 //          device_memory_available, device_pci_id, launchCheck, cublasCheck, cublas_handle, cublaslt_handle,
 //          cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES,
 //          cublas_compute, COLUMN_PARTS, column_partials_elements, column_tiles_grid, column_sums_launches,
@@ -222,7 +223,7 @@ inline int launcher_local_rank() {
         if (const char* v = getenv(name)) return atoi(v);
     return -1;
 }
-inline void cpu_wait_politely(char** argv) { (void)argv; }  // the GPU build: its waits are the GPU's
+inline void cpu_restart_tuned(char** argv) { (void)argv; }  // the GPU build: its waits are the GPU's
 // the GPU chosen before MPI_Init, from the launcher's local rank: a CUDA-aware MPI opens a
 // context on the current device at MPI_Init, which would otherwise be GPU 0 in every rank.
 // device_init keeps that choice: MPI's own node rank decides only where the launcher gave none, so
@@ -275,6 +276,7 @@ inline size_t device_memory_available(int ranks_sharing) {
 #include <omp.h>      // defines: omp_set_num_threads, omp_get_max_threads
 #include <sched.h>    // defines: sched_getaffinity, CPU_COUNT
 #include <unistd.h>   // defines: execv
+#include <string.h>   // defines: strcmp
 #include <math.h>     // defines: expf, tanhf
 #ifdef USE_LIBMVEC
 // glibc's libmvec holds SIMD versions of expf and tanhf (4 or 8 lanes). Declared so, the compiler
@@ -288,6 +290,7 @@ extern "C" float tanhf(float) noexcept;
 #endif
 extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own threads, which would otherwise take every core
 extern "C" int openblas_get_parallel(void);      // 0 single-threaded, 1 pthreads, 2 OpenMP
+extern "C" char* openblas_get_corename(void);    // the kernels OpenBLAS chose for this CPU
 
 inline int device_count() { return 0; }
 inline int device_pci_id() { return 0; }  // every rank of a node shares its memory
@@ -296,11 +299,32 @@ inline int device_pci_id() { return 0; }  // every rank of a node shares its mem
 // the core from the thread that has the work, and the step slows by more than the share taken
 // (measured, GPT-2 124M B 4 T 64, 2 threads, one core kept busy: 2.5 s a step spinning, 2.1 s at
 // 1,000 spins; the quiet step the same, 1.16 s). libgomp reads GOMP_SPINCOUNT once, as it loads,
-// so the program sets it and starts itself again, once, before MPI, unless the user chose a policy
-inline void cpu_wait_politely(char** argv) {
-    if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return;
+// so the program sets it, unless the user chose a policy, and starts itself again (cpu_restart_tuned)
+inline bool cpu_wait_politely() {
+    if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return false;
     setenv("GOMP_SPINCOUNT", "1000", 1);
-    execv("/proc/self/exe", argv);  // returns only if it failed: then go on spinning as before
+    return true;
+}
+// OpenBLAS does not know every CPU it meets: Debian 12's (0.3.21) takes the Xeons this project runs
+// on (named "Intel(R) Xeon(R) Processor", with AVX-512) for unknown and falls back to its Prescott
+// kernels (SSE3): sgemm 18 GFLOP/s a core where its SkylakeX kernels reach 95 (measured, n 1024), a
+// CPU step 2x slower. It reads OPENBLAS_CORETYPE once, as it loads: where it fell back and the CPU
+// has AVX-512 or AVX2, the program names the kernels the CPU can run, unless the user named some
+inline bool cpu_name_blas_kernels() {
+    if (getenv("OPENBLAS_CORETYPE") || strcmp(openblas_get_corename(), "Prescott") != 0) return false;
+    const char* kernels = nullptr;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+        kernels = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        kernels = "Haswell";
+    if (kernels) setenv("OPENBLAS_CORETYPE", kernels, 1);
+    return kernels != nullptr;
+}
+// both read as the libraries load: set, then the program starts itself again, once, before MPI
+inline void cpu_restart_tuned(char** argv) {
+    bool politely = cpu_wait_politely(), kernels = cpu_name_blas_kernels();
+    if (politely || kernels) execv("/proc/self/exe", argv);  // returns only if it failed: go on as before
 }
 inline void device_choose_before_mpi() {}  // no GPU
 // each rank's threads: the cores this process may run on, shared by the ranks on the node,
@@ -320,7 +344,8 @@ inline const char* device_name() {
     // OpenBLAS on pthreads competes with the OpenMP threads for the cores (Makefile: OPENBLAS_OPENMP)
     const char* blas =
         openblas_get_parallel() == 1 ? " (OpenBLAS on pthreads: slower; install libopenblas-openmp-dev)" : "";
-    snprintf(name, sizeof(name), "CPU, %d OpenMP threads per rank%s", omp_get_max_threads(), blas);
+    snprintf(name, sizeof(name), "CPU, %d OpenMP threads per rank, OpenBLAS %s kernels%s", omp_get_max_threads(),
+             openblas_get_corename(), blas);
     return name;
 }
 // the node's available memory (/proc/meminfo MemAvailable), shared by the ranks on it;

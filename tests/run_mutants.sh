@@ -27,6 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3} OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
+source tests/blas_kernels.sh  # exports OPENBLAS_CORETYPE (make test's kernels)
 S=${MUTANT_DIR:-tests/build/mutants}  # another folder for a second run at once
 ROOT=$PWD
 source tests/checkpoint_files.sh  # defines: drop_checkpoints

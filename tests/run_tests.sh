@@ -15,6 +15,7 @@ TRAINER=${TRAINER:-./train_gpt_cpu}
 BUILD=tests/build
 REF=$BUILD/ref
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=1
+source tests/blas_kernels.sh  # exports OPENBLAS_CORETYPE: OpenBLAS's fast kernels, not its SSE3 fallback
 mkdir -p $BUILD
 JOBS=${TEST_JOBS:-2}
 RESULTS=$BUILD/results RUNNING=$BUILD/running  # a file per finished check (its result), per running one

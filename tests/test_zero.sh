@@ -107,6 +107,17 @@ OMP_NUM_THREADS=3 ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32
 grep -q "CPU, 3 OpenMP threads per rank" $D/threads3.txt || { echo "FAIL: OMP_NUM_THREADS=3 not honoured"; exit 1; }
 echo "ok: 2 ranks on $cores cores take $want threads each; OMP_NUM_THREADS overrides"
 
+# OpenBLAS's kernels (kernels/common.cuh: cpu_name_blas_kernels): never its Prescott fallback on a CPU
+# with AVX2 (its flags read here, apart), and what OPENBLAS_CORETYPE names when the user sets it
+flags=" $(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+env -u OPENBLAS_CORETYPE ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -x 1 -v 0 -s 0 > $D/blas.txt
+kernels=$(grep -o "OpenBLAS [A-Za-z0-9]* kernels" $D/blas.txt) || { echo "FAIL: the header names no OpenBLAS kernels"; exit 1; }
+if [[ $flags == *" avx2 "* && $flags == *" fma "* && $kernels == "OpenBLAS Prescott kernels" ]]; then
+    echo "FAIL: $kernels on a CPU with AVX2"; exit 1; fi
+OPENBLAS_CORETYPE=Prescott ./train_gpt_cpu -e $REF/model.bin -i $REF/train.bin -b 1 -t 32 -x 1 -v 0 -s 0 > $D/blas_set.txt
+grep -q "OpenBLAS Prescott kernels" $D/blas_set.txt || { echo "FAIL: OPENBLAS_CORETYPE=Prescott not honoured"; exit 1; }
+echo "ok: OPENBLAS_CORETYPE unset: $kernels; set, honoured"
+
 # a failure on one rank only (its slice of the shard holds a token outside the vocabulary)
 # takes the whole job down instead of leaving the other rank waiting in a collective
 $PYTHON - $D/rank1_bad.bin <<'PY'
