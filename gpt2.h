@@ -53,6 +53,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 #include "tp.h"                   // defines: TensorPartition, TensorParallel, tp_vocab_range
 #include "cp.h"                   // defines: RingBuffers, cp_chunk, cp_batch_index
 #include "pipeline.h"             // defines: StageBuffers
+#include "pipeline_sim.h"         // defines: stage_layer_counts, stage_layer_range, distribute_layers
 
 // ----------------------------------------------------------------------------
 // configuration and layout

@@ -156,23 +156,21 @@ checked for p 2..6, m up to 12, V 2..4.
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
-Applied in model_file.h: gpt2_build, and gpt2.h: stage_layout (stage_layer_counts, the split;
-the chunks of distribute_layers over p*V under interleaving) and activation_set (k % sets, or
+Applied in model_file.h: gpt2_build, and gpt2.h: activation_set (k % sets, or
 interleaved_set_slots); train_gpt.cu: pipeline_stage (GPT-2's stage for the executor;
 block_backward_input and block_backward_weights are B and W; a chunk is the blocks of one
 activation set, stage_forward), train_step (pipeline_schedule, the one place the schedule is
 chosen, then run_schedule), forward_only (pipeline_forward: validation and sampling, round the
-ring V times), build_model (stage_buffers). The bubble's formulas, the simulator and the
-balanced split: pipeline_sim.h.
+ring V times), build_model (stage_buffers). Which layers each stage holds, the bubble's
+formulas and the simulator: pipeline_sim.h.
 */
 #pragma once
-// defines: distribute_layers, stage_layer_counts, stage_layer_range, ScheduleKind, schedule_kind_from_name, PipelineOp,
-//          PipelineAction, take_lowest_free, add_chunk_action, add_action, gpipe_schedule, one_f_one_b_schedule,
+// defines: ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, take_lowest_free, add_chunk_action,
+//          add_action, gpipe_schedule, one_f_one_b_schedule,
 //          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_activation_sets,
 //          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
 //          pipeline_weight_slots, StageBuffers, stage_buffers, is_compute, received_gradient_buffer_list,
 //          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, run_schedule, pipeline_forward
-#include <stdlib.h>    // defines: strtol
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
 #include <algorithm>   // defines: std::max, std::find
@@ -182,53 +180,6 @@ balanced split: pipeline_sim.h.
 #include <string>      // defines: std::string, std::to_string
 #include <vector>      // defines: std::vector
 #include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan, device_to_device
-
-// layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
-inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
-    int base = L / p, extra = L % p;
-    *begin = s * base + (s < extra ? s : extra);
-    *end = *begin + base + (s < extra ? 1 : 0);
-}
-
-// the layers of each of p stages: distribute_layers' split, or `custom` (-pl "1,3,3,1"), which
-// must list p counts of at least 1 summing to L. Why a custom split: GPT-2's last stage also
-// runs the LM head, a (Vp, C) matrix as heavy as several layers, so an even split leaves
-// every other stage waiting on it (Megatron-LM's --decoder-last-pipeline-num-layers).
-// Returns an empty list, with the reason in *error, when custom is not such a list.
-inline std::vector<int> stage_layer_counts(int L, int p, const char* custom, std::string* error) {
-    std::vector<int> counts;
-    if (!custom) {
-        for (int s = 0, b, e; s < p; s++) { distribute_layers(L, p, s, &b, &e); counts.push_back(e - b); }
-        return counts;
-    }
-    int sum = 0;
-    for (const char* c = custom; *c;) {
-        char* end;
-        long n = strtol(c, &end, 10);
-        if (end == c || n < 1 || n > L || (*end != ',' && *end != '\0')) {
-            *error = "expects positive layer counts separated by commas, such as 1,3,3,1";
-            return {};
-        }
-        counts.push_back((int)n);
-        sum += (int)n;
-        c = *end == ',' ? end + 1 : end;
-        if (*end == ',' && *c == '\0') { *error = "ends with a comma"; return {}; }
-    }
-    if ((int)counts.size() != p || sum != L) {
-        *error = "lists " + std::to_string(counts.size()) + " stages and " + std::to_string(sum) +
-                 " layers; the run has " + std::to_string(p) + " stages (-pp) and the model " + std::to_string(L) +
-                 " layers";
-        return {};
-    }
-    return counts;
-}
-
-// layers [begin, end) of stage s, under a split from stage_layer_counts
-inline void stage_layer_range(const std::vector<int>& counts, int s, int* begin, int* end) {
-    *begin = 0;
-    for (int q = 0; q < s; q++) *begin += counts[q];
-    *end = *begin + counts[s];
-}
 
 enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB, SCHEDULE_INTERLEAVED };
 // "1f1b", "gpipe", "zb" (ZB-H1) or "interleaved" (1F1B over V chunks a stage); -1 for anything else

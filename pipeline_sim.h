@@ -1,6 +1,10 @@
 /*
-pipeline_sim.h: pipeline.h's schedules played without a model: the bubble each one leaves, by
-formula and by simulation, and the split of the layers that makes the stages even.
+pipeline_sim.h: which layers each pipeline stage holds, and pipeline.h's schedules played without
+a model: the bubble each one leaves, by formula and by simulation, and the split of the layers
+that makes the stages even.
+
+The split: distribute_layers cuts L layers evenly (the first L % p stages one more), -pl names
+one (stage_layer_counts), balanced_stage_layers finds the even one by cost (below).
 
 The bubble of equal stages (each stage idles p - 1 forward and p - 1 backward slots a step):
 
@@ -23,18 +27,69 @@ its peer has posted the matching half; a stage is idle while it waits. Every lis
 the proof that no schedule deadlocks (pass_messages pairs the halves as the executor's blocking
 sends would).
 
-Applied in accounting.h: bubble_json and print_stage_balance (pipeline_simulate,
+Applied in gpt2.h: stage_layout (stage_layer_counts, the split; the chunks of distribute_layers
+over p*V under interleaving); accounting.h: bubble_json and print_stage_balance (pipeline_simulate,
 balanced_stage_layers); train_gpt.cu: print_run_header (the formulas).
 */
 #pragma once
-// defines: interleaved_bubble_fraction, pipeline_bubble_fraction, zb_h1_bubble_fraction, PipelineMessage,
+// defines: distribute_layers, stage_layer_counts, stage_layer_range, interleaved_bubble_fraction,
+//          pipeline_bubble_fraction, zb_h1_bubble_fraction, PipelineMessage,
 //          pipeline_messages, PipelineSimulation, pass_messages, pipeline_simulate_lists, pipeline_simulate,
 //          schedule_bubble_formula, balanced_stage_layers
+#include <stdlib.h>      // defines: strtol
 #include <math.h>        // defines: INFINITY
 #include <algorithm>     // defines: std::max
 #include <functional>    // defines: std::function
+#include <string>        // defines: std::string, std::to_string
 #include <vector>        // defines: std::vector
 #include "pipeline.h"    // defines: PipelineAction, PipelineOp, ScheduleKind, pipeline_schedule, is_compute
+
+// layers [begin, end) of stage s of p: contiguous, L/p each, the first L % p stages one more
+inline void distribute_layers(int L, int p, int s, int* begin, int* end) {
+    int base = L / p, extra = L % p;
+    *begin = s * base + (s < extra ? s : extra);
+    *end = *begin + base + (s < extra ? 1 : 0);
+}
+
+// the layers of each of p stages: distribute_layers' split, or `custom` (-pl "1,3,3,1"), which
+// must list p counts of at least 1 summing to L. Why a custom split: GPT-2's last stage also
+// runs the LM head, a (Vp, C) matrix as heavy as several layers, so an even split leaves
+// every other stage waiting on it (Megatron-LM's --decoder-last-pipeline-num-layers).
+// Returns an empty list, with the reason in *error, when custom is not such a list.
+inline std::vector<int> stage_layer_counts(int L, int p, const char* custom, std::string* error) {
+    std::vector<int> counts;
+    if (!custom) {
+        for (int s = 0, b, e; s < p; s++) { distribute_layers(L, p, s, &b, &e); counts.push_back(e - b); }
+        return counts;
+    }
+    int sum = 0;
+    for (const char* c = custom; *c;) {
+        char* end;
+        long n = strtol(c, &end, 10);
+        if (end == c || n < 1 || n > L || (*end != ',' && *end != '\0')) {
+            *error = "expects positive layer counts separated by commas, such as 1,3,3,1";
+            return {};
+        }
+        counts.push_back((int)n);
+        sum += (int)n;
+        c = *end == ',' ? end + 1 : end;
+        if (*end == ',' && *c == '\0') { *error = "ends with a comma"; return {}; }
+    }
+    if ((int)counts.size() != p || sum != L) {
+        *error = "lists " + std::to_string(counts.size()) + " stages and " + std::to_string(sum) +
+                 " layers; the run has " + std::to_string(p) + " stages (-pp) and the model " + std::to_string(L) +
+                 " layers";
+        return {};
+    }
+    return counts;
+}
+
+// layers [begin, end) of stage s, under a split from stage_layer_counts
+inline void stage_layer_range(const std::vector<int>& counts, int s, int* begin, int* end) {
+    *begin = 0;
+    for (int q = 0; q < s; q++) *begin += counts[q];
+    *end = *begin + counts[s];
+}
 
 // interleaved 1F1B's: the same p - 1 idle slots, each 1/V as long (a chunk's forward and
 // backward): (p - 1)/V of the m forward-backward pairs, (p - 1)/(V m + p - 1) of the step
