@@ -29,7 +29,7 @@ sends would).
 
 Applied in gpt2.h: stage_layout (stage_layer_counts, the split; the chunks of distribute_layers
 over p*V under interleaving); accounting.h: bubble_json and print_stage_balance (pipeline_simulate,
-balanced_stage_layers); train_gpt.cu: print_run_header (the formulas).
+balanced_stage_layers); run_report.h: print_run_header (the formulas).
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, interleaved_bubble_fraction,

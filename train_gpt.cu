@@ -91,7 +91,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "cp.h"  // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
-#include "pipeline.h"              // defines: distribute_layers, pipeline_schedule, PipelineStage, run_schedule
+#include "pipeline.h"              // defines: pipeline_schedule, PipelineStage, run_schedule
 #include "pipeline_sim.h"          // defines: pipeline_bubble_fraction, schedule_bubble_formula
 #include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir
 #include "run_dir.h"               // defines: check_run_files
@@ -103,6 +103,8 @@ pipeline_stage, train_step, train_loop, main.
 #include "hellaswag.h"   // defines: EvalExample, eval_file_read, eval_batch_fill, eval_batch_answers, ...
 #include "llmc.h"        // defines: MainLog, main_log_open, main_log_line, main_log_done, check_llmc_flags
 #include "kv_cache.h"    // defines: KVCache, kv_cache_allocate, kv_cache_embed, kv_cache_block, kv_cache_head
+#include "run_checks.h"  // defines: check_batch_flags
+#include "run_report.h"  // defines: StepResult, print_run_header, print_step, log_step, write_trace
 
 // ----------------------------------------------------------------------------
 // a block: forward and backward
@@ -501,15 +503,6 @@ inline double forward_only(GPT2* model, const MicroBatch& mb, int B, int T_local
 // ----------------------------------------------------------------------------
 // training step, validation, sampling
 
-struct StepResult {
-    double loss, norm;
-    float lr, scale;
-    bool skipped;            // no update: non-finite gradients (the loss scaler) or an outlier (-sl, -sg)
-    ScheduleTiming timing;
-    bool outlier;            // skipped as an outlier
-    double z_loss, z_norm;   // their z-scores over the last 128 steps (outlier.h; NaN until 128 steps)
-};
-
 // the step's micro-batches: every stage reads the same ones, its DP rank's slice of each, in order
 // (-cp: the rank's T/cp tokens of each sequence), into `tokens` (inputs, targets), which they point into
 inline std::vector<MicroBatch> next_micro_batches(GPT2* model, DataLoader* loader, int grad_accum, int B, int T_local,
@@ -718,105 +711,8 @@ inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rn
     if (cached) kv_cache_free(&cache);
 }
 
-// one JSON object per optimizer step (docs/flags.md: Log rows)
-inline void log_step(FILE* log, int step, const StepResult& r, double ms, int tokens, double mfu, bool scaling,
-                     bool validated, double val_loss, bool sampled, const std::string& sample,
-                     const std::string& accounting, const std::string& bubble) {
-    char norm[32] = "null", utilization[32] = "null";  // JSON has no inf or nan: a skipped step's norm; no known peak
-    if (isfinite(r.norm)) snprintf(norm, sizeof(norm), "%.17g", r.norm);
-    if (mfu >= 0.0) snprintf(utilization, sizeof(utilization), "%.6g", mfu);
-    fprintf(log, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"norm\": %s, \"ms\": %.3f, \"tok_per_s\": %.1f, "
-                 "\"mfu\": %s", step, r.loss, r.lr, norm, ms, tokens / (ms / 1000.0), utilization);
-    if (scaling) fprintf(log, ", \"scale\": %.9g", r.scale);
-    if (r.skipped) fprintf(log, ", \"skipped\": true");
-    if (r.outlier) fprintf(log, ", \"outlier\": true");
-    if (validated) fprintf(log, ", \"val_loss\": %.9g", val_loss);
-    if (sampled) fprintf(log, ", \"sample\": \"%s\"", json_escape_utf8(sample).c_str());
-    fprintf(log, "%s%s}\n", bubble.c_str(), accounting.c_str());
-    fflush(log);
-}
-
 // ----------------------------------------------------------------------------
 // main and the steps of a run
-
-// the flags every rank checks alike (one line on every rank, exit 1); returns the
-// accumulation steps per optimizer step
-inline int check_batch_flags(TrainConfig* tc, const ProcessGrid& grid) {
-    int schedule = schedule_kind_from_name(tc->schedule);
-    if (schedule < 0)
-        comm_fail_all("-ps expects 1f1b, gpipe, zb or interleaved, got '%s' (llm.c's -ps, the server IP of its TCP "
-                      "init, is not needed under mpirun)", tc->schedule);
-    if (tc->chunks > 1 && (schedule != SCHEDULE_INTERLEAVED || grid.pp == 1))
-        comm_fail_all("-vp %d: model chunks are for -ps interleaved with -pp > 1", tc->chunks);
-    if (schedule == SCHEDULE_INTERLEAVED && tc->stage_layers)
-        comm_fail_all("-pl with -ps interleaved: its chunks split the layers evenly (pipeline.h)");
-    if (tc->sequence_parallel && grid.tp == 1)
-        comm_fail_all("-sp 1 splits the tokens over the TP ranks; it needs -tp > 1");
-    // micro-batches, sampling's windows up to T
-    int multiple = sequence_multiple(grid.cp, grid.tp, tc->sequence_parallel);
-    if (grid.cp == 1 && tc->T % multiple != 0)
-        comm_fail_all("-sp 1: -t %d must be a multiple of -tp %d, each TP rank holding 1/tp of the tokens", tc->T,
-                      grid.tp);
-    if (grid.cp > 1 && tc->T % multiple != 0)
-        comm_fail_all("-cp %d: -t %d must be a multiple of 2*cp%s = %d: each sequence is cut into 2cp chunks (cp.h)%s",
-                      grid.cp, tc->T, tc->sequence_parallel ? "*tp" : "", multiple,
-                      tc->sequence_parallel ? ", each rank's split over tp" : "");
-    if ((long long)tc->B * tc->T * grid.dp * grid.pp > INT_MAX)  // token counts and indices are int
-        comm_fail_all("-b %d x -t %d x dp %d x pp %d tokens per step overflow a 32-bit index; make -b or -t smaller",
-                      tc->B, tc->T, grid.dp, grid.pp);
-    int tokens_per_micro = tc->B * tc->T * grid.dp;
-    if (tc->total_batch_tokens == -1) tc->total_batch_tokens = tokens_per_micro * grid.pp;  // m = p micro-batches
-    if (tc->total_batch_tokens <= 0 || tc->total_batch_tokens % tokens_per_micro != 0)
-        comm_fail_all("-d %d is not a multiple of B*T*dp = %d*%d*%d = %d", tc->total_batch_tokens, tc->B, tc->T,
-                      grid.dp, tokens_per_micro);
-    int micro_batches = tc->total_batch_tokens / tokens_per_micro;
-    if (schedule == SCHEDULE_INTERLEAVED && micro_batches % grid.pp != 0)  // pipeline.h: interleaved_schedule
-        comm_fail_all("-ps interleaved needs the micro-batches per step to be a multiple of -pp %d; -d %d gives %d",
-                      grid.pp, tc->total_batch_tokens, micro_batches);
-    if (micro_batches < grid.pp && grid.rank == 0)
-        printf(
-            "note: %d micro-batches for %d pipeline stages: every stage idles at least (p-1)/(m+p-1) = %.0f%% of each "
-            "step; "
-            "raise -d for a smaller bubble\n",
-            micro_batches, grid.pp, 100.0 * pipeline_bubble_fraction(grid.pp, micro_batches));
-    if (tc->max_steps == 0) comm_fail_all("-x must be -1 (one epoch) or a number of steps, not 0");
-    if (strcmp(tc->grad_accum_type, "fp32") != 0 && strcmp(tc->grad_accum_type, "floatX") != 0)
-        comm_fail_all("-ga expects floatX or fp32, got '%s'", tc->grad_accum_type);
-    check_ledger_flags(*tc, grid);
-    return micro_batches;
-}
-
-inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_nccl, int grad_accum, int max_steps,
-                             const DataLoader& train_loader) {
-    const GPT2Config& c = model->config;
-    const ProcessGrid& g = model->comm->grid;
-    printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
-           PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
-           model->num_parameters);
-    printf("grid: %d ranks = dp %d x cp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.cp, g.tp,
-           tc.sequence_parallel ? " (sequence-parallel)" : "", g.pp, tc.zero_stage, use_nccl ? "NCCL" : "MPI");
-    if (g.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
-        printf(" | %s schedule, %d chunk(s) a stage, bubble %.3f with equal stages", tc.schedule, gpt2_chunks(model),
-               schedule_bubble_formula(model->schedule, g.pp, grad_accum, gpt2_chunks(model)));
-    printf("\n");
-    printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
-           tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
-}
-
-// the step line; elapsed: seconds since this run's first step, steps_run: steps since then
-inline void print_step(int done, int max_steps, const StepResult& r, double ms, int tokens, double mfu, bool scaling,
-                       double elapsed, int steps_run) {
-    double eta = elapsed / steps_run * (max_steps - done);
-    printf("step %5d/%d | loss %.6f | norm %.4f | lr %.3e | %.1f ms | %.0f tok/s", done, max_steps, r.loss, r.norm,
-           r.lr, ms, tokens / (ms / 1000.0));
-    if (mfu >= 0.0) printf(" | MFU %.1f%%", 100.0 * mfu);
-    printf(" | %.0f s elapsed, ETA %.0f s", elapsed, eta);
-    if (scaling) printf(" | scale %g", r.scale);
-    if (r.outlier) printf(" | skipped: an outlier, loss z %.2f, norm z %.2f", r.z_loss, r.z_norm);
-    printf("%s\n", r.skipped && !r.outlier ? " | skipped: non-finite gradients" : "");
-    if (r.skipped && !r.outlier && !scaling)
-        fprintf(stderr, "warning: step %d had non-finite gradients and was skipped\n", done);
-}
 
 // `n` sampled tokens as text (ids when there is no decoder); a collective
 inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, const Decoder* decoder, bool can_decode) {
@@ -828,22 +724,6 @@ inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, con
         else text += (i ? " " : "") + std::to_string(tokens[i]);
     }
     return text;
-}
-
-// -trace: rank 0 writes every rank's spans, one track per rank named by its place in the grid (a collective)
-inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
-    trace->on = false;
-    std::vector<char> mine(trace->events.begin(), trace->events.end());
-    std::vector<std::vector<char>> all = comm_gatherv_to_root(&comm->world, mine);
-    const ProcessGrid& g = comm->grid;
-    if (g.rank != 0) return;
-    std::vector<std::string> names;
-    for (int q = 0; q < g.world; q++) {
-        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp, g.cp);
-        names.push_back("rank " + std::to_string(q) + ": stage " + std::to_string(other.pp_rank) + ", dp " +
-                        std::to_string(other.dp_rank) + ", tp " + std::to_string(other.tp_rank));
-    }
-    trace_write_file(path, all, names);
 }
 
 // the model this rank holds and its activations for the schedule; allocate = false lays them
