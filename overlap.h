@@ -50,8 +50,9 @@ only inside its calls) and waited for where the sum is needed; what follows it o
 stream (the add into the shard, the clear) runs once it is complete. Through -comm mpi's host staging
 a reduction is done when its call returns, so nothing overlaps.
 Risk, said where it is taken: NCCL does not promise that two communicators' kernels progress at once.
-The DP reductions on the comm stream and TP, CP or PP collectives on the default stream rely on it, as
-Megatron-LM does; every rank issues both streams' work in the same order, and -overlap 0 turns it off.
+The DP reductions and ZeRO-3's gathers on the comm stream (in the forward too, in evaluation and
+sampling) and TP, CP or PP collectives on the default stream rely on it, as Megatron-LM does; every
+rank issues both streams' work in the same order, and -overlap 0 turns it off.
 
 Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit (overlap_post_ahead,
 overlap_wait_ahead), zero_end_micro_step and zero_reduce_step (overlap_finish); Zero holds the

@@ -11,7 +11,7 @@
 #    micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's, two slots in turn), dp 2 ZeRO-3
 #    on 4 layers (each layer gathered on the comm stream while the one before computes: early gathers
 #    into a slot the forward still reads, late lets the forward read one not yet gathered), and dp 2 x
-#    pp 2 ZeRO-3 under ZB-H1 (the reductions after the deferred weight halves);
+#    pp 2 ZeRO-3 under ZB-H1 (the reductions after the deferred weight halves), seed:1 and early;
 #  - the CPU build (MPI's non-blocking collectives, polled as later units start) at dp 4 on 4 layers,
 #    ZeRO-2 against float64 (tests/test_zero.sh runs ZeRO 0-3 on 2 layers), and at ZeRO 0-3 -overlap 0
 #    and 1 bit-identical: the same reductions of the same
@@ -42,7 +42,9 @@ done
 trajectory "emulated fp32, dp 2 ZeRO-0" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
 trajectory "emulated fp32, dp 2 ZeRO-0" late $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 0
 trajectory "emulated fp32, dp 2 ZeRO-1" early $REF 2 ./train_gpt_emu_fp32 2 -b 2 -z 1
-trajectory "emulated fp32, dp 2 x pp 2 ZeRO-3 (ZB-H1), 4 layers" seed:1 $REF4 4 ./train_gpt_emu_fp32 4 -b 2 -pp 2 -ps zb -z 3
+for order in seed:1 early; do  # (early: blocks_backward_input's gathers ahead, beside the pipeline's sends)
+    trajectory "emulated fp32, dp 2 x pp 2 ZeRO-3 (ZB-H1), 4 layers" $order $REF4 4 ./train_gpt_emu_fp32 4 -b 2 -pp 2 -ps zb -z 3
+done
 
 CPU="-e $REF4/model.bin -i $REF4/train.bin -b 1 -t 32 -d 512 -x 3 -l 1e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -shuffle 0 -v 0 -s 0"
 trajectory "CPU build, dp 4 ZeRO-2, 4 layers" issue $REF4 4 ./train_gpt_cpu 4 -b 1 -z 2  # (ZeRO 0-3: tests/test_zero.sh)
