@@ -57,8 +57,9 @@ turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X by
 reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while layer
 l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
 SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute
-and only the first layer's is exposed. With -overlap 0 every stage takes turns, which is the plain
-order to learn first.
+and only the first of each pass is exposed (layer 0 in the forward, the last layer, gathered again,
+in the backward; the embeddings and final LayerNorm at the micro-batch's start). With -overlap 0
+every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.
