@@ -18,7 +18,8 @@ the same trainer source runs unchanged.
 //          async_error_watch, host_to_device, device_to_host, device_to_device, device_zero, device_synchronize,
 //          pinned_host_malloc, MemoryKind, memory_kind_names, BufferSpec, allocate_buffers, buffer_bytes, file_exists,
 //          CALLER, cudaCheck, cuda_check, pinned_host_free, host_to_device_async, device_to_host_async, DeviceClock,
-//          device_clock_stamp, device_clock_ms, device_clock_free, Stream, device_zero_on
+//          device_clock_stamp, device_clock_ms, device_clock_free, Stream, device_zero_on,
+//          device_to_device_on
 #include <stdio.h>   // defines: fprintf, vsnprintf
 #include <stdlib.h>  // defines: exit, aligned_alloc, free
 #include <string.h>  // defines: memcpy, memset
@@ -121,6 +122,9 @@ using Stream = cudaStream_t;
 inline void device_zero_on(Stream stream, void* p, size_t bytes, CALLER) {
     cuda_check(cudaMemsetAsync(p, 0, bytes, stream), file, line);
 }
+inline void device_to_device_on(Stream stream, void* dst, const void* src, size_t bytes, CALLER) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), file, line);
+}
 // page-locked host memory: device copies to and from it run at full speed (MPI staging), and
 // without a wait (below)
 inline void* pinned_host_malloc(size_t bytes, CALLER) {
@@ -177,6 +181,7 @@ inline void device_to_device(void* dst, const void* src, size_t bytes) { memcpy(
 inline void device_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 using Stream = void*;  // the CPU build has no streams: its work is done when the call returns
 inline void device_zero_on(Stream, void* p, size_t bytes) { memset(p, 0, bytes); }
+inline void device_to_device_on(Stream, void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 inline void device_synchronize() {}
 inline void* pinned_host_malloc(size_t bytes) { return bytes ? device_malloc(bytes) : nullptr; }
 inline void pinned_host_free(void* p) { free(p); }

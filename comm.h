@@ -595,60 +595,47 @@ template <typename T> inline void comm_broadcast(Comm* c, T* buf, size_t n, int 
     h.copy_out(buf);
 }
 
-template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int peer) {
-    c->bytes[COMM_SEND] += n * sizeof(T);
-    comm_progress(c, "a send");
-#ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclSend(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclSend"); return; }
-#endif
-    CommFlight flight(c);
-    HostView<T> h(c, 0, (T*)buf, n, true);
-    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
-        MPI_Request r;
-        MPI_Isend((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi, &r);
-        comm_wait(c, &r);
-    });
-}
-
-// send (n) to send_peer while receiving recv (n) from recv_peer: both are posted before either
-// is waited on, so two neighbours exchanging at the same moment cannot deadlock (pipeline.h)
+// send (n) to send_peer while receiving recv (n) from recv_peer (either NULL: that half only): both
+// are posted before either is waited on, so two neighbours exchanging at the same moment cannot
+// deadlock (pipeline.h)
 template <typename T>
-inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n) {
-    c->bytes[COMM_SEND] += n * sizeof(T);
-    comm_progress(c, "a send and receive");
+inline void comm_send_recv(Comm* c, const T* send, int send_peer, T* recv, int recv_peer, size_t n,
+                           Posted* posted = nullptr) {
+    if (send) c->bytes[COMM_SEND] += n * sizeof(T);
+    comm_progress(c, send && recv ? "a send and receive" : send ? "a send" : "a receive");
 #ifdef __CUDACC__
     if (c->use_nccl) {
+        Stream stream = posted ? posted->stream : 0;
         nccl_check(ncclGroupStart(), "ncclGroupStart");
-        nccl_check(ncclSend(send, n, nccl_type<T>(), send_peer, c->nccl, 0), "ncclSend");
-        nccl_check(ncclRecv(recv, n, nccl_type<T>(), recv_peer, c->nccl, 0), "ncclRecv");
+        if (send) nccl_check(ncclSend(send, n, nccl_type<T>(), send_peer, c->nccl, stream), "ncclSend");
+        if (recv) nccl_check(ncclRecv(recv, n, nccl_type<T>(), recv_peer, c->nccl, stream), "ncclRecv");
         nccl_check(ncclGroupEnd(), "ncclGroupEnd");
         return;
     }
+    posted = nullptr;  // host-staged: done when the call returns
 #endif
     CommFlight flight(c);
-    HostView<T> out(c, 0, (T*)send, n, true), in(c, 1, recv, n, false);
+    if (posted) posted->comm = c;
+    HostView<T> out(c, 0, (T*)send, send ? n : 0, send != nullptr), in(c, 1, recv, recv ? n : 0, false);
     for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
         MPI_Request r[2];
-        MPI_Irecv((char*)in.ptr + at, (int)count, MPI_BYTE, recv_peer, 0, c->mpi, &r[0]);
-        MPI_Isend((char*)out.ptr + at, (int)count, MPI_BYTE, send_peer, 0, c->mpi, &r[1]);
-        comm_wait(c, r, 2);
+        int k = 0;
+        if (recv) MPI_Irecv((char*)in.ptr + at, (int)count, MPI_BYTE, recv_peer, 0, c->mpi, &r[k++]);
+        if (send) MPI_Isend((char*)out.ptr + at, (int)count, MPI_BYTE, send_peer, 0, c->mpi, &r[k++]);
+        if (posted) posted->requests.insert(posted->requests.end(), r, r + k);
+        else comm_wait(c, r, k);
     });
-    in.copy_out(recv);
+    if (recv) in.copy_out(recv);
 }
 
-template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer) {
-    comm_progress(c, "a receive");
-#ifdef __CUDACC__
-    if (c->use_nccl) { nccl_check(ncclRecv(buf, n, nccl_type<T>(), peer, c->nccl, 0), "ncclRecv"); return; }
-#endif
-    CommFlight flight(c);
-    HostView<T> h(c, 0, buf, n, false);
-    for_each_chunk(n * sizeof(T), c->chunk_bytes, [&](size_t at, size_t count) {
-        MPI_Request r;
-        MPI_Irecv((char*)h.ptr + at, (int)count, MPI_BYTE, peer, 0, c->mpi, &r);
-        comm_wait(c, &r);
-    });
-    h.copy_out(buf);
+// The pipeline's sends and receives (pipeline.h). posted (pipeline_links.h): through NCCL queued on
+// posted->stream; on the CPU build MPI's requests wait in posted->requests, for pipeline_links.h to
+// wait for where a compute needs the tensor (its wait is the bubble, as the blocking one's)
+template <typename T> inline void comm_send(Comm* c, const T* buf, size_t n, int peer, Posted* posted = nullptr) {
+    comm_send_recv(c, buf, peer, (T*)nullptr, -1, n, posted);
+}
+template <typename T> inline void comm_recv(Comm* c, T* buf, size_t n, int peer, Posted* posted = nullptr) {
+    comm_send_recv(c, (const T*)nullptr, -1, buf, peer, n, posted);
 }
 
 // host doubles summed over the group (losses, squared norms): small, always through MPI

@@ -52,7 +52,7 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 #include "zero.h"                 // defines: Zero, Unit, TensorSlice, zero_grad_norm_squared, zero_sum_gradient_range
 #include "tp.h"                   // defines: TensorPartition, TensorParallel, tp_vocab_range
 #include "cp.h"                   // defines: RingBuffers, cp_chunk, cp_batch_index
-#include "pipeline.h"             // defines: StageBuffers
+#include "pipeline.h"             // defines: StageBuffers, PipelineLinks (pipeline_links.h), pipeline_links_free
 #include "pipeline_sim.h"         // defines: stage_layer_counts, stage_layer_range, distribute_layers
 
 // ----------------------------------------------------------------------------
@@ -367,6 +367,7 @@ struct GPT2 {
     std::vector<BufferSpec> activation_buffers;  // every buffer of the sets and the scratch, declared once
     HostStaging staging;            // the step's uploads and downloads, queued without waits (staging.h)
     DeviceClock schedule_clock;     // a pipeline's stamps around its compute actions (its bubble: pipeline.h)
+    PipelineLinks links;            // -overlap 1: the pipeline's sends and receives on their own stream
     StepTime step_time;             // the CPU build's split of a step's time (step_time.h)
     size_t memory[NUM_MEMORY_KINDS];  // bytes allocated (or, under -plan, to be), by kind
 };
@@ -621,4 +622,5 @@ inline void gpt2_free(GPT2* model) {
     zero_free(&model->zero);
     staging_free(&model->staging);
     device_clock_free(&model->schedule_clock);
+    pipeline_links_free(&model->links);
 }

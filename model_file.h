@@ -382,6 +382,7 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     model->num_parameters = parameter_count(model->shapes);
     zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
               grads_fp32, master_weights, allocate, model->memory, overlap);
+    pipeline_links_init(&model->links, overlap, &comm->pp, allocate);
     if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
     reorder_part(c, model->layout, model->zero.units, file_values, values, true);

@@ -166,7 +166,8 @@ static const Option option_table[] = {
      "1: each unit's data-parallel gradient reduction starts when its backward ends and runs beside the rest of the "
      "backward (overlap.h: a stream of its own on the GPU, MPI's non-blocking collectives on the CPU); ZeRO-3 also "
      "gathers each layer while the one before computes (ZeRO 0-1: in the last micro-step; not with -ga fp32 there, "
-     "nor through -comm mpi's staging in the GPU build); 0: each collective where its result is needed", 0, 1},
+     "nor through -comm mpi's staging in the GPU build); a pipeline's sends and receives run beside its compute "
+     "(pipeline_links.h); 0: each collective and transfer where its result is needed", 0, 1},
     {"-tp", OPT_INT, OPTION_FIELD(tp),
      "tensor-parallel ranks: Megatron column/row-parallel blocks, vocab-parallel embedding and loss (tp.h); dp = "
      "world / (tp * pp)", 1, 1 << 16},

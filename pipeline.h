@@ -153,6 +153,13 @@ of the one before (the gradient shift), so it lands beside the stage's buffer
 forwards, which touch no gradient, come between it and its backward; and a chunk's
 micro-batch takes whichever set is free at its forward (interleaved_set_slots). Both are
 checked for p 2..6, m up to 12, V 2..4.
+Under -overlap 1 (the default) run_schedule posts each send and receive, in the list's order, on
+a stream of its own and orders it against the compute by events only where they share a buffer
+(pipeline_links.h): a send holds up only the compute that writes its tensor again, not the next
+one. What a transfer still costs the stage:
+    exposed = max(0, t_transfer - the compute between its post and the compute that needs its buffer)
+    default stream | fwd 4 | fwd 5 |            -overlap 0: fwd 4, send act 4 (until s+1 takes it), fwd 5
+    links stream           | send act 4 |
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then run_schedule.
 
@@ -160,8 +167,9 @@ Applied in model_file.h: gpt2_build, and gpt2.h: activation_set (k % sets, or
 interleaved_set_slots); train_gpt.cu: pipeline_stage (GPT-2's stage for the executor;
 block_backward_input and block_backward_weights are B and W; a chunk is the blocks of one
 activation set, stage_forward), train_step (pipeline_schedule, the one place the schedule is
-chosen, then run_schedule), forward_only (pipeline_forward: validation and sampling, round the
-ring V times), build_model (stage_buffers). Which layers each stage holds, the bubble's
+chosen, then run_schedule with the model's PipelineLinks), forward_only (pipeline_forward:
+validation and sampling, round the ring V times, its transfers on the default stream), build_model
+(stage_buffers). Which layers each stage holds, the bubble's
 formulas and the simulator: pipeline_sim.h.
 */
 #pragma once
@@ -170,7 +178,8 @@ formulas and the simulator: pipeline_sim.h.
 //          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_activation_sets,
 //          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
 //          pipeline_weight_slots, StageBuffers, stage_buffers, is_compute, received_gradient_buffer_list,
-//          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, run_schedule, pipeline_forward
+//          PipelineStage, ScheduleTiming, ms_since, schedule_timing_read, action_name, link_buffers, run_compute,
+//          run_transfer, run_schedule, pipeline_forward
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
 #include <algorithm>   // defines: std::max, std::find
@@ -179,7 +188,8 @@ formulas and the simulator: pipeline_sim.h.
 #include <functional>  // defines: std::function
 #include <string>      // defines: std::string, std::to_string
 #include <vector>      // defines: std::vector
-#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan, device_to_device
+#include "comm.h"      // defines: Comm, comm_send, comm_recv, comm_send_recv, TraceSpan, device_to_device_on
+#include "pipeline_links.h"  // defines: PipelineLinks, links_compute, links_transfer, links_finish
 
 enum ScheduleKind { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB, SCHEDULE_INTERLEAVED };
 // "1f1b", "gpipe", "zb" (ZB-H1) or "interleaved" (1F1B over V chunks a stage); -1 for anything else
@@ -521,15 +531,81 @@ inline std::string action_name(const PipelineAction& a) {
     return name;
 }
 
+// the buffers action a touches (pipeline_links.h): what a transfer sends and receives; a
+// compute's activation set (its input and output), and the gradient buffer for a backward or B
+inline std::vector<const void*> link_buffers(const PipelineStage& stage, const PipelineAction& a) {
+    int v = a.chunk, k = a.micro;
+    const void *in = stage.input(v, k), *out = stage.output(v, k), *received_in = nullptr;
+    if (a.received_micro >= 0) received_in = stage.input(a.received_chunk, a.received_micro);
+    switch (a.op) {
+        case FORWARD: case BACKWARD_WEIGHT: return {in, out};
+        case BACKWARD: case BACKWARD_INPUT: return {in, out, stage.gradient};
+        case RECV_ACTIVATION: return {in};
+        case SEND_ACTIVATION: return {out};
+        case RECV_GRADIENT: case SEND_GRADIENT: return {stage.gradient};
+        case SEND_ACTIVATION_RECV_GRADIENT: return {out, stage.gradient};
+        case SEND_GRADIENT_RECV_ACTIVATION: return {stage.gradient, received_in};
+        case SEND_ACTIVATION_RECV_ACTIVATION: return {out, received_in};
+        case SEND_GRADIENT_RECV_GRADIENT: return {stage.gradient, stage.received_gradient};
+        case NUM_PIPELINE_OPS: break;
+    }
+    return {};
+}
+
+// a compute action (forward, backward, B, W); its loss sum (a forward on the model's last chunk)
+inline double run_compute(const PipelineStage& stage, const PipelineAction& a, ScheduleTiming* timing) {
+    DeviceClock* clock = timing->clock;
+    int began = clock ? device_clock_stamp(clock) : 0, v = a.chunk, k = a.micro;
+    double loss = 0.0;
+    switch (a.op) {
+        case FORWARD: loss = stage.forward(v, k); break;
+        case BACKWARD: stage.backward(v, k); break;
+        case BACKWARD_INPUT: stage.backward_input(v, k, a.slot); break;
+        case BACKWARD_WEIGHT: stage.backward_weight(v, k, a.slot); break;
+        default: fail("run_compute: action %d is not a computation", (int)a.op);
+    }
+    if (clock) timing->computes.push_back({a.op, a.chunk, began, device_clock_stamp(clock)});
+    return loss;
+}
+
+// a transfer action: sends and receives over `pp` (posted: pipeline_links.h; NULL: done on return)
+inline void run_transfer(const PipelineStage& stage, const PipelineAction& a, Comm* pp, Posted* posted) {
+    int s = pp->rank, next = (s + 1) % pp->size, previous = (s + pp->size - 1) % pp->size;  // a ring
+    size_t n = stage.message_elements;
+    int v = a.chunk, k = a.micro, received_v = a.received_chunk, received_k = a.received_micro;
+    switch (a.op) {
+        case RECV_ACTIVATION: comm_recv(pp, stage.input(v, k), n, previous, posted); break;
+        case SEND_ACTIVATION: comm_send(pp, stage.output(v, k), n, next, posted); break;
+        case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, next, posted); break;
+        case SEND_GRADIENT: comm_send(pp, stage.gradient, n, previous, posted); break;
+        case SEND_ACTIVATION_RECV_GRADIENT:
+            comm_send_recv(pp, stage.output(v, k), next, stage.gradient, next, n, posted);
+            break;
+        case SEND_GRADIENT_RECV_ACTIVATION:
+            comm_send_recv(pp, stage.gradient, previous, stage.input(received_v, received_k), previous, n, posted);
+            break;
+        case SEND_ACTIVATION_RECV_ACTIVATION:
+            comm_send_recv(pp, stage.output(v, k), next, stage.input(received_v, received_k), previous, n, posted);
+            break;
+        case SEND_GRADIENT_RECV_GRADIENT:  // the next gradient cannot land in the one leaving: beside it, then in
+            if (!stage.received_gradient) fail("run_schedule: an interleaved schedule needs received_gradient");
+            comm_send_recv(pp, stage.gradient, previous, stage.received_gradient, next, n, posted);
+            if (posted) comm_wait_posted(posted);  // the CPU build: the copy needs both (a GPU: in stream order)
+            device_to_device_on(posted ? posted->stream : 0, stage.gradient, stage.received_gradient,
+                                n * sizeof(floatX));
+            break;
+        default: fail("run_transfer: action %d is not a transfer", (int)a.op);
+    }
+}
+
 // does stage pp->rank's actions for one step, over its pipeline group `pp`; returns the sum of
 // the forwards' losses (the last stage's; 0 elsewhere). With timing->clock, stamps the device's
 // clock around each compute action, for schedule_timing_read after the step's wait: a receive
 // only queues work on the GPU, and its wait falls between one action's end and the next's start,
-// where it belongs (the bubble), without the host waiting for either
+// where it belongs (the bubble), without the host waiting for either. links (pipeline_links.h,
+// -overlap 1): the transfers on a stream of their own, ordered against the computes by events
 inline double run_schedule(const PipelineStage& stage, const std::vector<PipelineAction>& actions, Comm* pp,
-                           ScheduleTiming* timing) {
-    int s = pp->rank, next = (s + 1) % pp->size, previous = (s + pp->size - 1) % pp->size;  // a ring
-    size_t n = stage.message_elements;
+                           ScheduleTiming* timing, PipelineLinks* links) {
     double loss = 0.0;
     DeviceClock* clock = timing->clock;
     *timing = ScheduleTiming{};
@@ -538,37 +614,11 @@ inline double run_schedule(const PipelineStage& stage, const std::vector<Pipelin
     if (clock) timing->first = device_clock_stamp(clock);
     for (const PipelineAction& a : actions) {
         bool compute = is_compute(a.op);
-        int began = compute && clock ? device_clock_stamp(clock) : 0;
         TraceSpan span(pp->trace, [&] { return action_name(a); }, compute ? "compute" : "pipeline", pp->world_rank);
-        int v = a.chunk, k = a.micro, received_v = a.received_chunk, received_k = a.received_micro;
-        switch (a.op) {
-            case FORWARD: loss += stage.forward(v, k); break;
-            case BACKWARD: stage.backward(v, k); break;
-            case BACKWARD_INPUT: stage.backward_input(v, k, a.slot); break;
-            case BACKWARD_WEIGHT: stage.backward_weight(v, k, a.slot); break;
-            case RECV_ACTIVATION: comm_recv(pp, stage.input(v, k), n, previous); break;
-            case SEND_ACTIVATION: comm_send(pp, stage.output(v, k), n, next); break;
-            case RECV_GRADIENT: comm_recv(pp, stage.gradient, n, next); break;
-            case SEND_GRADIENT: comm_send(pp, stage.gradient, n, previous); break;
-            case SEND_ACTIVATION_RECV_GRADIENT:
-                comm_send_recv(pp, stage.output(v, k), next, stage.gradient, next, n);
-                break;
-            case SEND_GRADIENT_RECV_ACTIVATION:
-                comm_send_recv(pp, stage.gradient, previous, stage.input(received_v, received_k), previous, n);
-                break;
-            case SEND_ACTIVATION_RECV_ACTIVATION:
-                comm_send_recv(pp, stage.output(v, k), next, stage.input(received_v, received_k), previous, n);
-                break;
-            case SEND_GRADIENT_RECV_GRADIENT:  // the next gradient cannot land in the one leaving: beside it, then in
-                if (!stage.received_gradient)
-                    fail("run_schedule: an interleaved schedule needs a stage with received_gradient");
-                comm_send_recv(pp, stage.gradient, previous, stage.received_gradient, next, n);
-                device_to_device(stage.gradient, stage.received_gradient, n * sizeof(floatX));
-                break;
-            case NUM_PIPELINE_OPS: break;
-        }
-        if (compute && clock) timing->computes.push_back({a.op, a.chunk, began, device_clock_stamp(clock)});
+        if (compute) links_compute(links, link_buffers(stage, a), [&] { loss += run_compute(stage, a, timing); });
+        else links_transfer(links, link_buffers(stage, a), [&](Posted* posted) { run_transfer(stage, a, pp, posted); });
     }
+    links_finish(links);
     if (clock) timing->last = device_clock_stamp(clock);
     return loss;
 }

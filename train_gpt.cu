@@ -539,7 +539,8 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     zero_begin_step(&model->zero);
     std::vector<PipelineAction> schedule =
         pipeline_schedule(model->schedule, model->layout.pp_rank, model->layout.pp, grad_accum, gpt2_chunks(model));
-    run_schedule(pipeline_stage(model, batches, dloss, B, T_local), schedule, &model->comm->pp, &r.timing);
+    run_schedule(pipeline_stage(model, batches, dloss, B, T_local), schedule, &model->comm->pp, &r.timing,
+                 &model->links);
     if (tc.inject_nonfinite_step == step + 1) zero_poison_gradients(&model->zero);
     zero_reduce_step(&model->zero);
     zero_sum_unit_gradient(&model->zero, 0, &model->comm->embedding);  // the tied wte: first + last stage

@@ -6,7 +6,7 @@
 #  - every dev/ lab's versions against the host twin and PyTorch at the labs' small sizes;
 #  - train_gpt_emu_fp32's losses against tests/reference.py's float64 trajectory, the CPU build's
 #    bar (1e-4; 6 steps at one rank, 3 at several), under NCCL (emulated over MPI): one rank, dp 2 ZeRO-3, tp 2, pp 2 with ZeRO-2 (1F1B) and
-#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), cp 2, cp 4, cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
+#    ZeRO-3 (ZB-H1), pp 2 ZeRO-1 (GPipe), these three in random stream orders (the links stream), cp 2, cp 4, cp 2 x tp 2 x pp 2 ZeRO-3 with sequence parallelism (np 8: ring
 #    attention's kernels, ZeRO over the cp pair); with the 4-layer model, pp 2
 #    ZeRO-3 under interleaved 1F1B (V 2: the ring's paired shifts as NCCL groups with two peers, the
 #    second gradient buffer's device copy; 3 steps); dp 2 ZeRO-3 also through -comm mpi (the
@@ -105,9 +105,12 @@ export OMP_NUM_THREADS=1
 trajectory "fp32, dp 2 ZeRO-3" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3
 trajectory "fp32, dp 2 ZeRO-3, -comm mpi" ./train_gpt_emu_fp32 1e-4 2 -b 2 -z 3 -comm mpi
 trajectory "fp32, tp 2" ./train_gpt_emu_fp32 1e-4 2 -tp 2
-trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
-trajectory "fp32, pp 2 ZeRO-3 (ZB-H1: B now, W deferred)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps zb -z 3
-trajectory "fp32, pp 2 ZeRO-1 (GPipe: sends and receives outside NCCL groups)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps gpipe -z 1
+# the pipeline's transfers on their own stream (pipeline_links.h), in random stream orders (tests/test_overlap.sh:
+# the adversarial ones)
+CUDA_EMU_STREAMS=seed:2 trajectory "fp32, pp 2 ZeRO-2 (1F1B)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -z 2
+CUDA_EMU_STREAMS=seed:4 trajectory "fp32, pp 2 ZeRO-3 (ZB-H1: B now, W deferred)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 -ps zb -z 3
+CUDA_EMU_STREAMS=seed:3 trajectory "fp32, pp 2 ZeRO-1 (GPipe: lone sends and receives)" ./train_gpt_emu_fp32 1e-4 2 -pp 2 \
+    -ps gpipe -z 1
 $PYTHON tests/check_trajectory.py --trainer ./train_gpt_emu_fp32 --ref $REF4 --accum 4 --tol 1e-4 --launcher "$MPIRUN -np 2" \
     --steps 3 --extra "-pp 2 -ps interleaved -vp 2 -z 3" > $D/interleaved.txt 2>&1 \
     || { tail -n 20 $D/interleaved.txt; echo "FAIL: fp32, pp 2 interleaved: the trajectory against float64"; exit 1; }

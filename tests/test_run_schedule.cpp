@@ -37,7 +37,7 @@ static double expected_output_gradient(int u, int k, int chunks) {
     return g;
 }
 
-static void run(Comm* pp, ScheduleKind kind, int m, int V) {
+static void run(Comm* pp, ScheduleKind kind, int m, int V, PipelineLinks* links) {
     int s = pp->rank, p = pp->size, chunks = p * V;
     const size_t n = 6;
     // activations of every (chunk, micro-batch): no slot reuse here, that is the trainer's business
@@ -81,7 +81,7 @@ static void run(Comm* pp, ScheduleKind kind, int m, int V) {
     stage.received_gradient = received.data();
     stage.message_elements = n;
     ScheduleTiming timing;
-    double loss = run_schedule(stage, pipeline_schedule(kind, s, p, m, V), pp, &timing);
+    double loss = run_schedule(stage, pipeline_schedule(kind, s, p, m, V), pp, &timing, links);
     comm_all_reduce_scalars(pp, &loss, 1);
     double want = 0.0;
     for (int k = 0; k < m; k++)
@@ -96,9 +96,15 @@ int main(int argc, char** argv) {
     Collectives c;
     comm_init(&c, world, rank, local_rank, 1, world, false);  // every rank a stage: dp = tp = 1
     int s = c.pp.rank;
-    for (int m : {world, 2 * world}) {
-        for (ScheduleKind kind : {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB}) run(&c.pp, kind, m, 1);
-        for (int V : {2, 3}) run(&c.pp, SCHEDULE_INTERLEAVED, m, V);
+    for (bool overlap : {false, true}) {  // the transfers blocking, and posted (pipeline_links.h)
+        PipelineLinks links;
+        pipeline_links_init(&links, overlap, &c.pp, true);
+        EXPECT(links.on == (overlap && world > 1), "links on %d with overlap %d", (int)links.on, (int)overlap);
+        for (int m : {world, 2 * world}) {
+            for (ScheduleKind kind : {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_ZB}) run(&c.pp, kind, m, 1, &links);
+            for (int V : {2, 3}) run(&c.pp, SCHEDULE_INTERLEAVED, m, V, &links);
+        }
+        pipeline_links_free(&links);
     }
     double totals[2] = {(double)checks, (double)failures};
     comm_all_reduce_scalars(&c.world, totals, 2);
