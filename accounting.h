@@ -22,7 +22,7 @@ print_stage_balance predicts each stage's idle time from FLOP counts and suggest
 //          step_time_json
 #include <stdio.h>      // defines: printf, snprintf
 #include "ledger.h"     // defines: LedgerModel, print_ledger, gpu_spec
-#include "comm_time.h"  // defines: comm_time, print_comm_time
+#include "comm_time.h"  // defines: comm_time, comm_time_sharded, print_comm_time
 #include <string.h>     // defines: memcpy
 #include <algorithm>    // defines: std::find
 #include <string>       // defines: std::string
@@ -274,9 +274,9 @@ inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
     if (!tc.gpu) return;
     if (!gpu_spec(tc.gpu)) comm_fail_all("-gpu expects H100, H200 or A100, got '%s'", tc.gpu);
     if (!tc.plan) comm_fail_all("-gpu %s prints the kernel ledger of -plan 1; add -plan 1", tc.gpu);
-    if (g.tp > 1 || g.cp > 1 || g.pp > 1 || tc.zero_stage > 1)
-        comm_fail_all("-gpu: the kernel ledger describes one GPU holding the whole model (tp, cp, pp 1, ZeRO 0 or 1), "
-                      "not tp %d cp %d pp %d ZeRO-%d", g.tp, g.cp, g.pp, tc.zero_stage);
+    if (g.tp > 1 || g.cp > 1 || g.pp > 1)
+        comm_fail_all("-gpu: the kernel ledger describes one GPU holding the whole model (tp, cp, pp 1), "
+                      "not tp %d cp %d pp %d", g.tp, g.cp, g.pp);
     if (g.world % tc.nodes != 0)
         comm_fail_all("-nodes %d does not divide the %d ranks into nodes of equal size", tc.nodes, g.world);
 }
@@ -289,7 +289,9 @@ inline std::string plan_comm_time(GPT2* model, const TrainConfig& tc, const Ledg
     for (int u = 0; u < z.num_units; u++) units.push_back(z.units[u].padded);
     size_t G = z.grads_fp32 ? sizeof(float) : sizeof(floatX);
     int dp = model->comm->grid.replicas;
-    return print_comm_time(comm_time(m, *gpu_spec(tc.gpu), units, z.stage, G, z.overlap.on, dp, tc.nodes));
+    const GpuSpec& gpu = *gpu_spec(tc.gpu);
+    return print_comm_time(z.stage <= 1 ? comm_time(m, gpu, units, z.stage, G, z.overlap.on, dp, tc.nodes)
+                                        : comm_time_sharded(m, gpu, units, z.stage, G, z.overlap.on, dp, tc.nodes));
 }
 
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {

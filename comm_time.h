@@ -22,15 +22,28 @@ the logits' gradient, so it is complete only after the embedding's backward, the
 backward ends, and the comm stream runs them in turn:
     start_u = max(ready_u, end_(u-1)),   end_u = start_u + t_u,
     exposed = max(0, end_(last) - end of the backward)
-Without it every reduction waits for the backward: all exposed. Exposed either way: ZeRO-1's
-all-gather of the updated parameters after AdamW, and the loss and norm scalars (the host waits for
-them). The backward's times are ledger.h's, calibrated by what the last GPU run measured of each
+Without it every reduction waits for the backward: all exposed. Exposed either way: ZeRO 1-2's
+all-gathers of the updated parameters after AdamW (a unit each, zero_gather_updated), and the loss
+and norm scalars (the host waits for them).
+ZeRO 2-3 reduce-scatter every unit in every micro-step, and ZeRO-3 also gathers each unit before it
+is used (the layers before their forward and again before their backward, the embeddings and final
+LayerNorm once, at the micro-batch's start). sharded_micro_step plays overlap.h's two streams
+against each other, as zero.h issues the work: a collective starts on the comm stream once the
+default stream's work issued before it is done and the collective before it on the comm stream has
+ended; the default stream waits for a gather before the unit runs, for the reduction before the
+one it starts (one in flight) and for all at the micro-step's end:
+    comm    | g E | g H | g L1 |  g L2 |  g L3 ...          | r H | g L(L-1) ... r L ...  r E |
+    default | wait      | emb  | L1     | L2     ... head fwd, bwd | L ...              emb | wait
+exposed = the default stream's end - its compute; the gathers' share, what it waited for them.
+The embeddings' gather cannot hide: nothing runs before the embeddings' forward.
+The compute's times are ledger.h's, calibrated by what the last GPU run measured of each
 kernel class (ledger_calibrated_ms); the reduction of the embeddings' unit, the last and largest,
 cannot hide behind anything, so it bounds what overlap can reach.
 Applied in accounting.h (print_plans).
 */
 #pragma once
-// defines: LinkSpec, link_spec, CommTime, comm_time, print_comm_time, collective_ms
+// defines: LinkSpec, link_spec, CommTime, comm_time, print_comm_time, collective_ms, comm_time_after_step,
+//          MicroStepTimes, sharded_micro_step, micro_step_times, comm_time_sharded
 #include <stdio.h>   // defines: printf
 #include <string.h>  // defines: strcmp
 #include <algorithm> // defines: std::max
@@ -56,7 +69,20 @@ struct CommTime {
     LinkSpec link;
     double comm_ms, exposed_ms, backward_ms;
     int collectives;
+    double gather_ms = 0, gather_exposed_ms = 0;  // ZeRO-3's gathers: all, and what the default stream waited
 };
+
+// what follows the micro-steps, exposed whatever the overlap: the loss and the squared norm (the host
+// waits for them), and at stages 1-2 the updated parameters, one all-gather a unit (zero_gather_updated)
+inline void comm_time_after_step(CommTime* c, const std::vector<size_t>& unit_elements, int stage) {
+    double after = 2 * collective_ms(ring_bytes(8, c->dp), c->link);
+    c->collectives += 2;
+    for (size_t e : unit_elements) {
+        if (stage != 1 && stage != 2) break;
+        after += collective_ms(ring_bytes(sizeof(floatX) * e, c->dp), c->link), c->collectives++;
+    }
+    c->comm_ms += after, c->exposed_ms += after;
+}
 
 // unit_elements: each unit's elements as reduced (padded), in unit order (embeddings, layers, head);
 // stage 0 or 1; grad_bytes: G, the reduced gradient's element; overlap: overlap.h applies
@@ -87,13 +113,93 @@ inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::v
         c.comm_ms += cost[i];
     }
     c.exposed_ms = std::max(0.0, end - c.backward_ms);
-    size_t all = 0;
-    for (size_t e : unit_elements) all += e;
-    double after = 2 * collective_ms(ring_bytes(8, dp), c.link);  // the loss and the squared norm
-    if (stage == 1)  // the updated parameters
-        after += collective_ms(ring_bytes(sizeof(floatX) * all, dp), c.link), c.collectives++;
-    c.collectives += 2;
-    c.comm_ms += after, c.exposed_ms += after;
+    comm_time_after_step(&c, unit_elements, stage);
+    return c;
+}
+
+// ZeRO 2-3, one micro-step as overlap.h and zero.h run it, the default stream (D) and the comm stream (C)
+// played against each other, in ms: compute the six pieces' times, gather and reduce each unit's (units
+// in zero.h's order: embeddings, layers, head). Returns the default stream's end; *gathers_waited: how
+// long it waited for gathers (at -overlap 0 every collective is waited for at once)
+struct MicroStepTimes {
+    double f_embed, f_layer, f_head, b_head, b_layer, b_embed;
+    std::vector<double> gather, reduce;
+};
+inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, double* gathers_waited) {
+    int H = (int)t.reduce.size() - 1;  // the head's unit; layers 1..H-1
+    double D = 0, C = 0, previous_reduce = 0;
+    auto wait = [&](double end, double* waited) { if (end > D) { if (waited) *waited += end - D; D = end; } };
+    auto post = [&](double ms, double* waited) {  // once the default stream's work so far is done
+        C = std::max(C, D) + ms;
+        if (!overlap) wait(C, waited);
+        return C;
+    };
+    auto reduce = [&](int u) {  // overlap_start's one in flight: the default stream waits for the one before
+        double end = post(t.reduce[u], nullptr);
+        wait(previous_reduce, nullptr);
+        previous_reduce = end;
+    };
+    for (int u : {0, H})  // the embeddings and the final LayerNorm, gathered and waited for at once
+        if (stage == 3) wait(post(t.gather[u], gathers_waited), gathers_waited);
+    double ready = stage == 3 ? post(t.gather[1], gathers_waited) : 0;  // the first layer: beside the embeddings
+    D += t.f_embed;
+    for (int u = 1; u < H; u++) {
+        wait(ready, gathers_waited);
+        if (stage == 3 && u + 1 < H) ready = post(t.gather[u + 1], gathers_waited);  // beside this layer
+        D += t.f_layer;
+    }
+    D += t.f_head;
+    ready = stage == 3 ? post(t.gather[H - 1], gathers_waited) : 0;  // the last layer: beside the head's backward
+    D += t.b_head;
+    reduce(H);
+    for (int u = H - 1; u >= 1; u--) {
+        wait(ready, gathers_waited);
+        if (stage == 3 && u > 1) ready = post(t.gather[u - 1], gathers_waited);
+        D += t.b_layer;
+        reduce(u);
+    }
+    D += t.b_embed;
+    reduce(0);
+    wait(C, nullptr);  // zero_end_micro_step: every reduction complete (overlap_finish)
+    return D;
+}
+// the compute pieces of a micro-step, calibrated by the last GPU run (ledger.h)
+inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu) {
+    MicroStepTimes t;
+    Ledger l[6];
+    encoder_forward_ledger(&l[0], m.B, m.T, m.C);
+    block_forward_ledger(&l[1], m);
+    layernorm_forward_ledger(&l[2], m.B * m.T, m.C);  // the head's forward and loss (train_gpt.cu: head_forward)
+    matmul_forward_ledger(&l[2], m.B * m.T, m.C, m.Vp, false);
+    crossentropy_forward_backward_ledger(&l[2], m.B * m.T, m.Vp, true);
+    head_backward_ledger(&l[3], m);
+    block_backward_ledger(&l[4], m);
+    embed_backward_ledger(&l[5], m);
+    double* pieces[] = {&t.f_embed, &t.f_layer, &t.f_head, &t.b_head, &t.b_layer, &t.b_embed};
+    for (int i = 0; i < 6; i++) *pieces[i] = ledger_calibrated_ms(l[i], gpu);
+    return t;
+}
+// the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered (G bytes an element), and
+// under ZeRO-3 gathered (floatX) where a micro-step uses it: the layers twice, the embeddings and head once
+inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements,
+                                  int stage, size_t grad_bytes, bool overlap, int dp, int nodes) {
+    CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
+    MicroStepTimes t = micro_step_times(m, gpu);
+    double reduces = 0, gathers = 0;
+    for (size_t e : unit_elements) {
+        t.reduce.push_back(collective_ms(ring_bytes(grad_bytes * e, dp), c.link));
+        t.gather.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
+        reduces += t.reduce.back(), gathers += 2 * t.gather.back();
+    }
+    gathers = stage == 3 ? gathers - t.gather.front() - t.gather.back() : 0;
+    int U = (int)unit_elements.size();
+    c.collectives = m.grad_accum * (U + (stage == 3 ? 2 * U - 2 : 0));
+    double compute = t.f_embed + m.L * (t.f_layer + t.b_layer) + t.f_head + t.b_head + t.b_embed, gathers_waited = 0;
+    double end = sharded_micro_step(t, stage, overlap, &gathers_waited);
+    c.backward_ms = t.b_head + m.L * t.b_layer + t.b_embed;
+    c.comm_ms = m.grad_accum * (reduces + gathers), c.exposed_ms = m.grad_accum * (end - compute);
+    c.gather_ms = m.grad_accum * gathers, c.gather_exposed_ms = m.grad_accum * gathers_waited;
+    comm_time_after_step(&c, unit_elements, stage);
     return c;
 }
 
@@ -103,10 +209,16 @@ inline std::string print_comm_time(const CommTime& c) {
            "%d collectives, %.3f ms; %.3f ms exposed (the last micro-step's backward: %.2f ms calibrated)\n",
            c.dp, c.nodes, c.nodes > 1 ? "s" : "", c.link.name, c.link.bandwidth / 1e9, c.link.source,
            c.link.latency * 1e6, c.collectives, c.comm_ms, c.exposed_ms, c.backward_ms);
-    char json[512];
+    if (c.gather_ms > 0)
+        printf("  of which ZeRO-3's gathers: %.3f ms, %.3f ms exposed (%.0f%%: the embeddings' and final LayerNorm's, "
+               "at the micro-batch's start)\n",
+               c.gather_ms, c.gather_exposed_ms, 100 * c.gather_exposed_ms / c.gather_ms);
+    char json[640];
     snprintf(json, sizeof(json),
              "{\"dp\": %d, \"nodes\": %d, \"link\": \"%s\", \"link_bytes_per_s\": %.4g, \"collectives\": %d, "
-             "\"comm_ms\": %.4f, \"comm_exposed_ms\": %.4f, \"backward_ms\": %.4f}",
-             c.dp, c.nodes, c.link.name, c.link.bandwidth, c.collectives, c.comm_ms, c.exposed_ms, c.backward_ms);
+             "\"comm_ms\": %.4f, \"comm_exposed_ms\": %.4f, \"backward_ms\": %.4f, \"gather_ms\": %.4f, "
+             "\"gather_exposed_ms\": %.4f}",
+             c.dp, c.nodes, c.link.name, c.link.bandwidth, c.collectives, c.comm_ms, c.exposed_ms, c.backward_ms,
+             c.gather_ms, c.gather_exposed_ms);
     return json;
 }

@@ -18,7 +18,9 @@ then per kernel the roofline time, max(FLOPs / (peak x f), DRAM bytes / bandwidt
 sum: ms per micro-step, a step, tokens per second and MFU (mfu.h's model FLOPs per token over
 the GPU's dense bf16 peak, llm.c's convention), and the step calibrated by what the last GPU run
 measured of each kernel class (kernel_classes below). It describes one GPU holding the whole model
-(tp, cp, pp 1; ZeRO 0 or 1 at dp 1, the layout scripts/bench_gpu.sh measures). The emulated
+(tp, cp, pp 1; ZeRO 0 or 1 at dp 1, the layout scripts/bench_gpu.sh measures); over dp > 1 it is one
+replica's compute (comm_time.h adds the communication), where ZeRO 1-3's AdamW over the 1/dp shard and
+ZeRO 2-3's adds of each reduced shard are not booked apart (AdamW booked whole, as at dp 1). The emulated
 build counts what the kernels really launch and touch (CUDA_EMU_LAUNCH_REPORT) and
 tests/test_ledger.sh holds this ledger to it: the same kernels, the same launches, every kernel's
 bytes within 5%, the GEMMs' FLOPs equal to the emulated cuBLAS's 2mnk and every other kernel's to a

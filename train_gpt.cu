@@ -428,6 +428,7 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the embeddings and the final LayerNorm
     if (head) zero_gather_unit(&model->zero, final_norm_unit(model));  // stay gathered through the micro-batch
+    zero_prefetch_unit(&model->zero, layer_unit(a.first_layer));       // beside the embeddings (-overlap 1)
     if (embedding) embed_forward(model, a, mb.inputs, B, T_local);
     blocks_forward(model, a, B, T_local);
     if (!head) return;
@@ -442,6 +443,7 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
 inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T_local,
                            int slot) {
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
+    zero_prefetch_unit(&model->zero, layer_unit(a.first_layer + a.layers - 1));  // beside the head (-overlap 1)
     if (head) head_backward(model, a, B, T_local);
     if (head) zero_reduce_unit(&model->zero, final_norm_unit(model));
     if (slot >= 0) blocks_backward_input(model, a, slot, B, T_local);

@@ -56,10 +56,11 @@ once; zero_reduce_step then only waits), under stage 2 every micro-step, the lay
 turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X bytes). Stage 3
 reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while layer
 l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
-SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute
-and only the first of each pass is exposed (layer 0 in the forward, the last layer, gathered again,
-in the backward; the embeddings and final LayerNorm at the micro-batch's start). With -overlap 0
-every stage takes turns, which is the plain order to learn first.
+SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute.
+Each pass's first layer is posted ahead too (zero_prefetch_unit: layer 0 beside the embeddings'
+forward, the last layer, gathered again, beside the head's backward), so only the embeddings' and
+the final LayerNorm's gathers, at the micro-batch's start, are exposed (comm_time.h's ledger gives
+their share). With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.
@@ -70,7 +71,7 @@ backward call.
 
 Applied in gpt2.h: gpt2_units (the units) and gpt2_grad_norm_squared (the norm);
 train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
-(zero_gather_unit, zero_unit_params, zero_unit_grads, zero_reduce_unit), train_step
+(zero_gather_unit, zero_prefetch_unit, zero_unit_params, zero_unit_grads, zero_reduce_unit), train_step
 (zero_begin_step, zero_reduce_step, zero_optimizer_step, zero_gather_updated); model_file.h
 (files and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
@@ -81,7 +82,8 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
-//          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps
+//          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_gather_into_slot,
+//          zero_prefetch_unit
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -320,20 +322,28 @@ inline floatX* zero_unit_grads(const Zero* z, int u) {
 // stage 3: all-gather unit u from the DP shards, just before it is used. Under overlap (overlap.h) the
 // gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
 // computes, into the other layer slot (FSDP's and Megatron-LM's prefetch); -1: none
+// unit u's all-gather from the shards into its slot, for overlap.h to post
+inline auto zero_gather_into_slot(Zero* z, int u) {
+    return [=](Posted* p) {
+        comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)],
+                        unit_shard(z, u), p);
+    };
+}
 inline void zero_gather_unit(Zero* z, int u, int next = -1) {
     if (z->stage != 3) return;
-    Comm* dp = &z->comm->dp;
-    auto gather = [=](int unit) {
-        return [=](Posted* p) {
-            comm_all_gather(dp, z->params + z->units[unit].shard_offset, z->gathered[unit_slot(z, unit)],
-                            unit_shard(z, unit), p);
-        };
-    };
+    auto gather = [=](int unit) { return zero_gather_into_slot(z, unit); };
     if (!z->overlap.on) { gather(u)(nullptr); return; }
     if (!overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))  // not gathered ahead: now
         overlap_post_ahead(&z->overlap, unit_slot(z, u), u, gather(u));
     overlap_wait_ahead(&z->overlap, unit_slot(z, u));
     if (next >= 0) overlap_post_ahead(&z->overlap, unit_slot(z, next), next, gather(next));
+}
+// stage 3 under overlap: unit u's gather posted now, beside the compute that comes before its
+// zero_gather_unit (the first layer's beside the embeddings' forward, the last layer's beside the
+// head's backward, each pass's first layer otherwise exposed)
+inline void zero_prefetch_unit(Zero* z, int u) {
+    if (z->stage != 3 || !z->overlap.on || overlap_ahead_holds(&z->overlap, unit_slot(z, u), u)) return;
+    overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_gather_into_slot(z, u));
 }
 
 // stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The time ledger of the data-parallel communication (comm_time.h: -plan 1 -gpu H100 -nodes N) against
 # formulas computed here: GPT-2 124M (d12, bf16 build, B 64, T 1024) at dp 8 on one node and 2 x 8
-# on two, ZeRO 0 and 1, -overlap 1 and 0. The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
+# on two, ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
+# gathers each layer before its forward and its backward and the two ends once, each pass's first layer
+# posted ahead (zero.h: zero_prefetch_unit); ZeRO 1-2 all-gather the updated parameters, a unit each. The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
 # final LayerNorm's 2 C; ZeRO-1 pads each to a multiple of dp), each reduced by a ring (all-reduce
 # 2 S (p-1)/p, reduce-scatter S (p-1)/p) at 450 GB/s over NVLink or 50 GB/s over InfiniBand plus
 # 10 or 20 us; the loss and norm scalars and ZeRO-1's all-gather of the updated parameters after.
@@ -13,7 +15,7 @@ set -euo pipefail
 PYTHON=${PYTHON:-/usr/bin/python3}
 D=tests/build/comm_time; rm -rf $D; mkdir -p $D
 export OMP_NUM_THREADS=1
-for z in 0 1; do
+for z in 0 1 2 3; do
     for o in 0 1; do
         timeout 300 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z $z -overlap $o -plan 1 -gpu H100 \
             | grep '^{"ledger"' > $D/np8_z${z}_o$o.json
@@ -30,25 +32,38 @@ def pad(n, s): return (n + s - 1) // s * s
 for nodes, p in ((1, 8), (2, 16)):
     bw, alpha = (450e9, 10e-6) if nodes == 1 else (50e9, 20e-6)
     t = lambda sent: 1e3 * (alpha + sent / bw)
-    for z in (0, 1):
+    for z in (0, 1, 2, 3):
         s = 1 if z == 0 else p
         E, Lu, H = pad(Vp * C + T0 * C, s), pad(12 * C * C + 13 * C, s), pad(2 * C, s)
         reduce = lambda n: t((2 if z == 0 else 1) * ring(X * n, p))
-        after = 2 * t(ring(8, p)) + (t(ring(X * (E + L * Lu + H), p)) if z == 1 else 0)
-        total = reduce(E) + L * reduce(Lu) + reduce(H) + after
+        gather = lambda n: t(ring(X * n, p))  # ZeRO-3: before each use (the layers twice, the ends once)
+        after = 2 * t(ring(8, p)) + (gather(E) + L * gather(Lu) + gather(H) if z in (1, 2) else 0)  # a unit each
+        gathers = gather(E) + gather(H) + 2 * L * gather(Lu) if z == 3 else 0
+        total = reduce(E) + L * reduce(Lu) + reduce(H) + gathers + after
         for o in (0, 1):
             label = f"{p} GPUs on {nodes} node(s), ZeRO-{z}, -overlap {o}"
             plan = json.load(open(f"{D}/np{p}_z{z}_o{o}.json"))
             comm = plan["roofline"]["comm"]
-            # the embeddings' backward (the kernel ledger's rows, calibrated), all that runs after layer 0's
-            embed = sum(r["ms"] * r["slowdown"] for r in plan["ledger"] if r["kernel"].startswith("encoder_backward"))
-            assert reduce(Lu) < comm["backward_ms"] / (L + 1), f"{label}: a layer's reduction outlasts a layer's backward"
-            exposed = total if o == 0 else max(0.0, reduce(Lu) - embed) + reduce(E) + after
+            # the embeddings' backward and forward (the kernel ledger's rows, calibrated): all that runs after
+            # layer 0's backward, and all that runs before layer 0's forward once the ends are gathered
+            rows = lambda name: sum(r["ms"] * r["slowdown"] for r in plan["ledger"] if r["kernel"].startswith(name))
+            embed_backward, embed_forward = rows("encoder_backward"), rows("encoder_forward")
+            layer = comm["backward_ms"] / (L + 1)
+            assert reduce(Lu) + gather(Lu) < layer, f"{label}: a layer's collectives outlast a layer's backward"
+            # exposed with overlap: each layer's collectives hide behind the next layer's compute; the first
+            # layer's gather behind the embeddings' forward, as far as it lasts; the embeddings' and final
+            # LayerNorm's gathers at the start and the embeddings' reduction at the end cannot hide
+            gathers_exposed = gather(E) + gather(H) + max(0.0, gather(Lu) - embed_forward) if z == 3 else 0
+            exposed = total if o == 0 else gathers_exposed + max(0.0, reduce(Lu) - embed_backward) + reduce(E) + after
             assert comm["dp"] == p and comm["nodes"] == nodes, (label, comm)
             assert abs(comm["comm_ms"] - total) < 1e-3, f"FAIL: {label}: comm_ms {comm['comm_ms']}, formula {total:.4f}"
             assert abs(comm["comm_exposed_ms"] - exposed) < 1e-3, \
                 f"FAIL: {label}: comm_exposed_ms {comm['comm_exposed_ms']}, formula {exposed:.4f}"
-            print(f"ok {label}: {total:.3f} ms of communication a step, {exposed:.3f} exposed (formulas here)")
+            want = (gathers, gathers if o == 0 else gathers_exposed)
+            got = (comm["gather_ms"], comm["gather_exposed_ms"])
+            assert max(abs(a - b) for a, b in zip(got, want)) < 1e-3, f"FAIL: {label}: gathers {got}, formulas {want}"
+            share = f", gathers {gathers_exposed / gathers:.0%} exposed" if z == 3 and o == 1 else ""
+            print(f"ok {label}: {total:.3f} ms of communication a step, {exposed:.3f} exposed{share} (formulas here)")
 PY
 # ranks that do not split into nodes of equal size: one line on every rank, exit 1
 if timeout 60 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -nodes 3 -plan 1 -gpu H100 > $D/bad.txt 2>&1 \
