@@ -291,7 +291,7 @@ inline std::string plan_comm_time(GPT2* model, const TrainConfig& tc, const Ledg
     int dp = model->comm->grid.replicas;
     const GpuSpec& gpu = *gpu_spec(tc.gpu);
     return print_comm_time(z.stage <= 1 ? comm_time(m, gpu, units, z.stage, G, z.overlap.on, dp, tc.nodes)
-                                        : comm_time_sharded(m, gpu, units, z.stage, G, z.overlap.on, dp, tc.nodes));
+                                        : comm_time_sharded(m, gpu, units, z.stage, z.overlap.on, dp, tc.nodes));
 }
 
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {

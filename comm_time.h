@@ -179,15 +179,16 @@ inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu)
     for (int i = 0; i < 6; i++) *pieces[i] = ledger_calibrated_ms(l[i], gpu);
     return t;
 }
-// the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered (G bytes an element), and
-// under ZeRO-3 gathered (floatX) where a micro-step uses it: the layers twice, the embeddings and head once
+// the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered, and under ZeRO-3 gathered
+// where a micro-step uses it (the layers twice, the embeddings and head once), both in floatX: a unit's
+// gradient is reduced as the micro-step made it, whatever -ga sums the shard in (zero.h: zero_reduce_unit)
 inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements,
-                                  int stage, size_t grad_bytes, bool overlap, int dp, int nodes) {
+                                  int stage, bool overlap, int dp, int nodes) {
     CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
     MicroStepTimes t = micro_step_times(m, gpu);
     double reduces = 0, gathers = 0;
     for (size_t e : unit_elements) {
-        t.reduce.push_back(collective_ms(ring_bytes(grad_bytes * e, dp), c.link));
+        t.reduce.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
         t.gather.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
         reduces += t.reduce.back(), gathers += 2 * t.gather.back();
     }

@@ -26,7 +26,9 @@ compute. The links stream runs the transfers in their list's order (one communic
 on one stream, every rank's in the order pipeline.h's pairing argument proves free of deadlock),
 so a receive starts only after the transfers listed before it: receiving earlier than the list
 says (Megatron-LM's overlap_p2p_comm posts the next receive before the compute) would need that
-argument made again for the reordered lists: not done.
+argument made again for the reordered lists: not done. Nor, under ZeRO 2-3, a backward's gradient
+sent before the micro-step's reductions are waited for: the compute's event follows its whole action,
+zero_end_micro_step's wait included.
 
 Which buffers an action touches (link_buffers): a forward and W (it reads the saved activations)
 the activation set's input and output; a backward and B those and the stage's one gradient
@@ -147,7 +149,9 @@ inline void links_transfer(PipelineLinks* L, const std::vector<const void*>& tou
     for (const void* at : touched) link_buffer(L, at)->transfer = (int)L->transfers.size() - 1;
 }
 
-// the end of a schedule: the default stream (the host) waits for every transfer; the next step starts afresh
+// the end of a schedule: the default stream (the host) waits for every transfer. The next step starts
+// afresh: its transfers wait for none of this step's computes, which the host has waited for before it
+// issues the next step (the gradient norm's read-back, train_step)
 inline void links_finish(PipelineLinks* L) {
     if (!L->on) return;
     for (int t = 0; t < (int)L->transfers.size(); t++) link_wait_transfer(L, t);

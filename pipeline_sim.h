@@ -27,7 +27,7 @@ its peer has posted the matching half; a stage is idle while it waits. Every lis
 the proof that no schedule deadlocks (pass_messages pairs the halves as the executor's blocking
 sends would).
 
-Applied in gpt2.h: stage_layout (stage_layer_counts, the split; the chunks of distribute_layers
+Applied in gpt2_config.h: stage_layout (stage_layer_counts, the split; the chunks of distribute_layers
 over p*V under interleaving); accounting.h: bubble_json and print_stage_balance (pipeline_simulate,
 balanced_stage_layers); run_report.h: print_run_header (the formulas).
 */

@@ -58,9 +58,11 @@ reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM pr
 l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
 SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute.
 Each pass's first layer is posted ahead too (zero_prefetch_unit: layer 0 beside the embeddings'
-forward, the last layer, gathered again, beside the head's backward), so only the embeddings' and
-the final LayerNorm's gathers, at the micro-batch's start, are exposed (comm_time.h's ledger gives
-their share). With -overlap 0 every stage takes turns, which is the plain order to learn first.
+forward, the last layer, gathered again, beside the head's backward), so at pp 1 only the
+embeddings' and the final LayerNorm's gathers, at the micro-batch's start, are exposed (comm_time.h's
+ledger gives their share). Under a pipeline a stage's first layer waits for its input's receive
+(pipeline_links.h) before its gather can start, so there the first layer's gather stays exposed.
+With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
 over its own DP group, on its own units; nothing here crosses TP ranks or stages.

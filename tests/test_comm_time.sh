@@ -23,6 +23,9 @@ for z in 0 1 2 3; do
             | grep '^{"ledger"' > $D/np16_z${z}_o$o.json
     done
 done
+# -ga fp32: the shard sums in fp32, but each micro-step's unit gradients are reduced in floatX, as made
+timeout 300 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z 3 -ga fp32 -plan 1 -gpu H100 \
+    | grep '^{"ledger"' > $D/np8_z3_o1_ga_fp32.json
 $PYTHON - $D <<'PY'
 import json, sys
 D = sys.argv[1]
@@ -62,6 +65,10 @@ for nodes, p in ((1, 8), (2, 16)):
             want = (gathers, gathers if o == 0 else gathers_exposed)
             got = (comm["gather_ms"], comm["gather_exposed_ms"])
             assert max(abs(a - b) for a, b in zip(got, want)) < 1e-3, f"FAIL: {label}: gathers {got}, formulas {want}"
+            if (p, z, o) == (8, 3, 1):  # -ga fp32: the same collectives
+                fp32 = json.load(open(f"{D}/np8_z3_o1_ga_fp32.json"))["roofline"]["comm"]
+                assert abs(fp32["comm_ms"] - total) < 1e-3 and abs(fp32["comm_exposed_ms"] - exposed) < 1e-3, \
+                    f"FAIL: {label}, -ga fp32: {fp32}, formulas {total:.4f}, {exposed:.4f} (floatX reductions)"
             share = f", gathers {gathers_exposed / gathers:.0%} exposed" if z == 3 and o == 1 else ""
             print(f"ok {label}: {total:.3f} ms of communication a step, {exposed:.3f} exposed{share} (formulas here)")
 PY
