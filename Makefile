@@ -221,7 +221,7 @@ tests/build/test_comm: tests/test_comm.cpp comm.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 # pipeline.h's executor over MPI, every schedule, on a stage whose math is known
-tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h pipeline_links.h comm.h base.h precision.h
+tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h pipeline_run.h pipeline_links.h comm.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 

@@ -31,7 +31,7 @@ print_stage_balance predicts each stage's idle time from FLOP counts and suggest
 #include "comm.h"       // defines: Collectives, Comm, CommKind, ring_bytes, comm_gatherv_to_root, comm_max_over_world
 #include "options.h"    // defines: TrainConfig
 #include "mfu.h"        // defines: model_flops_per_token
-#include "pipeline.h"   // defines: ScheduleTiming
+#include "pipeline_run.h"  // defines: ScheduleTiming
 #include "pipeline_sim.h"  // defines: pipeline_simulate, balanced_stage_layers, schedule_bubble_formula
 #include "cp.h"         // defines: cp_ring_bytes_per_layer
 

@@ -48,7 +48,8 @@ sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, t
 #include "zero.h"                 // defines: Zero, Unit, TensorSlice, zero_grad_norm_squared, zero_sum_gradient_range
 #include "tp.h"                   // defines: TensorPartition, TensorParallel, tp_vocab_range
 #include "cp.h"                   // defines: RingBuffers, cp_chunk, cp_batch_index
-#include "pipeline.h"             // defines: StageBuffers, PipelineLinks (pipeline_links.h), pipeline_links_free
+#include "pipeline_run.h"         // defines: received_gradient_buffer_list, StageBuffers (pipeline.h),
+                                  //          PipelineLinks, pipeline_links_free (pipeline_links.h)
 #include "pipeline_sim.h"         // defines: stage_layer_counts
 #include "gpt2_config.h"          // defines: GPT2Config, ModelLayout, GPT2_EOT, layout_layers, model_layer
 
@@ -403,7 +404,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     };
     auto append = [&](const std::vector<BufferSpec>& more) { scratch.insert(scratch.end(), more.begin(), more.end()); };
     // what a technique adds, each declared by its own header (none where it is off)
-    append(received_gradient_buffer_list(&s.received_gradient, gpt2_chunks(model), BT_held * C));  // pipeline.h
+    append(received_gradient_buffer_list(&s.received_gradient, gpt2_chunks(model), BT_held * C));  // pipeline_run.h
     append(sequence_parallel_buffer_list(sp, &s.gathered, &s.summed, BT, BT_held, C));              // tp.h
     append(ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank));                                 // cp.h
     for (int i = 0; i < 6; i++) {  // one layer's output gradients, each its own buffer

@@ -1,7 +1,7 @@
 /*
 pipeline_links.h: a pipeline stage's sends and receives beside its compute (-overlap 1).
 
-pipeline.h's executor runs a stage's actions in their schedule's order: computes (a forward, a
+pipeline_run.h's executor runs a stage's actions in their schedule's order: computes (a forward, a
 backward, ZB-H1's B and W) and transfers (a send, a receive, or the two paired). With the transfers
 on the default stream (-overlap 0) a send holds up the compute after it until the neighbour has
 taken the message (a large message cannot be buffered: it waits for the receiver), though that
@@ -45,7 +45,7 @@ stream's and the TP and CP collectives on the default one; NCCL does not promise
 communicators' kernels progress at once (overlap.h's note). Every rank issues each stream's work in
 its schedule's order, and -overlap 0 turns the links off.
 
-Applied in pipeline.h: run_schedule (links_compute, links_transfer, links_finish); GPT2 holds the
+Applied in pipeline_run.h: run_schedule (links_compute, links_transfer, links_finish); GPT2 holds the
 PipelineLinks, gpt2_build makes it (-overlap, options.h).
 */
 #pragma once

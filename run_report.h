@@ -23,7 +23,7 @@ Applied in train_gpt.cu: train_step (StepResult), prepare_run (print_run_header)
 #include "options.h"             // defines: TrainConfig
 #include "dataloader.h"          // defines: DataLoader
 #include "gpt2.h"                // defines: GPT2, GPT2Config, gpt2_chunks
-#include "pipeline.h"            // defines: ScheduleTiming
+#include "pipeline_run.h"        // defines: ScheduleTiming
 #include "pipeline_sim.h"        // defines: schedule_bubble_formula
 
 // one optimizer step's outcome, as train_step returns it

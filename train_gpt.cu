@@ -38,7 +38,7 @@ Where each technique enters, at a call a reader can see:
                        the embedding adds each chunk's positions (for_each_position_run).
                        Without -cp, T_local is T.
   pipeline (pipeline.h)  the model is written as a stage; pipeline_stage hands it to
-                       run_schedule, which runs this stage's list of actions. One stage:
+                       run_schedule (pipeline_run.h), which runs this stage's list. One stage:
                        forward k, backward k for each micro-batch, and that is all.
                        A block's backward is two halves, block_backward_input (B) and
                        block_backward_weights (W), which ZB-H1 runs apart. Under
@@ -91,7 +91,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "cp.h"  // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
-#include "pipeline.h"              // defines: pipeline_schedule, PipelineStage, run_schedule
+#include "pipeline_run.h"          // defines: PipelineStage, run_schedule (pipeline.h: pipeline_schedule)
 #include "pipeline_sim.h"          // defines: pipeline_bubble_fraction, schedule_bubble_formula
 #include "checkpoint.h"            // defines: checkpoint_model_path, check_output_dir
 #include "run_dir.h"               // defines: check_run_files
@@ -264,11 +264,8 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     floatX* ln1 = tp_f_forward(tp, la.ln1, s.gathered, (size_t)N_held * C);  // and ln1's
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
     // the four biases' column sums in one launch, the two LayerNorms' in another (unless the input half did)
-    bias_backward_many({{dw.fcprojb, d.fcproj, C},
-                        {dw.fcb, d.fc, 4 * C_rank},
-                        {dw.attprojb, d.attproj, C},
-                        {dw.qkvb, d.qkv, 3 * C_rank}},
-                       N, s.partials);
+    bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C},
+                        {dw.qkvb, d.qkv, 3 * C_rank}}, N, s.partials);
     if (!layernorms_done)
         layernorm_backward_params_many(
             {{dw.ln2w, dw.ln2b, d.ln2, la.residual2, la.ln2_mean, la.ln2_rstd},
@@ -453,7 +450,7 @@ inline void stage_backward(GPT2* model, const ActivationTensors& a, const MicroB
 }
 
 // ----------------------------------------------------------------------------
-// the pipeline: this stage as pipeline.h's executor sees it
+// the pipeline: this stage as pipeline_run.h's executor sees it
 
 // this stage for one step's micro-batches: forward k and backward k of chunk v (0 but under
 // interleaved 1F1B), micro-batch k's input and output, and scratch.dresidual as the one gradient

@@ -1,5 +1,5 @@
 /*
-tests/test_run_schedule.cpp: pipeline.h's executor, run_schedule, over MPI (mpirun -np p), with
+tests/test_run_schedule.cpp: pipeline_run.h's executor, run_schedule, over MPI (mpirun -np p), with
 a stage whose math is known, for every schedule: GPipe, 1F1B, ZB-H1 and interleaved 1F1B with
 V = 2 and 3 (a ring of stages, the paired shifts, the second gradient buffer).
 
@@ -17,7 +17,7 @@ rank 0.
 #include <stdio.h>
 #include <math.h>
 #include <vector>
-#include "../pipeline.h"
+#include "../pipeline_run.h"
 
 static int checks = 0, failures = 0;
 #define EXPECT(cond, ...) do { checks++; if (!(cond)) { failures++; fprintf(stderr, "[stage %d] failed: %s (line %d): ", s, #cond, __LINE__); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
