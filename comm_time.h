@@ -77,10 +77,9 @@ struct CommTime {
 inline void comm_time_after_step(CommTime* c, const std::vector<size_t>& unit_elements, int stage) {
     double after = 2 * collective_ms(ring_bytes(8, c->dp), c->link);
     c->collectives += 2;
-    for (size_t e : unit_elements) {
-        if (stage != 1 && stage != 2) break;
-        after += collective_ms(ring_bytes(sizeof(floatX) * e, c->dp), c->link), c->collectives++;
-    }
+    if (stage == 1 || stage == 2)
+        for (size_t e : unit_elements)
+            after += collective_ms(ring_bytes(sizeof(floatX) * e, c->dp), c->link), c->collectives++;
     c->comm_ms += after, c->exposed_ms += after;
 }
 
@@ -123,10 +122,10 @@ inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::v
 // long it waited for gathers (at -overlap 0 every collective is waited for at once)
 struct MicroStepTimes {
     double f_embed, f_layer, f_head, b_head, b_layer, b_embed;
-    std::vector<double> gather, reduce;
+    std::vector<double> unit;  // a unit's reduce-scatter, or its gather: both ring_bytes of its floatX elements
 };
 inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, double* gathers_waited) {
-    int H = (int)t.reduce.size() - 1;  // the head's unit; layers 1..H-1
+    int H = (int)t.unit.size() - 1;  // the head's unit; layers 1..H-1
     double D = 0, C = 0, previous_reduce = 0;
     auto wait = [&](double end, double* waited) { if (end > D) { if (waited) *waited += end - D; D = end; } };
     auto post = [&](double ms, double* waited) {  // once the default stream's work so far is done
@@ -135,26 +134,26 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
         return C;
     };
     auto reduce = [&](int u) {  // overlap_start's one in flight: the default stream waits for the one before
-        double end = post(t.reduce[u], nullptr);
+        double end = post(t.unit[u], nullptr);
         wait(previous_reduce, nullptr);
         previous_reduce = end;
     };
     for (int u : {0, H})  // the embeddings and the final LayerNorm, gathered and waited for at once
-        if (stage == 3) wait(post(t.gather[u], gathers_waited), gathers_waited);
-    double ready = stage == 3 ? post(t.gather[1], gathers_waited) : 0;  // the first layer: beside the embeddings
+        if (stage == 3) wait(post(t.unit[u], gathers_waited), gathers_waited);
+    double ready = stage == 3 ? post(t.unit[1], gathers_waited) : 0;  // the first layer: beside the embeddings
     D += t.f_embed;
     for (int u = 1; u < H; u++) {
         wait(ready, gathers_waited);
-        if (stage == 3 && u + 1 < H) ready = post(t.gather[u + 1], gathers_waited);  // beside this layer
+        if (stage == 3 && u + 1 < H) ready = post(t.unit[u + 1], gathers_waited);  // beside this layer
         D += t.f_layer;
     }
     D += t.f_head;
-    ready = stage == 3 ? post(t.gather[H - 1], gathers_waited) : 0;  // the last layer: beside the head's backward
+    ready = stage == 3 ? post(t.unit[H - 1], gathers_waited) : 0;  // the last layer: beside the head's backward
     D += t.b_head;
     reduce(H);
     for (int u = H - 1; u >= 1; u--) {
         wait(ready, gathers_waited);
-        if (stage == 3 && u > 1) ready = post(t.gather[u - 1], gathers_waited);
+        if (stage == 3 && u > 1) ready = post(t.unit[u - 1], gathers_waited);
         D += t.b_layer;
         reduce(u);
     }
@@ -186,13 +185,10 @@ inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, cons
                                   int stage, bool overlap, int dp, int nodes) {
     CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
     MicroStepTimes t = micro_step_times(m, gpu);
-    double reduces = 0, gathers = 0;
-    for (size_t e : unit_elements) {
-        t.reduce.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
-        t.gather.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
-        reduces += t.reduce.back(), gathers += 2 * t.gather.back();
-    }
-    gathers = stage == 3 ? gathers - t.gather.front() - t.gather.back() : 0;
+    double reduces = 0;
+    for (size_t e : unit_elements) t.unit.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
+    for (double ms : t.unit) reduces += ms;
+    double gathers = stage == 3 ? 2 * reduces - t.unit.front() - t.unit.back() : 0;  // the ends once, layers twice
     int U = (int)unit_elements.size();
     c.collectives = m.grad_accum * (U + (stage == 3 ? 2 * U - 2 : 0));
     double compute = t.f_embed + m.L * (t.f_layer + t.b_layer) + t.f_head + t.b_head + t.b_embed, gathers_waited = 0;
