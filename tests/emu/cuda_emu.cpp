@@ -914,6 +914,7 @@ struct Fiber {
 };
 struct WarpSync {      // the lanes of one warp meeting at a shuffle, __syncwarp or a WMMA call
     unsigned mask, arrived;
+    unsigned exited;         // the lanes that have ended (a bit each: tested at every meeting)
     int generation;
     const char* what;        // the call the waiting lanes are in
     bool whole_warp;         // a WMMA call: every lane must come, to this same call
@@ -1021,6 +1022,7 @@ static void thread_exited(Worker* w) {
     int t = w->current;
     w->state[t] = EXITED;
     w->exited++;
+    w->warps[t / 32].exited |= 1u << (t % 32);
 #if CUDA_EMU_TSAN
     __tsan_release(&w->block_end);
 #else
@@ -1167,12 +1169,11 @@ static int warp_meet_at(unsigned mask, uint64_t bits, const void* data, size_t b
         die("%s: %s with mask 0x%08x names lanes beyond the %d this warp has (blockDim %u)", who, what, mask, lanes,
             blockDim.x * blockDim.y * blockDim.z);
     }
-    for (int l = 0; l < lanes; l++)
-        if ((mask >> l & 1u) && w->state[warp * 32 + l] == EXITED) {
-            describe_thread(who, sizeof(who), t);
-            die("%s: %s with mask 0x%08x names lane %d, which has exited", who, what, mask, l);
-        }
     WarpSync& s = w->warps[warp];
+    if (unsigned gone = mask & s.exited) {
+        describe_thread(who, sizeof(who), t);
+        die("%s: %s with mask 0x%08x names lane %d, which has exited", who, what, mask, __builtin_ctz(gone));
+    }
     if (s.arrived && s.mask != mask) {
         describe_thread(who, sizeof(who), t);
         die("%s: %s with mask 0x%08x while lanes 0x%08x wait with mask 0x%08x", who, what, mask, s.arrived, s.mask);
@@ -1252,10 +1253,9 @@ const void* cuda_emu_warp_all_gather(const char* what, const void* mine, size_t 
     if (lanes < 32)
         cuda_emu_kernel_error("%s in a warp of %d lanes (blockDim %u): every one of a warp's 32 lanes must call it", what,
                               lanes, blockDim.x * blockDim.y * blockDim.z);
-    for (int l = 0; l < 32; l++)
-        if (w->state[warp * 32 + l] == EXITED)
-            cuda_emu_kernel_error("%s while lane %d of its warp has exited: every one of a warp's 32 lanes must call it",
-                                  what, l);
+    if (unsigned gone = w->warps[warp].exited)
+        cuda_emu_kernel_error("%s while lane %d of its warp has exited: every one of a warp's 32 lanes must call it",
+                              what, __builtin_ctz(gone));
     int parity = warp_meet_at(0xffffffffu, 0, mine, bytes, what, true);
     return &w->gathered[(warp * 2 + parity) * 32 * GATHER_BYTES];
 }
