@@ -160,15 +160,16 @@ inline unsigned adamw_slice_blocks(size_t n) { return (unsigned)ceil_div(n, (siz
 #ifdef __CUDACC__
 template <typename Grad>
 __global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* grads, float* m, float* v,
-                                    const AdamWSlice* slices, int count, AdamWConfig c, float weight_decay, float bc1,
-                                    float bc2, float grad_scale, uint64_t seed) {
+                                    const AdamWSlice* slices, int count, unsigned first_block, AdamWConfig c,
+                                    float weight_decay, float bc1, float bc2, float grad_scale, uint64_t seed) {
+    unsigned block = first_block + blockIdx.x;  // in the whole table's grid
     int lo = 0, hi = count - 1;  // the last slice whose first block is at or before this block
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (slices[mid].first_block <= blockIdx.x) lo = mid; else hi = mid - 1;
+        if (slices[mid].first_block <= block) lo = mid; else hi = mid - 1;
     }
     AdamWSlice s = slices[lo];
-    size_t i0 = ((size_t)(blockIdx.x - s.first_block) * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
+    size_t i0 = ((size_t)(block - s.first_block) * blockDim.x + threadIdx.x) * Packed128<floatX>::size;
     if (i0 >= s.n) return;
     c.weight_decay = s.decay ? weight_decay : 0.0f;
     // from 256-byte bases
@@ -179,16 +180,18 @@ __global__ void adamw_slices_kernel(floatX* params, float* master, const Grad* g
 #endif
 
 // AdamW on every slice of the table (device memory; host memory in the CPU build), `blocks` the
-// sum of their adamw_slice_blocks; c: lr and betas, weight_decay for the slices that decay
+// sum of their adamw_slice_blocks; c: lr and betas, weight_decay for the slices that decay. A part of
+// a table: `slices` its first entry, `first_block` that entry's first_block (zero.h updates the
+// embeddings' slices before the others under ZeRO-3)
 template <typename Grad>
 inline void adamw_update_slices(floatX* params, float* master, const Grad* grads, float* m, float* v,
                                 const AdamWSlice* slices, int count, unsigned blocks, AdamWConfig c, float weight_decay,
-                                int t, float grad_scale, uint64_t seed) {
+                                int t, float grad_scale, uint64_t seed, unsigned first_block = 0) {
     if (count == 0 || blocks == 0) return;  // a grid of 0 blocks is a launch error
 #ifdef __CUDACC__
     float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);  // as adamw_update's
-    adamw_slices_kernel<Grad><<<blocks, ADAMW_BLOCK>>>(params, master, grads, m, v, slices, count, c, weight_decay, bc1,
-                                                       bc2, grad_scale, seed);
+    adamw_slices_kernel<Grad><<<blocks, ADAMW_BLOCK>>>(params, master, grads, m, v, slices, count, first_block, c,
+                                                       weight_decay, bc1, bc2, grad_scale, seed);
     launchCheck();
 #else
     for (int k = 0; k < count; k++) {

@@ -26,16 +26,18 @@ Without it every reduction waits for the backward: all exposed. Exposed either w
 all-gathers of the updated parameters after AdamW (a unit each, zero_gather_updated), and the loss
 and norm scalars (the host waits for them).
 ZeRO 2-3 reduce-scatter every unit in every micro-step, and ZeRO-3 also gathers each unit before it
-is used (the layers before their forward and again before their backward, the embeddings and final
-LayerNorm once, at the micro-batch's start). sharded_micro_step plays overlap.h's two streams
-against each other, as zero.h issues the work: a collective starts on the comm stream once the
-default stream's work issued before it is done and the collective before it on the comm stream has
-ended; the default stream waits for a gather before the unit runs, for the reduction before the
-one it starts (one in flight) and for all at the micro-step's end:
-    comm    | g E | g H | g L1 |  g L2 |  g L3 ...          | r H | g L(L-1) ... r L ...  r E |
-    default | wait      | emb  | L1     | L2     ... head fwd, bwd | L ...              emb | wait
-exposed = the default stream's end - its compute; the gathers' share, what it waited for them.
-The embeddings' gather cannot hide: nothing runs before the embeddings' forward.
+is used (the layers before their forward and again before their backward; the embeddings and final
+LayerNorm once a step, after AdamW: zero.h's zero_gather_end). sharded_micro_step plays overlap.h's
+two streams against each other, as zero.h issues the work: a collective starts on the comm stream
+once the default stream's work issued before it is done and the collective before it on the comm
+stream has ended; the default stream waits for a gather before the unit runs, for the reduction
+before the one it starts (one in flight) and for all at the micro-step's end. The step's first
+micro-step, time 0 where the step before's AdamW ended:
+    comm    |    g E     | g H | g L1 |  g L2 |  g L3 ...          | r H | g L(L-1) ... r L ... r E |
+    default | AdamW rest | wait| emb  | L1     | L2     ... head fwd, bwd | L ...             emb | wait
+exposed = the default stream's end - its compute; the gathers' share, what it waited for them: of
+the embeddings' gather, what outlasts AdamW on the other units (t_E - t_AdamW_rest, if positive:
+nothing else runs before the embeddings' forward).
 The compute's times are ledger.h's, calibrated by what the last GPU run measured of each
 kernel class (ledger_calibrated_ms); the reduction of the embeddings' unit, the last and largest,
 cannot hide behind anything, so it bounds what overlap can reach.
@@ -123,10 +125,12 @@ inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::v
 struct MicroStepTimes {
     double f_embed, f_layer, f_head, b_head, b_layer, b_embed;
     std::vector<double> unit;  // a unit's reduce-scatter, or its gather: both ring_bytes of its floatX elements
+    double adamw_rest;         // ZeRO-3: AdamW on the shard's units but the embeddings (after theirs)
 };
-inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, double* gathers_waited) {
+// first: the step's first micro-step, which waits for the ends' gathers of the step before's AdamW
+inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, bool first, double* gathers_waited) {
     int H = (int)t.unit.size() - 1;  // the head's unit; layers 1..H-1
-    double D = 0, C = 0, previous_reduce = 0;
+    double D = 0, C = 0, previous_reduce = 0, head_ready = 0;
     auto wait = [&](double end, double* waited) { if (end > D) { if (waited) *waited += end - D; D = end; } };
     auto post = [&](double ms, double* waited) {  // once the default stream's work so far is done
         C = std::max(C, D) + ms;
@@ -138,8 +142,13 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
         wait(previous_reduce, nullptr);
         previous_reduce = end;
     };
-    for (int u : {0, H})  // the embeddings and the final LayerNorm, gathered and waited for at once
-        if (stage == 3) wait(post(t.unit[u], gathers_waited), gathers_waited);
+    if (stage == 3 && first && overlap) {  // zero_gather_end: the embeddings' beside the rest of AdamW (before 0)
+        C = t.unit[0] - t.adamw_rest;
+        wait(C, gathers_waited);
+        head_ready = C = std::max(C, 0.0) + t.unit[H];  // then the final LayerNorm's, once AdamW has ended
+    } else if (stage == 3 && first) {  // the two waited for at once
+        for (int u : {0, H}) wait(post(t.unit[u], gathers_waited), gathers_waited);
+    }
     double ready = stage == 3 ? post(t.unit[1], gathers_waited) : 0;  // the first layer: beside the embeddings
     D += t.f_embed;
     for (int u = 1; u < H; u++) {
@@ -147,6 +156,7 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
         if (stage == 3 && u + 1 < H) ready = post(t.unit[u + 1], gathers_waited);  // beside this layer
         D += t.f_layer;
     }
+    wait(head_ready, gathers_waited);
     D += t.f_head;
     ready = stage == 3 ? post(t.unit[H - 1], gathers_waited) : 0;  // the last layer: beside the head's backward
     D += t.b_head;
@@ -179,23 +189,34 @@ inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu)
     return t;
 }
 // the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered, and under ZeRO-3 gathered
-// where a micro-step uses it (the layers twice, the embeddings and head once), both in floatX: a unit's
-// gradient is reduced as the micro-step made it, whatever -ga sums the shard in (zero.h: zero_reduce_unit)
+// where a micro-step uses it (the layers twice; the embeddings and head once a step, after AdamW), both in
+// floatX: a unit's gradient is reduced as the micro-step made it, whatever -ga sums the shard in (zero.h:
+// zero_reduce_unit)
 inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements,
                                   int stage, bool overlap, int dp, int nodes) {
     CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
     MicroStepTimes t = micro_step_times(m, gpu);
     double reduces = 0;
+    size_t shard_rest = 0;  // this rank's shard of every unit but the embeddings
     for (size_t e : unit_elements) t.unit.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
+    for (size_t u = 1; u < unit_elements.size(); u++) shard_rest += unit_elements[u] / dp;
+    Ledger adamw;
+    adamw_update_slices_ledger(&adamw, shard_rest, m.grads_fp32 ? 4 : sizeof(floatX), m.master);
+    t.adamw_rest = ledger_calibrated_ms(adamw, gpu);
     for (double ms : t.unit) reduces += ms;
-    double gathers = stage == 3 ? 2 * reduces - t.unit.front() - t.unit.back() : 0;  // the ends once, layers twice
+    double ends = t.unit.front() + t.unit.back(), layers = reduces - ends;
+    double gathers = stage == 3 ? ends + 2 * m.grad_accum * layers : 0;  // a step's: the ends once, layers twice
     int U = (int)unit_elements.size();
-    c.collectives = m.grad_accum * (U + (stage == 3 ? 2 * U - 2 : 0));
-    double compute = t.f_embed + m.L * (t.f_layer + t.b_layer) + t.f_head + t.b_head + t.b_embed, gathers_waited = 0;
-    double end = sharded_micro_step(t, stage, overlap, &gathers_waited);
+    c.collectives = m.grad_accum * U + (stage == 3 ? 2 + m.grad_accum * 2 * (U - 2) : 0);
+    double compute = t.f_embed + m.L * (t.f_layer + t.b_layer) + t.f_head + t.b_head + t.b_embed, waited = 0;
+    double exposed = sharded_micro_step(t, stage, overlap, true, &waited) - compute, later_waited = 0;
+    if (m.grad_accum > 1) {  // the micro-steps after the first: the ends stay gathered
+        exposed += (m.grad_accum - 1) * (sharded_micro_step(t, stage, overlap, false, &later_waited) - compute);
+        waited += (m.grad_accum - 1) * later_waited;
+    }
     c.backward_ms = t.b_head + m.L * t.b_layer + t.b_embed;
-    c.comm_ms = m.grad_accum * (reduces + gathers), c.exposed_ms = m.grad_accum * (end - compute);
-    c.gather_ms = m.grad_accum * gathers, c.gather_exposed_ms = m.grad_accum * gathers_waited;
+    c.comm_ms = m.grad_accum * reduces + gathers, c.exposed_ms = exposed;
+    c.gather_ms = gathers, c.gather_exposed_ms = waited;
     comm_time_after_step(&c, unit_elements, stage);
     return c;
 }
@@ -207,8 +228,8 @@ inline std::string print_comm_time(const CommTime& c) {
            c.dp, c.nodes, c.nodes > 1 ? "s" : "", c.link.name, c.link.bandwidth / 1e9, c.link.source,
            c.link.latency * 1e6, c.collectives, c.comm_ms, c.exposed_ms, c.backward_ms);
     if (c.gather_ms > 0)
-        printf("  of which ZeRO-3's gathers: %.3f ms, %.3f ms exposed (%.0f%%: the embeddings' and final LayerNorm's, "
-               "at the micro-batch's start)\n",
+        printf("  of which ZeRO-3's gathers: %.3f ms, %.3f ms exposed (%.0f%%: what of the embeddings' outlasts AdamW "
+               "on the other units)\n",
                c.gather_ms, c.gather_exposed_ms, 100 * c.gather_exposed_ms / c.gather_ms);
     char json[640];
     snprintf(json, sizeof(json),

@@ -20,9 +20,10 @@ micro-steps, G the bytes per gradient element that are reduced:
     stage 0  all-reduce 2 S(G Psi)
     stage 1  reduce-scatter S(G Psi) + all-gather of the updated parameters S(X Psi)
     stage 2  reduce-scatter g S(X Psi) (every micro-step) + all-gather S(X Psi)
-    stage 3  all-gather g (S(X Psi) + S(X Psi_layers)) + reduce-scatter g S(X Psi)
+    stage 3  all-gather S(X Psi_ends) + 2 g S(X Psi_layers) + reduce-scatter g S(X Psi)
 Stages 0-2 move the same bytes per step when g = 1 (all-reduce = reduce-scatter +
-all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters.
+all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters (the layers are gathered
+twice a micro-step; the two end units, Psi_ends, once a step: their slots keep them).
 
 What is sharded is a *unit*: the embeddings {wte, wpe}, one transformer layer (its 12
 tensors), or the final LayerNorm {lnfw, lnfb}. Parameters are stored unit by unit, each
@@ -46,9 +47,10 @@ The life of layer l in one micro-step under stage 3 (g: the gathered slot below)
               reduce-scatter that -> reduce_buffer (this rank's 1/dp, summed over DP);
               add it into step_grad (the shard); clear unit_grads[LAYER] for layer l-1
     step      AdamW on the shard (parameters, master, m, v, step_grad: the same index)
-The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units, gathered once per
-micro-step and kept (both ends of the network use them, the tied wte twice); SLOT_LAYER
-holds one layer at a time, sized for the largest. Stage 2 uses unit_grads only.
+The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units (both ends of the network
+use them, the tied wte twice), gathered once a step, right after AdamW updates them
+(zero_gather_end), and kept: their parameters change nowhere else; SLOT_LAYER holds one layer at a
+time, sized for the largest. Stage 2 uses unit_grads only.
 
 Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
 is done and runs while the backward goes on: under stages 0-1 in the last micro-step (each unit
@@ -58,9 +60,10 @@ reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM pr
 l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
 SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute.
 Each pass's first layer is posted ahead too (zero_prefetch_unit: layer 0 beside the embeddings'
-forward, the last layer, gathered again, beside the head's backward), so at pp 1 only the
-embeddings' and the final LayerNorm's gathers, at the micro-batch's start, are exposed (comm_time.h's
-ledger gives their share). Under a pipeline a stage's first layer waits for its input's receive
+forward, the last layer, gathered again, beside the head's backward), and the ends after AdamW: the
+embeddings' slices are updated first, in a launch of their own, and their gather runs beside the
+other units' update (then the final LayerNorm's). So at pp 1 what is exposed is the part of the
+embeddings' gather that outlasts the rest of AdamW, once a step (comm_time.h's ledger gives it). Under a pipeline a stage's first layer waits for its input's receive
 (pipeline_links.h) before its gather can start, so there the first layer's gather stays exposed.
 With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
@@ -85,7 +88,7 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
 //          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_gather_into_slot,
-//          zero_prefetch_unit
+//          zero_prefetch_unit, zero_gather_end, is_end_unit
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -147,6 +150,8 @@ struct Zero {
     AdamWSlice* adamw_slices;       // every tensor slice of the shard, for AdamW's one launch (adamw.h)
     int num_adamw_slices;
     unsigned adamw_blocks;          // the launch's grid: the slices' blocks summed
+    int embedding_slices;           // the table's first entries, the embeddings' (stage 3 updates them first)
+    unsigned embedding_blocks;      // their blocks
     Overlap overlap;                // the reductions started during the backward (overlap.h)
     bool last_micro_step;           // the backward running is the step's last micro-step's (stages 0-1 reduce then)
     std::vector<bool> reduced;      // stages 0-1: the units whose reduction overlap started this step
@@ -236,6 +241,10 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
     z->num_adamw_slices = (int)adamw_table.size();
+    z->embedding_slices = 0, z->embedding_blocks = 0;
+    for (const AdamWSlice& a : adamw_table)  // the table is in unit order: the embeddings' come first
+        if (a.index >= units[0].origin && a.index < units[0].origin + units[0].size)
+            z->embedding_slices++, z->embedding_blocks += adamw_slice_blocks(a.n);
     if (allocate) host_to_device(z->adamw_slices, adamw_table.data(), adamw_table.size() * sizeof(AdamWSlice));
     z->step_sum_full.fp32 = z->step_grad.fp32 = grads_fp32;
     if (stage <= 1 && !grads_fp32) z->step_sum_full.data = z->grads;  // the backward sums in place
@@ -243,6 +252,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
 }
 
 inline void zero_free(Zero* z) {
+    for (int k = 0; k < (int)z->overlap.ahead.size(); k++) overlap_wait_ahead(&z->overlap, k);  // the ends' (below)
     void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch, z->adamw_slices};
     for (void* b : state) device_free(b);
     if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
@@ -295,7 +305,9 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
 }
 
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
+inline void zero_gather_end(Zero* z, int u);  // below: stage 3's ends, gathered once the shards are set
 inline void zero_set_params(Zero* z, const float* values) {
+    for (int k = 0; k < (int)z->overlap.ahead.size(); k++) overlap_wait_ahead(&z->overlap, k);  // none reads them now
     for (int u = 0; u < z->num_units; u++) {
         const Unit& unit = z->units[u];
         size_t S = unit_shard(z, u), begin = z->shard_rank * S;
@@ -304,6 +316,7 @@ inline void zero_set_params(Zero* z, const float* values) {
         if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
         else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
     }
+    if (z->stage == 3) zero_gather_end(z, 0), zero_gather_end(z, z->num_units - 1);
     if (!z->master) return;
     std::vector<float> master(z->shard_elements);
     zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values, master.data());
@@ -331,8 +344,20 @@ inline auto zero_gather_into_slot(Zero* z, int u) {
                         unit_shard(z, u), p);
     };
 }
+// stage 3: an end unit (the embeddings, the final LayerNorm) into its own slot, where it stays until AdamW
+// next updates it: once a step, not once a micro-step; under overlap posted, zero_gather_unit waits
+inline void zero_gather_end(Zero* z, int u) {
+    if (z->units[u].padded == 0) return;  // not on this pipeline stage
+    if (z->overlap.on) overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_gather_into_slot(z, u));
+    else zero_gather_into_slot(z, u)(nullptr);
+}
+inline bool is_end_unit(const Zero* z, int u) { return u == 0 || u == z->num_units - 1; }
 inline void zero_gather_unit(Zero* z, int u, int next = -1) {
     if (z->stage != 3) return;
+    if (is_end_unit(z, u)) {  // gathered after the last update (zero_gather_end): waited for, if posted
+        if (z->overlap.on) overlap_wait_ahead(&z->overlap, unit_slot(z, u));
+        return;
+    }
     auto gather = [=](int unit) { return zero_gather_into_slot(z, unit); };
     if (!z->overlap.on) { gather(u)(nullptr); return; }
     if (!overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))  // not gathered ahead: now
@@ -344,7 +369,8 @@ inline void zero_gather_unit(Zero* z, int u, int next = -1) {
 // zero_gather_unit (the first layer's beside the embeddings' forward, the last layer's beside the
 // head's backward, each pass's first layer otherwise exposed)
 inline void zero_prefetch_unit(Zero* z, int u) {
-    if (z->stage != 3 || !z->overlap.on || overlap_ahead_holds(&z->overlap, unit_slot(z, u), u)) return;
+    if (z->stage != 3 || !z->overlap.on || is_end_unit(z, u) || overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))
+        return;
     overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_gather_into_slot(z, u));
 }
 
@@ -487,14 +513,24 @@ inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks
     return table;
 }
 
-// AdamW on this rank's shard of every unit: one launch over the table zero_init made
+// AdamW on this rank's shard of every unit: one launch over the table zero_init made. Stage 3: two,
+// the embeddings' slices first, so that their gather for the next step (zero_gather_end; under overlap
+// on the comm stream) runs beside the other units' update; the final LayerNorm's after it
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
     AdamWConfig c;
     c.lr = lr;
+    int k = z->stage == 3 ? z->embedding_slices : 0;
+    unsigned b = z->stage == 3 ? z->embedding_blocks : 0;
     with_gradient(z->step_grad, [&](auto* grad) {
-        adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices, z->num_adamw_slices,
-                            z->adamw_blocks, c, weight_decay, t, grad_scale, seed);
+        auto update = [&](int first, int count, unsigned first_block, unsigned blocks) {
+            adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices + first, count, blocks, c,
+                                weight_decay, t, grad_scale, seed, first_block);
+        };
+        update(0, k, 0, b);  // stage 3: the embeddings (else nothing)
+        if (z->stage == 3) zero_gather_end(z, 0);
+        update(k, z->num_adamw_slices - k, b, z->adamw_blocks - b);
     });
+    if (z->stage == 3) zero_gather_end(z, z->num_units - 1);
 }
 
 // stages 1-2: every rank updated its shard of the full parameters; all-gather them in place
@@ -537,7 +573,8 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
     if (s == 1 || s == 2) plan.comm[COMM_ALL_GATHER] = ring_bytes(X * Psi, p);
     if (s == 3) {
-        plan.comm[COMM_ALL_GATHER] = g * (ring_bytes(X * Psi, p) + ring_bytes(X * (Psi - E - H), p));
+        // the ends once a step (zero_gather_end), the layers before their forward and their backward
+        plan.comm[COMM_ALL_GATHER] = ring_bytes(X * (E + H), p) + 2 * g * ring_bytes(X * (Psi - E - H), p);
         plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
     }
     plan.comm[COMM_SCALARS] = 2 * ring_bytes(8, p) * (s == 0 ? 1 : 2);  // the loss; the norm when sharded

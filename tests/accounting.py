@@ -159,7 +159,8 @@ def comm_bytes(a, s, dp_rank=0):
     w_recomputes = a.schedule == "zb" and 0 < s   # ZB-H1's deferred W rebuilds what -r dropped again
     if zero == 3:
         regathers = 2 if w_recomputes and a.recompute >= 2 else 1   # the layers: backward, and W at -r >= 2
-        d["all_gather"] = g * (ring(X * Psi, dp) + regathers * ring(X * (Psi - E - H), dp))
+        # the ends once a step, after AdamW (their slots keep them); the layers before each forward and backward
+        d["all_gather"] = ring(X * (E + H), dp) + g * (1 + regathers) * ring(X * (Psi - E - H), dp)
         d["reduce_scatter"] = g * ring(X * Psi, dp)
     d["scalars"] = 2 * ring(8, dp) * (1 if zero == 0 else 2)   # the loss; the norm when sharded
     N = a.B * a.T_rank

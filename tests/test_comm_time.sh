@@ -2,8 +2,10 @@
 # The time ledger of the data-parallel communication (comm_time.h: -plan 1 -gpu H100 -nodes N) against
 # formulas computed here: GPT-2 124M (d12, bf16 build, B 64, T 1024) at dp 8 on one node and 2 x 8
 # on two, ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
-# gathers each layer before its forward and its backward and the two ends once, each pass's first layer
-# posted ahead (zero.h: zero_prefetch_unit); ZeRO 1-2 all-gather the updated parameters, a unit each. The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
+# gathers each layer before its forward and its backward, each pass's first layer posted ahead (zero.h:
+# zero_prefetch_unit), and the two ends once a step after AdamW, the embeddings' beside AdamW on the
+# other units (zero_gather_end; that AdamW's time: the kernel ledger's row, over the rank's shard of
+# them); ZeRO 1-2 all-gather the updated parameters, a unit each. The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
 # final LayerNorm's 2 C; ZeRO-1 pads each to a multiple of dp), each reduced by a ring (all-reduce
 # 2 S (p-1)/p, reduce-scatter S (p-1)/p) at 450 GB/s over NVLink or 50 GB/s over InfiniBand plus
 # 10 or 20 us; the loss and norm scalars and ZeRO-1's all-gather of the updated parameters after.
@@ -26,6 +28,9 @@ done
 # -ga fp32: the shard sums in fp32, but each micro-step's unit gradients are reduced in floatX, as made
 timeout 300 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z 3 -ga fp32 -plan 1 -gpu H100 \
     | grep '^{"ledger"' > $D/np8_z3_o1_ga_fp32.json
+# B 32: two micro-steps, the ends gathered once (before the first), the layers in each
+timeout 300 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 32 -t 1024 -d 524288 -z 3 -plan 1 -gpu H100 \
+    | grep '^{"ledger"' > $D/np8_z3_o1_g2.json
 $PYTHON - $D <<'PY'
 import json, sys
 D = sys.argv[1]
@@ -51,12 +56,18 @@ for nodes, p in ((1, 8), (2, 16)):
             # layer 0's backward, and all that runs before layer 0's forward once the ends are gathered
             rows = lambda name: sum(r["ms"] * r["slowdown"] for r in plan["ledger"] if r["kernel"].startswith(name))
             embed_backward, embed_forward = rows("encoder_backward"), rows("encoder_forward")
+            def adamw_rest(plan):  # AdamW on the shard of the units after the embeddings
+                adamw = [r for r in plan["ledger"] if r["kernel"].startswith("adamw")]
+                assert len(adamw) == 1, f"{label}: AdamW's rows {adamw}"
+                # the ledger's row is AdamW over the whole model (flops 15 a parameter): scaled to the shard
+                return adamw[0]["ms"] * adamw[0]["slowdown"] * (L * Lu + H) / p / (adamw[0]["flops"] / 15)
             layer = comm["backward_ms"] / (L + 1)
             assert reduce(Lu) + gather(Lu) < layer, f"{label}: a layer's collectives outlast a layer's backward"
-            # exposed with overlap: each layer's collectives hide behind the next layer's compute; the first
-            # layer's gather behind the embeddings' forward, as far as it lasts; the embeddings' and final
-            # LayerNorm's gathers at the start and the embeddings' reduction at the end cannot hide
-            gathers_exposed = gather(E) + gather(H) + max(0.0, gather(Lu) - embed_forward) if z == 3 else 0
+            # exposed with overlap: each layer's collectives hide behind the next layer's compute; the final
+            # LayerNorm's and the first layer's gathers behind the embeddings' forward, as far as it lasts;
+            # the embeddings' gather behind AdamW on the rest; the embeddings' reduction at the end cannot hide
+            ends_exposed = lambda plan: max(0.0, gather(E) - adamw_rest(plan)) if z == 3 else 0
+            gathers_exposed = ends_exposed(plan) + max(0.0, gather(H) + gather(Lu) - embed_forward) if z == 3 else 0
             exposed = total if o == 0 else gathers_exposed + max(0.0, reduce(Lu) - embed_backward) + reduce(E) + after
             assert comm["dp"] == p and comm["nodes"] == nodes, (label, comm)
             assert abs(comm["comm_ms"] - total) < 1e-3, f"FAIL: {label}: comm_ms {comm['comm_ms']}, formula {total:.4f}"
@@ -65,10 +76,23 @@ for nodes, p in ((1, 8), (2, 16)):
             want = (gathers, gathers if o == 0 else gathers_exposed)
             got = (comm["gather_ms"], comm["gather_exposed_ms"])
             assert max(abs(a - b) for a, b in zip(got, want)) < 1e-3, f"FAIL: {label}: gathers {got}, formulas {want}"
-            if (p, z, o) == (8, 3, 1):  # -ga fp32: the same collectives
-                fp32 = json.load(open(f"{D}/np8_z3_o1_ga_fp32.json"))["roofline"]["comm"]
-                assert abs(fp32["comm_ms"] - total) < 1e-3 and abs(fp32["comm_exposed_ms"] - exposed) < 1e-3, \
-                    f"FAIL: {label}, -ga fp32: {fp32}, formulas {total:.4f}, {exposed:.4f} (floatX reductions)"
+            if (p, z, o) == (8, 3, 1):  # -ga fp32: the same collectives (AdamW reads fp32 gradients: longer)
+                plan32 = json.load(open(f"{D}/np8_z3_o1_ga_fp32.json"))
+                fp32, exposed32 = plan32["roofline"]["comm"], exposed - ends_exposed(plan) + ends_exposed(plan32)
+                assert abs(fp32["comm_ms"] - total) < 1e-3 and abs(fp32["comm_exposed_ms"] - exposed32) < 1e-3, \
+                    f"FAIL: {label}, -ga fp32: {fp32}, formulas {total:.4f}, {exposed32:.4f} (floatX reductions)"
+            if (p, z, o) == (8, 3, 1):  # two micro-steps: the second has no ends to wait for
+                plan2 = json.load(open(f"{D}/np8_z3_o1_g2.json"))
+                c2, rows2 = plan2["roofline"]["comm"], lambda name: sum(
+                    r["ms"] * r["slowdown"] for r in plan2["ledger"] if r["kernel"].startswith(name))
+                layers = max(0.0, gather(Lu) - rows2("encoder_forward"))  # the first layer's, in each micro-step
+                first = ends_exposed(plan2) + max(0.0, gather(H) + gather(Lu) - rows2("encoder_forward"))
+                want2 = (gather(E) + gather(H) + 2 * (reduce(E) + L * reduce(Lu) + reduce(H) + 2 * L * gather(Lu))
+                         + after, first + layers + 2 * (max(0.0, reduce(Lu) - rows2("encoder_backward")) + reduce(E))
+                         + after, first + layers)
+                got2 = (c2["comm_ms"], c2["comm_exposed_ms"], c2["gather_exposed_ms"])
+                assert max(abs(a - b) for a, b in zip(got2, want2)) < 1e-3 and c2["collectives"] == 2 * 14 + 2 + 2 * 24 + 2, \
+                    f"FAIL: {label}, B 32 (2 micro-steps): {c2}, formulas {want2} (comm, exposed, gathers exposed)"
             share = f", gathers {gathers_exposed / gathers:.0%} exposed" if z == 3 and o == 1 else ""
             print(f"ok {label}: {total:.3f} ms of communication a step, {exposed:.3f} exposed{share} (formulas here)")
 PY
