@@ -19,7 +19,8 @@ source tests/blas_kernels.sh  # exports OPENBLAS_CORETYPE: OpenBLAS's fast kerne
 mkdir -p $BUILD
 JOBS=${TEST_JOBS:-2}
 RESULTS=$BUILD/results RUNNING=$BUILD/running  # a file per finished check (its result), per running one
-rm -rf $RESULTS $RUNNING; mkdir -p $RESULTS $RUNNING
+COMMANDS=$BUILD/commands  # a file per check: its command as run, written as it starts (tests/run_mutants.sh
+rm -rf $RESULTS $RUNNING $COMMANDS; mkdir -p $RESULTS $RUNNING $COMMANDS  # takes a passed check's log for its own)
 
 # A passed check's checkpoint files prove nothing more: they go, logs stay, so that the suite ends
 # near 1 GB of disk instead of 9 (CI's machine has less free than this one); a failed check keeps them.
@@ -33,6 +34,7 @@ drop_finished_checkpoints() {
 run_check() {  # run_check NAME COMMAND...: the check, its result file and its line
     local name=$1; shift
     local start=$SECONDS code=0
+    echo "$*" > $COMMANDS/$name
     "$@" > $BUILD/$name.log 2>&1 || code=$?
     rm -f $RUNNING/$name
     if [ $code -eq 0 ]; then
