@@ -63,8 +63,9 @@ Each pass's first layer is posted ahead too (zero_prefetch_unit: layer 0 beside 
 forward, the last layer, gathered again, beside the head's backward), and the ends after AdamW: the
 embeddings' slices are updated first, in a launch of their own, and their gather runs beside the
 other units' update (then the final LayerNorm's). So at pp 1 what is exposed is the part of the
-embeddings' gather that outlasts the rest of AdamW, once a step (comm_time.h's ledger gives it). Under a pipeline a stage's first layer waits for its input's receive
-(pipeline_links.h) before its gather can start, so there the first layer's gather stays exposed.
+embeddings' gather that outlasts the rest of AdamW, once a step (comm_time.h's ledger gives it).
+Under a pipeline a stage's first layer waits for its input's receive (pipeline_links.h) before its
+gather can start, so there the first layer's gather stays exposed.
 With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
@@ -88,7 +89,7 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
 //          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_gather_into_slot,
-//          zero_prefetch_unit, zero_gather_end, is_end_unit
+//          zero_prefetch_unit, zero_gather_end, is_end_unit, zero_count_adamw_slices
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -196,6 +197,15 @@ inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, b
 // allocate = false lays out the shards without allocating (-plan).
 // master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 // overlap: -overlap (zero_overlaps says where it applies)
+// the AdamW table's entries; its first ones, the embeddings' (the table is in unit order), and their blocks
+inline void zero_count_adamw_slices(Zero* z, const std::vector<AdamWSlice>& table) {
+    const Unit& e = z->units[0];
+    z->num_adamw_slices = (int)table.size();
+    z->embedding_slices = 0, z->embedding_blocks = 0;
+    for (const AdamWSlice& a : table)
+        if (a.index >= e.origin && a.index < e.origin + e.size)
+            z->embedding_slices++, z->embedding_blocks += adamw_slice_blocks(a.n);
+}
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
                       bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS], bool overlap = false) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
@@ -240,11 +250,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
-    z->num_adamw_slices = (int)adamw_table.size();
-    z->embedding_slices = 0, z->embedding_blocks = 0;
-    for (const AdamWSlice& a : adamw_table)  // the table is in unit order: the embeddings' come first
-        if (a.index >= units[0].origin && a.index < units[0].origin + units[0].size)
-            z->embedding_slices++, z->embedding_blocks += adamw_slice_blocks(a.n);
+    zero_count_adamw_slices(z, adamw_table);
     if (allocate) host_to_device(z->adamw_slices, adamw_table.data(), adamw_table.size() * sizeof(AdamWSlice));
     z->step_sum_full.fp32 = z->step_grad.fp32 = grads_fp32;
     if (stage <= 1 && !grads_fp32) z->step_sum_full.data = z->grads;  // the backward sums in place
