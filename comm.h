@@ -460,16 +460,18 @@ enum ReduceOp { REDUCE_SUM, REDUCE_MAX };
 struct Posted {
     std::vector<MPI_Request> requests;
     Stream stream;
-    const Comm* comm = nullptr;  // the CPU build: whose step split times them (step_time.h)
+    const Comm* comm = nullptr;  // the CPU build: whose requests they are
+    StepTime* time = nullptr;    // the step split that counted them as begun (step_time.h), if any
     int collectives = 0;         // begun, in flight until the requests complete
 };
 inline void comm_post(const Comm* c, Posted* p) {
     p->comm = c;
+    p->time = c->time;  // (a gather posted at load, before the split is set, is not counted: nor its end)
     p->collectives++;
     step_time_begin_comm(c->time);
 }
 inline void comm_posted_complete(Posted* p) {
-    if (p->comm) step_time_end_comm(p->comm->time, p->collectives);
+    step_time_end_comm(p->time, p->collectives);
     p->requests.clear();
     p->collectives = 0;
 }

@@ -37,7 +37,14 @@ struct StepTime {
 inline double step_time_now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-inline void step_time_reset(StepTime* t) { *t = StepTime{}; }
+// a new step's split; collectives still under way (ZeRO-3's end units, gathered after AdamW for the
+// next step: zero.h) stay counted, in flight from the step's start
+inline void step_time_reset(StepTime* t) {
+    int in_flight = t->in_flight;
+    *t = StepTime{};
+    t->in_flight = in_flight;
+    if (in_flight > 0) t->since_ms = step_time_now_ms();
+}
 
 // a collective begins (t NULL: not timed)
 inline void step_time_begin_comm(StepTime* t) {

@@ -423,12 +423,12 @@ inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBa
     if (B > model->B || T_local > model->T)
         fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T_local, model->B, model->T);
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
-    if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the embeddings and the final LayerNorm
-    if (head) zero_gather_unit(&model->zero, final_norm_unit(model));  // stay gathered through the micro-batch
-    zero_prefetch_unit(&model->zero, layer_unit(a.first_layer));       // beside the embeddings (-overlap 1)
+    if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the end units, gathered after AdamW
+    zero_prefetch_unit(&model->zero, layer_unit(a.first_layer));  // beside the embeddings (-overlap 1)
     if (embedding) embed_forward(model, a, mb.inputs, B, T_local);
     blocks_forward(model, a, B, T_local);
     if (!head) return;
+    zero_gather_unit(&model->zero, final_norm_unit(model));  // (waited for here: its gather runs beside the blocks)
     head_forward(model, a, B, T_local);
     if (mb.targets) head_loss(model, a, mb.targets, B, T_local, dloss);
 }
