@@ -10,17 +10,18 @@
 #                         assertion or FAIL line naming the quantity the bug breaks
 #     --- a/FILE          then the patch, as `git diff` writes it
 #
-# A mutant is CAUGHT only when its check exits non-zero *and* its log holds a line matching
-# `expect:`: a check that fails for another reason (a timeout, a crash, a missing file, another
-# assertion) proves nothing about this bug, and is reported as TIMEOUT, CRASHED or OTHER REASON.
-# Every distinct check first runs on an unchanged copy of the tree, where it must pass and print no
-# line matching any of its mutants' `expect:` (else the check, or the expected line, not the bug,
-# would be what is seen). A check that make test ran as it is (its `caught by:` check, the same command)
-# and passed on this very tree (no file of the tree but the docs, no build output newer than its start)
-# is not run again: make test's log serves (under CI, make test runs just before). Then each mutant gets a copy of that tree with its patch applied, its
-# targets rebuilt (make rebuilds only what the patched file touches) and its check run. Prints one
-# line per mutant and "N of N trainer mutants caught; M of M lab mutants caught"; exits 1 if one is
-# not caught, if a patch no longer applies or no longer builds, or if a check fails without its bug.
+# A mutant is CAUGHT only when its check exits non-zero *and* its log holds a line matching `expect:`:
+# a check that fails for another reason (a timeout, a crash, a missing file, another assertion) proves
+# nothing about this bug, and is reported as TIMEOUT, CRASHED or OTHER REASON. Every distinct check
+# first runs on an unchanged copy of the tree, where it must pass and print no line matching any of
+# its mutants' `expect:` (else the check, or the expected line, not the bug, would be what is seen). A
+# check that make test ran as it is (its `caught by:` check, the same command) and passed on this very
+# tree (tests/tree_id.sh: the same commit, changes and untracked files; no build output newer than its
+# start) is not run again: a copy of make test's log serves (under CI, make test runs just before).
+# Then each mutant gets a copy of that tree with its patch applied, its targets rebuilt (make rebuilds
+# only what the patched file touches) and its check run. Prints one line per mutant and "N of N
+# trainer mutants caught; M of M lab mutants caught"; exits 1 if one is not caught, if a patch no
+# longer applies or no longer builds, or if a check fails without its bug.
 #
 #     bash tests/run_mutants.sh [NAME...]     (make test-mutants; after make test, which builds the
 #                                             binaries and references the copies start from;
@@ -33,6 +34,7 @@ source tests/blas_kernels.sh  # exports OPENBLAS_CORETYPE (make test's kernels)
 S=${MUTANT_DIR:-tests/build/mutants}  # another folder for a second run at once
 ROOT=$PWD
 source tests/checkpoint_files.sh  # defines: drop_checkpoints
+source tests/tree_id.sh           # defines: tree_id
 rm -rf $S; mkdir -p $S
 
 # the mutants asked for, else all
@@ -88,17 +90,19 @@ copy_tree $S/base  # stays as built: each mutant starts from a copy of it, not o
 for ((k = 0; k < JOBS; k++)); do cp -a $S/base $S/clean$k; done
 declare -A clean_log  # "build|check" -> the clean run's log: mutants sharing a check share its clean run
 clean_names=()
-# make test's log of the mutant's check, when make test ran that very command on this tree and it passed
-passed_in_make_test() {  # passed_in_make_test NAME: prints the log's path, or nothing
+# make test's log of the mutant's check, when make test ran that very command on this tree and it passed:
+# copied (a make test started meanwhile would rewrite it)
+tree=$(tree_id)
+passed_in_make_test() {  # passed_in_make_test NAME: prints the copy's path, or nothing
     local check=$(field $1 'caught by' | cut -d' ' -f1) command=$(field $1 check)
     local started=tests/build/commands/$check
     [ "$(cat tests/build/results/$check 2> /dev/null)" = passed ] && [ -f $started ] || return 0
     [ "$(cat $started)" = "${command//\$PYTHON/$PYTHON}" ] || return 0
-    local newer=$( { git ls-files -co --exclude-standard -z -- . ':!*.md' ':!docs' \
-                     | xargs -0 find 2> /dev/null -maxdepth 0 -newer $started
-                     find train_gpt_* tokenize convert_hf tests/build/test_* tests/build/emu/*.o tests/build/emu/test_* \
-                          tests/build/emu/dev tests/build/emu/tsan -type f -newer $started 2> /dev/null; } | head -n 1)
-    [ -z "$newer" ] && echo tests/build/$check.log
+    [ "$(cat tests/build/commands/.tree 2> /dev/null)" = "$tree" ] || return 0
+    local newer=$(find train_gpt_* tokenize convert_hf tests/build/catch_main.o tests/build/train_gpt_cpu_asan \
+                       tests/build/test_* tests/build/emu/*.o tests/build/emu/test_* tests/build/emu/dev tests/build/emu/tsan \
+                       -type f -newer $started 2> /dev/null | head -n 1)
+    [ -z "$newer" ] && cp tests/build/$check.log $S/$1.clean.log && echo $S/$1.clean.log
 }
 for name in "${names[@]}"; do
     [ -f tests/mutants/$name.patch ] || { echo "no mutant tests/mutants/$name.patch"; exit 1; }

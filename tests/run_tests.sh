@@ -19,8 +19,10 @@ source tests/blas_kernels.sh  # exports OPENBLAS_CORETYPE: OpenBLAS's fast kerne
 mkdir -p $BUILD
 JOBS=${TEST_JOBS:-2}
 RESULTS=$BUILD/results RUNNING=$BUILD/running  # a file per finished check (its result), per running one
-COMMANDS=$BUILD/commands  # a file per check: its command as run, written as it starts (tests/run_mutants.sh
-rm -rf $RESULTS $RUNNING $COMMANDS; mkdir -p $RESULTS $RUNNING $COMMANDS  # takes a passed check's log for its own)
+COMMANDS=$BUILD/commands  # a file per check: its command as run, written as it starts, and the tree's id
+rm -rf $RESULTS $RUNNING $COMMANDS; mkdir -p $RESULTS $RUNNING $COMMANDS  # (tests/run_mutants.sh reuses a pass)
+source tests/tree_id.sh  # defines: tree_id
+tree_id > $COMMANDS/.tree
 
 # A passed check's checkpoint files prove nothing more: they go, logs stay, so that the suite ends
 # near 1 GB of disk instead of 9 (CI's machine has less free than this one); a failed check keeps them.
