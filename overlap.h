@@ -60,7 +60,7 @@ Overlap, zero_init makes it (-overlap, options.h).
 */
 #pragma once
 // defines: Ahead, Overlap, overlap_init, overlap_free, overlap_start, overlap_finish, overlap_complete_in_flight,
-//          overlap_poll, overlap_wait_ahead, overlap_ahead_holds, overlap_post_ahead
+//          overlap_poll, overlap_wait_ahead, overlap_wait_every_ahead, overlap_ahead_holds, overlap_post_ahead
 #include <functional>  // defines: std::function
 #include <vector>      // defines: std::vector
 #include "comm.h"      // defines: Posted, comm_poll_posted, comm_wait_posted
@@ -175,6 +175,9 @@ inline void overlap_wait_ahead(Overlap* o, int k) {
     comm_wait_posted(&a.posted);
 #endif
     a.unit = -1;
+}
+inline void overlap_wait_every_ahead(Overlap* o) {
+    for (int k = 0; k < (int)o->ahead.size(); k++) overlap_wait_ahead(o, k);
 }
 // whether a collective for `unit` is posted into buffer k and not yet waited for
 inline bool overlap_ahead_holds(const Overlap* o, int k, int unit) { return o->ahead[k].unit == unit; }

@@ -89,7 +89,7 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
 //          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_gather_into_slot,
-//          zero_prefetch_unit, zero_gather_end, is_end_unit, zero_count_adamw_slices
+//          zero_prefetch_unit, zero_gather_end, is_end_unit
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -182,7 +182,7 @@ inline void zero_lay_out_units(Unit* units, int num_units, int shards, size_t* f
     }
 }
 
-inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks);  // below: the optimizer step
+inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z);  // below: the optimizer step
 
 // whether -overlap 1 applies (overlap.h): under every stage with more than one replica, but not under
 // -ga fp32 at stages 0-1, and in the GPU build through NCCL only (-comm mpi's host staging waits anyway)
@@ -197,15 +197,6 @@ inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, b
 // allocate = false lays out the shards without allocating (-plan).
 // master_weights: an fp32 master copy of the shard in a 16-bit build (-w 1; the fp32 build never keeps one)
 // overlap: -overlap (zero_overlaps says where it applies)
-// the AdamW table's entries; its first ones, the embeddings' (the table is in unit order), and their blocks
-inline void zero_count_adamw_slices(Zero* z, const std::vector<AdamWSlice>& table) {
-    const Unit& e = z->units[0];
-    z->num_adamw_slices = (int)table.size();
-    z->embedding_slices = 0, z->embedding_blocks = 0;
-    for (const AdamWSlice& a : table)
-        if (a.index >= e.origin && a.index < e.origin + e.size)
-            z->embedding_slices++, z->embedding_blocks += adamw_slice_blocks(a.n);
-}
 inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int num_units, bool grads_fp32,
                       bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS], bool overlap = false) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
@@ -226,7 +217,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     size_t full = z->full_elements, shard = z->shard_elements, X = sizeof(floatX), fp32 = sizeof(float);
     const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
     bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32 && master_weights;
-    std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z, &z->adamw_blocks);
+    std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z);
     z->norm_ranges = 1;  // the gradient norm's ranges: at most one more than the tensors a rank may skip
     for (int u = 0; u < num_units; u++) z->norm_ranges += units[u].num_slices;
     BufferSpec specs[] = {
@@ -250,7 +241,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
         {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
     };
     allocate_buffers(specs, sizeof(specs) / sizeof(specs[0]), ledger, allocate);
-    zero_count_adamw_slices(z, adamw_table);
+    z->num_adamw_slices = (int)adamw_table.size();
     if (allocate) host_to_device(z->adamw_slices, adamw_table.data(), adamw_table.size() * sizeof(AdamWSlice));
     z->step_sum_full.fp32 = z->step_grad.fp32 = grads_fp32;
     if (stage <= 1 && !grads_fp32) z->step_sum_full.data = z->grads;  // the backward sums in place
@@ -258,7 +249,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
 }
 
 inline void zero_free(Zero* z) {
-    for (int k = 0; k < (int)z->overlap.ahead.size(); k++) overlap_wait_ahead(&z->overlap, k);  // the ends' (below)
+    overlap_wait_every_ahead(&z->overlap);  // the ends' (zero_gather_end)
     void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch, z->adamw_slices};
     for (void* b : state) device_free(b);
     if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
@@ -313,7 +304,7 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
 inline void zero_gather_end(Zero* z, int u);  // below: stage 3's ends, gathered once the shards are set
 inline void zero_set_params(Zero* z, const float* values) {
-    for (int k = 0; k < (int)z->overlap.ahead.size(); k++) overlap_wait_ahead(&z->overlap, k);  // none reads them now
+    overlap_wait_every_ahead(&z->overlap);  // none reads the shards now
     for (int u = 0; u < z->num_units; u++) {
         const Unit& unit = z->units[u];
         size_t S = unit_shard(z, u), begin = z->shard_rank * S;
@@ -506,15 +497,17 @@ inline void zero_poison_gradients(Zero* z) {
 
 // the table of AdamW's one launch: every tensor slice of this rank's shard (weight decay is per
 // tensor), where its parameters are (stage 3: the shard; else the full buffer) and its state (m, v,
-// master and the gradient share the shard index), and its blocks of the grid
-inline std::vector<AdamWSlice> zero_adamw_slices(const Zero* z, unsigned* blocks) {
+// master and the gradient share the shard index), and its blocks of the grid (z->adamw_blocks; the
+// table is in unit order, the embeddings' entries first: z->embedding_slices, z->embedding_blocks)
+inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z) {
     std::vector<AdamWSlice> table;
-    *blocks = 0;
+    z->adamw_blocks = 0, z->embedding_slices = 0, z->embedding_blocks = 0;
     zero_for_each_shard_slice(z, [&](int u, const TensorSlice& slice, size_t lo, size_t hi, size_t local) {
         const Unit& unit = z->units[u];
-        table.push_back(AdamWSlice{z->stage == 3 ? local : unit.offset + lo, local, hi - lo, unit.origin + lo, *blocks,
-                                   slice.decay});
-        *blocks += adamw_slice_blocks(hi - lo);
+        table.push_back(AdamWSlice{z->stage == 3 ? local : unit.offset + lo, local, hi - lo, unit.origin + lo,
+                                   z->adamw_blocks, slice.decay});
+        z->adamw_blocks += adamw_slice_blocks(hi - lo);
+        if (u == 0) z->embedding_slices++, z->embedding_blocks = z->adamw_blocks;
     });
     return table;
 }
