@@ -22,12 +22,13 @@ the logits' gradient, so it is complete only after the embedding's backward, the
 backward ends, and the comm stream runs them in turn:
     start_u = max(ready_u, end_(u-1)),   end_u = start_u + t_u,
     exposed = max(0, end_(last) - end of the backward)
-Without it every reduction waits for the backward: all exposed. Exposed either way: ZeRO 1-2's
-all-gathers of the updated parameters after AdamW (a unit each, zero_gather_updated), and the loss
-and norm scalars (the host waits for them).
+Without it every reduction waits for the backward: all exposed. Exposed either way: the loss and norm
+scalars (the host waits for them). ZeRO 1-2 all-gather the updated parameters after AdamW, a unit
+each: without overlap exposed; with it the embeddings' beside AdamW on the other units and the rest
+beside the next step's forward, each waited for before its unit runs (updated_gathers_ms).
 ZeRO 2-3 reduce-scatter every unit in every micro-step, and ZeRO-3 also gathers each unit before it
 is used (the layers before their forward and again before their backward; the embeddings and final
-LayerNorm once a step, after AdamW: zero.h's zero_gather_end). sharded_micro_step plays overlap.h's
+LayerNorm once a step, after AdamW: zero.h's zero_gather_after_update). sharded_micro_step plays overlap.h's
 two streams against each other, as zero.h issues the work: a collective starts on the comm stream
 once the default stream's work issued before it is done and the collective before it on the comm
 stream has ended; the default stream waits for a gather before the unit runs, for the reduction
@@ -45,6 +46,7 @@ Applied in accounting.h (print_plans).
 */
 #pragma once
 // defines: LinkSpec, link_spec, CommTime, comm_time, print_comm_time, collective_ms, comm_time_after_step,
+//          updated_gathers_ms,
 //          MicroStepTimes, sharded_micro_step, micro_step_times, comm_time_sharded
 #include <stdio.h>   // defines: printf
 #include <string.h>  // defines: strcmp
@@ -71,18 +73,78 @@ struct CommTime {
     LinkSpec link;
     double comm_ms, exposed_ms, backward_ms;
     int collectives;
-    double gather_ms = 0, gather_exposed_ms = 0;  // ZeRO-3's gathers: all, and what the default stream waited
+    double gather_ms = 0, gather_exposed_ms = 0;  // ZeRO 1-3's gathers: all, and what the default stream waited
 };
 
-// what follows the micro-steps, exposed whatever the overlap: the loss and the squared norm (the host
-// waits for them), and at stages 1-2 the updated parameters, one all-gather a unit (zero_gather_updated)
-inline void comm_time_after_step(CommTime* c, const std::vector<size_t>& unit_elements, int stage) {
+// ZeRO 2-3, one micro-step as overlap.h and zero.h run it, the default stream (D) and the comm stream (C)
+// played against each other, in ms: compute the six pieces' times, gather and reduce each unit's (units
+// in zero.h's order: embeddings, layers, head)
+struct MicroStepTimes {
+    double f_embed, f_layer, f_head, b_head, b_layer, b_embed;
+    std::vector<double> unit;  // a unit's reduce-scatter, or its gather: both ring_bytes of its floatX elements
+    double adamw_rest;         // ZeRO 1-3: AdamW on the shard's units but the embeddings (after theirs)
+};
+// the compute pieces of a micro-step, calibrated by the last GPU run (ledger.h), and each unit's
+// gather over dp ranks on `link` (unit_elements: padded, in unit order)
+inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu,
+                                       const std::vector<size_t>& unit_elements, int dp, const LinkSpec& link) {
+    MicroStepTimes t;
+    Ledger l[6];
+    encoder_forward_ledger(&l[0], m.B, m.T, m.C);
+    block_forward_ledger(&l[1], m);
+    layernorm_forward_ledger(&l[2], m.B * m.T, m.C);  // the head's forward and loss (train_gpt.cu: head_forward)
+    matmul_forward_ledger(&l[2], m.B * m.T, m.C, m.Vp, false);
+    crossentropy_forward_backward_ledger(&l[2], m.B * m.T, m.Vp, true);
+    head_backward_ledger(&l[3], m);
+    block_backward_ledger(&l[4], m);
+    embed_backward_ledger(&l[5], m);
+    double* pieces[] = {&t.f_embed, &t.f_layer, &t.f_head, &t.b_head, &t.b_layer, &t.b_embed};
+    for (int i = 0; i < 6; i++) *pieces[i] = ledger_calibrated_ms(l[i], gpu);
+    size_t shard_rest = 0;  // this rank's shard of every unit but the embeddings
+    for (size_t e : unit_elements) t.unit.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), link));
+    for (size_t u = 1; u < unit_elements.size(); u++) shard_rest += unit_elements[u] / dp;
+    Ledger adamw;
+    adamw_update_slices_ledger(&adamw, shard_rest, m.grads_fp32 ? 4 : sizeof(floatX), m.master);
+    t.adamw_rest = ledger_calibrated_ms(adamw, gpu);
+    return t;
+}
+
+// ZeRO 1-2's all-gathers of the updated parameters, a unit each (zero.h: zero_gather_after_update).
+// Returns their time; *waited: what the default stream waits for them. Without overlap, all of it;
+// with it, time 0 where the embeddings' update ends, the embeddings' gather beside the rest of AdamW,
+// the others posted after it, and each unit's waited for before its forward in the next step:
+//     comm    |   g E      | g L1 | g L2 | ... | g H |
+//     default | AdamW rest | wait | emb  | L1  | L2 ... | head
+inline double updated_gathers_ms(const MicroStepTimes& t, bool overlap, double* waited) {
+    double all = 0;
+    for (double ms : t.unit) all += ms;
+    *waited = all;
+    if (!overlap) return all;
+    int H = (int)t.unit.size() - 1;
+    double D = t.adamw_rest, C = t.unit[0];
+    *waited = 0;
+    auto wait = [&](double end) { if (end > D) *waited += end - D, D = end; };
+    wait(C);  // the embeddings'
+    C = std::max(C, t.adamw_rest);  // the others: posted once AdamW has ended
+    D += t.f_embed;
+    for (int u = 1; u <= H; u++) {
+        C += t.unit[u];
+        wait(C);
+        D += u < H ? t.f_layer : 0;
+    }
+    return all;
+}
+
+// what follows the micro-steps: the loss and the squared norm (the host waits for them: exposed
+// whatever the overlap), and at stages 1-2 the updated parameters' gathers
+inline void comm_time_after_step(CommTime* c, const MicroStepTimes& t, int stage, bool overlap) {
     double after = 2 * collective_ms(ring_bytes(8, c->dp), c->link);
     c->collectives += 2;
-    if (stage == 1 || stage == 2)
-        for (size_t e : unit_elements)
-            after += collective_ms(ring_bytes(sizeof(floatX) * e, c->dp), c->link), c->collectives++;
     c->comm_ms += after, c->exposed_ms += after;
+    if (stage != 1 && stage != 2) return;
+    c->gather_ms = updated_gathers_ms(t, overlap, &c->gather_exposed_ms);
+    c->collectives += (int)t.unit.size();
+    c->comm_ms += c->gather_ms, c->exposed_ms += c->gather_exposed_ms;
 }
 
 // unit_elements: each unit's elements as reduced (padded), in unit order (embeddings, layers, head);
@@ -114,19 +176,12 @@ inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::v
         c.comm_ms += cost[i];
     }
     c.exposed_ms = std::max(0.0, end - c.backward_ms);
-    comm_time_after_step(&c, unit_elements, stage);
+    comm_time_after_step(&c, micro_step_times(m, gpu, unit_elements, dp, c.link), stage, overlap);
     return c;
 }
 
-// ZeRO 2-3, one micro-step as overlap.h and zero.h run it, the default stream (D) and the comm stream (C)
-// played against each other, in ms: compute the six pieces' times, gather and reduce each unit's (units
-// in zero.h's order: embeddings, layers, head). Returns the default stream's end; *gathers_waited: how
-// long it waited for gathers (at -overlap 0 every collective is waited for at once)
-struct MicroStepTimes {
-    double f_embed, f_layer, f_head, b_head, b_layer, b_embed;
-    std::vector<double> unit;  // a unit's reduce-scatter, or its gather: both ring_bytes of its floatX elements
-    double adamw_rest;         // ZeRO-3: AdamW on the shard's units but the embeddings (after theirs)
-};
+// ZeRO 2-3's micro-step: returns the default stream's end; *gathers_waited: how long it waited for
+// ZeRO-3's gathers (at -overlap 0 every collective is waited for at once).
 // first: the step's first micro-step, which waits for the ends' gathers of the step before's AdamW
 inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, bool first, double* gathers_waited) {
     int H = (int)t.unit.size() - 1;  // the head's unit; layers 1..H-1
@@ -142,7 +197,7 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
         wait(previous_reduce, nullptr);
         previous_reduce = end;
     };
-    if (stage == 3 && first && overlap) {  // zero_gather_end: the embeddings' beside the rest of AdamW (before 0)
+    if (stage == 3 && first && overlap) {  // zero_gather_after_update: the embeddings' beside the rest of AdamW
         C = t.unit[0] - t.adamw_rest;
         wait(C, gathers_waited);
         head_ready = C = std::max(C, 0.0) + t.unit[H];  // then the final LayerNorm's, once AdamW has ended
@@ -172,22 +227,6 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
     wait(C, nullptr);  // zero_end_micro_step: every reduction complete (overlap_finish)
     return D;
 }
-// the compute pieces of a micro-step, calibrated by the last GPU run (ledger.h)
-inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu) {
-    MicroStepTimes t;
-    Ledger l[6];
-    encoder_forward_ledger(&l[0], m.B, m.T, m.C);
-    block_forward_ledger(&l[1], m);
-    layernorm_forward_ledger(&l[2], m.B * m.T, m.C);  // the head's forward and loss (train_gpt.cu: head_forward)
-    matmul_forward_ledger(&l[2], m.B * m.T, m.C, m.Vp, false);
-    crossentropy_forward_backward_ledger(&l[2], m.B * m.T, m.Vp, true);
-    head_backward_ledger(&l[3], m);
-    block_backward_ledger(&l[4], m);
-    embed_backward_ledger(&l[5], m);
-    double* pieces[] = {&t.f_embed, &t.f_layer, &t.f_head, &t.b_head, &t.b_layer, &t.b_embed};
-    for (int i = 0; i < 6; i++) *pieces[i] = ledger_calibrated_ms(l[i], gpu);
-    return t;
-}
 // the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered, and under ZeRO-3 gathered
 // where a micro-step uses it (the layers twice; the embeddings and head once a step, after AdamW), both in
 // floatX: a unit's gradient is reduced as the micro-step made it, whatever -ga sums the shard in (zero.h:
@@ -195,14 +234,8 @@ inline MicroStepTimes micro_step_times(const LedgerModel& m, const GpuSpec& gpu)
 inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements,
                                   int stage, bool overlap, int dp, int nodes) {
     CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
-    MicroStepTimes t = micro_step_times(m, gpu);
+    MicroStepTimes t = micro_step_times(m, gpu, unit_elements, dp, c.link);
     double reduces = 0;
-    size_t shard_rest = 0;  // this rank's shard of every unit but the embeddings
-    for (size_t e : unit_elements) t.unit.push_back(collective_ms(ring_bytes(sizeof(floatX) * e, dp), c.link));
-    for (size_t u = 1; u < unit_elements.size(); u++) shard_rest += unit_elements[u] / dp;
-    Ledger adamw;
-    adamw_update_slices_ledger(&adamw, shard_rest, m.grads_fp32 ? 4 : sizeof(floatX), m.master);
-    t.adamw_rest = ledger_calibrated_ms(adamw, gpu);
     for (double ms : t.unit) reduces += ms;
     double ends = t.unit.front() + t.unit.back(), layers = reduces - ends;
     double gathers = stage == 3 ? ends + 2 * m.grad_accum * layers : 0;  // a step's: the ends once, layers twice
@@ -217,7 +250,7 @@ inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, cons
     c.backward_ms = t.b_head + m.L * t.b_layer + t.b_embed;
     c.comm_ms = m.grad_accum * reduces + gathers, c.exposed_ms = exposed;
     c.gather_ms = gathers, c.gather_exposed_ms = waited;
-    comm_time_after_step(&c, unit_elements, stage);
+    comm_time_after_step(&c, t, stage, overlap);  // (stage 2: its gathers wait in the forward, before its reductions)
     return c;
 }
 
@@ -228,8 +261,8 @@ inline std::string print_comm_time(const CommTime& c) {
            c.dp, c.nodes, c.nodes > 1 ? "s" : "", c.link.name, c.link.bandwidth / 1e9, c.link.source,
            c.link.latency * 1e6, c.collectives, c.comm_ms, c.exposed_ms, c.backward_ms);
     if (c.gather_ms > 0)
-        printf("  of which ZeRO-3's gathers: %.3f ms, %.3f ms exposed (%.0f%%: what of the embeddings' outlasts AdamW "
-               "on the other units)\n",
+        printf("  of which the parameters' gathers: %.3f ms, %.3f ms exposed (%.0f%%: what of the embeddings' "
+               "outlasts AdamW on the other units)\n",
                c.gather_ms, c.gather_exposed_ms, 100 * c.gather_exposed_ms / c.gather_ms);
     char json[640];
     snprintf(json, sizeof(json),

@@ -42,6 +42,10 @@ buffer again. Which buffers, and so which waits, zero.h decides:
                 Its two events: the comm stream waits for the default stream's work issued so far before
                 it writes a slot (the layer two back still reads it), the default stream for the gather
                 before the layer runs.
+    stages 1-2  and the gathers of the updated parameters, in place, a unit each (zero.h's
+                zero_gather_after_update): the embeddings' beside AdamW on the other units, the
+                others once AdamW has ended, each into a buffer of its own (overlap_post_ahead), the
+                default stream waiting for each before its unit's next forward.
     not here    -ga fp32 under stages 0-1 (the fp32 sum is made after the micro-step); one replica; TP, CP
                 and PP collectives, which the next op needs at once (tp.h, cp.h say why).
 The CPU build has no streams: a reduction is MPI's non-blocking call (MPI_Iallreduce,
@@ -54,8 +58,8 @@ The DP reductions and ZeRO-3's gathers on the comm stream (in the forward too, i
 sampling) and TP, CP or PP collectives on the default stream rely on it, as Megatron-LM does; every
 rank issues both streams' work in the same order, and -overlap 0 turns it off.
 
-Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit (overlap_post_ahead,
-overlap_wait_ahead), zero_end_micro_step and zero_reduce_step (overlap_finish); Zero holds the
+Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit and zero_gather_after_update
+(overlap_post_ahead, overlap_wait_ahead), zero_end_micro_step and zero_reduce_step (overlap_finish); Zero holds the
 Overlap, zero_init makes it (-overlap, options.h).
 */
 #pragma once

@@ -49,7 +49,7 @@ The life of layer l in one micro-step under stage 3 (g: the gathered slot below)
     step      AdamW on the shard (parameters, master, m, v, step_grad: the same index)
 The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units (both ends of the network
 use them, the tied wte twice), gathered once a step, right after AdamW updates them
-(zero_gather_end), and kept: their parameters change nowhere else; SLOT_LAYER holds one layer at a
+(zero_gather_after_update), and kept: their parameters change nowhere else; SLOT_LAYER holds one layer at a
 time, sized for the largest. Stage 2 uses unit_grads only.
 
 Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
@@ -64,6 +64,12 @@ forward, the last layer, gathered again, beside the head's backward), and the en
 embeddings' slices are updated first, in a launch of their own, and their gather runs beside the
 other units' update (then the final LayerNorm's). So at pp 1 what is exposed is the part of the
 embeddings' gather that outlasts the rest of AdamW, once a step (comm_time.h's ledger gives it).
+Stages 1-2 gather the updated parameters the same way (zero_gather_after_update), in place: the
+embeddings' beside the other units' update, the others posted after AdamW, and each waited for just
+before its unit's next forward (Megatron-LM's overlapped parameter gather), so a layer's gather hides
+behind the forward of the layers before it:
+    default stream | AdamW E | AdamW rest | wait | fwd E | fwd L0 | fwd L1 | ... | head
+    comm stream              | gather E   | gather L0 | gather L1 | ... | gather N |
 Under a pipeline a stage's first layer waits for its input's receive (pipeline_links.h) before its
 gather can start, so there the first layer's gather stays exposed.
 With -overlap 0 every stage takes turns, which is the plain order to learn first.
@@ -88,8 +94,8 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 //          zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
-//          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_gather_into_slot,
-//          zero_prefetch_unit, zero_gather_end, is_end_unit
+//          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_all_gather_unit,
+//          zero_prefetch_unit, zero_gather_after_update, is_end_unit, gather_buffer
 #include <algorithm>               // defines: std::max, std::min
 #include <type_traits>             // defines: std::is_same, std::remove_pointer_t
 #include <vector>                  // defines: std::vector
@@ -201,10 +207,10 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
                       bool master_weights, bool allocate, size_t ledger[NUM_MEMORY_KINDS], bool overlap = false) {
     if (stage < 0 || stage > 3) fail("-z must be 0, 1, 2 or 3 (got %d)", stage);
     *z = Zero{};
-    z->stage = stage;
-    overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate, stage == 3 ? NUM_SLOTS : 0);
+    z->stage = stage, z->comm = comm;
+    overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate,
+                 stage == 3 ? NUM_SLOTS : stage >= 1 ? num_units : 0);  // what gathers are posted into (gather_buffer)
     z->reduced.assign(num_units, false);
-    z->comm = comm;
     z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (comm.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
     z->units = units, z->num_units = num_units, z->grads_fp32 = grads_fp32;
@@ -249,7 +255,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
 }
 
 inline void zero_free(Zero* z) {
-    overlap_wait_every_ahead(&z->overlap);  // the ends' (zero_gather_end)
+    overlap_wait_every_ahead(&z->overlap);  // the gathers after the last update (zero_gather_after_update)
     void* state[] = {z->params, z->master, z->m, z->v, z->grads, z->reduce_buffer, z->norm_scratch, z->adamw_slices};
     for (void* b : state) device_free(b);
     if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
@@ -302,7 +308,7 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
 }
 
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
-inline void zero_gather_end(Zero* z, int u);  // below: stage 3's ends, gathered once the shards are set
+inline void zero_gather_after_update(Zero* z, int u);  // below: stage 3's ends, gathered once the shards are set
 inline void zero_set_params(Zero* z, const float* values) {
     overlap_wait_every_ahead(&z->overlap);  // none reads the shards now
     for (int u = 0; u < z->num_units; u++) {
@@ -313,7 +319,7 @@ inline void zero_set_params(Zero* z, const float* values) {
         if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
         else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
     }
-    if (z->stage == 3) zero_gather_end(z, 0), zero_gather_end(z, z->num_units - 1);
+    if (z->stage == 3) zero_gather_after_update(z, 0), zero_gather_after_update(z, z->num_units - 1);
     if (!z->master) return;
     std::vector<float> master(z->shard_elements);
     zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values, master.data());
@@ -331,31 +337,43 @@ inline floatX* zero_unit_grads(const Zero* z, int u) {
     return z->stage >= 2 ? z->unit_grads[unit_slot(z, u)] : z->grads + z->units[u].offset;
 }
 
-// stage 3: all-gather unit u from the DP shards, just before it is used. Under overlap (overlap.h) the
-// gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
-// computes, into the other layer slot (FSDP's and Megatron-LM's prefetch); -1: none
-// unit u's all-gather from the shards into its slot, for overlap.h to post
-inline auto zero_gather_into_slot(Zero* z, int u) {
+// the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its slot; stages 1-2, whose
+// gathers write the full parameters in place, one for each unit
+inline int gather_buffer(const Zero* z, int u) { return z->stage == 3 ? unit_slot(z, u) : u; }
+// unit u's all-gather, for overlap.h to post: stage 3 from the shards into its slot; stages 1-2 in place,
+// each rank's updated 1/dp of the full parameters to every rank
+inline auto zero_all_gather_unit(Zero* z, int u) {
     return [=](Posted* p) {
-        comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)],
-                        unit_shard(z, u), p);
+        size_t S = unit_shard(z, u);
+        if (z->stage == 3) {
+            comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)], S, p);
+            return;
+        }
+        floatX* full = z->params + z->units[u].offset;
+        comm_all_gather(&z->comm->dp, full + z->shard_rank * S, full, S, p);
     };
 }
-// stage 3: an end unit (the embeddings, the final LayerNorm) into its own slot, where it stays until AdamW
-// next updates it: once a step, not once a micro-step; under overlap posted, zero_gather_unit waits
-inline void zero_gather_end(Zero* z, int u) {
+// after AdamW updated unit u's shard: its gather for the next step, stage 3's end units (into their
+// slots, where they stay until AdamW next updates them: once a step, not once a micro-step) and
+// stages 1-2's every unit (in place); under overlap posted, and zero_gather_unit waits for it
+inline void zero_gather_after_update(Zero* z, int u) {
     if (z->units[u].padded == 0) return;  // not on this pipeline stage
-    if (z->overlap.on) overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_gather_into_slot(z, u));
-    else zero_gather_into_slot(z, u)(nullptr);
+    if (z->overlap.on) overlap_post_ahead(&z->overlap, gather_buffer(z, u), u, zero_all_gather_unit(z, u));
+    else zero_all_gather_unit(z, u)(nullptr);
 }
 inline bool is_end_unit(const Zero* z, int u) { return u == 0 || u == z->num_units - 1; }
+// Before unit u is used. Stage 3: all-gather it from the DP shards. Under overlap (overlap.h) the
+// gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
+// computes, into the other layer slot (FSDP's and Megatron-LM's prefetch); -1: none. Stages 1-2 under
+// overlap: wait for its gather after the last update (Megatron-LM's overlapped parameter gather)
 inline void zero_gather_unit(Zero* z, int u, int next = -1) {
-    if (z->stage != 3) return;
-    if (is_end_unit(z, u)) {  // gathered after the last update (zero_gather_end): waited for, if posted
-        if (z->overlap.on) overlap_wait_ahead(&z->overlap, unit_slot(z, u));
+    bool after_update = z->stage == 3 ? is_end_unit(z, u) : z->stage >= 1;  // gathered by zero_gather_after_update
+    if (after_update) {
+        if (z->overlap.on) overlap_wait_ahead(&z->overlap, gather_buffer(z, u));  // if posted
         return;
     }
-    auto gather = [=](int unit) { return zero_gather_into_slot(z, unit); };
+    if (z->stage != 3) return;
+    auto gather = [=](int unit) { return zero_all_gather_unit(z, unit); };
     if (!z->overlap.on) { gather(u)(nullptr); return; }
     if (!overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))  // not gathered ahead: now
         overlap_post_ahead(&z->overlap, unit_slot(z, u), u, gather(u));
@@ -368,7 +386,7 @@ inline void zero_gather_unit(Zero* z, int u, int next = -1) {
 inline void zero_prefetch_unit(Zero* z, int u) {
     if (z->stage != 3 || !z->overlap.on || is_end_unit(z, u) || overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))
         return;
-    overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_gather_into_slot(z, u));
+    overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_all_gather_unit(z, u));
 }
 
 // stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into
@@ -512,34 +530,35 @@ inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z) {
     return table;
 }
 
-// AdamW on this rank's shard of every unit: one launch over the table zero_init made. Stage 3: two,
-// the embeddings' slices first, so that their gather for the next step (zero_gather_end; under overlap
-// on the comm stream) runs beside the other units' update; the final LayerNorm's after it
+// AdamW on this rank's shard of every unit: one launch over the table zero_init made. Where the updated
+// parameters are gathered under overlap (stage 3's ends, stages 1-2's units), two: the embeddings'
+// slices first, so that their gather for the next step (zero_gather_after_update, on the comm stream)
+// runs beside the other units' update; stage 3's final LayerNorm's after it (stages 1-2's other units:
+// zero_gather_updated)
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
+    overlap_wait_every_ahead(&z->overlap);  // the step before's gathers (each waited where its unit ran)
     AdamWConfig c;
     c.lr = lr;
-    int k = z->stage == 3 ? z->embedding_slices : 0;
-    unsigned b = z->stage == 3 ? z->embedding_blocks : 0;
+    bool embeddings_first = z->stage == 3 || (z->stage >= 1 && z->overlap.on);
+    int k = embeddings_first ? z->embedding_slices : 0;
+    unsigned b = embeddings_first ? z->embedding_blocks : 0;
     with_gradient(z->step_grad, [&](auto* grad) {
         auto update = [&](int first, int count, unsigned first_block, unsigned blocks) {
             adamw_update_slices(z->params, z->master, grad, z->m, z->v, z->adamw_slices + first, count, blocks, c,
                                 weight_decay, t, grad_scale, seed, first_block);
         };
-        update(0, k, 0, b);  // stage 3: the embeddings (else nothing)
-        if (z->stage == 3) zero_gather_end(z, 0);
+        update(0, k, 0, b);  // the embeddings (or nothing)
+        if (embeddings_first) zero_gather_after_update(z, 0);
         update(k, z->num_adamw_slices - k, b, z->adamw_blocks - b);
     });
-    if (z->stage == 3) zero_gather_end(z, z->num_units - 1);
+    if (z->stage == 3) zero_gather_after_update(z, z->num_units - 1);
 }
 
-// stages 1-2: every rank updated its shard of the full parameters; all-gather them in place
+// stages 1-2: every rank updated its shard of the full parameters; all-gather them in place, a unit each
+// (under overlap posted, the embeddings' already, each waited for before its unit's next forward)
 inline void zero_gather_updated(Zero* z) {
     if (z->stage != 1 && z->stage != 2) return;
-    for (int u = 0; u < z->num_units; u++) {
-        floatX* full = z->params + z->units[u].offset;
-        size_t S = unit_shard(z, u);
-        comm_all_gather(&z->comm->dp, full + z->shard_rank * S, full, S);
-    }
+    for (int u = z->overlap.on ? 1 : 0; u < z->num_units; u++) zero_gather_after_update(z, u);
 }
 
 // every unit's parameters, unpadded, to host fp32 (a collective under stage 3)
@@ -572,7 +591,7 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
     if (s == 1 || s == 2) plan.comm[COMM_ALL_GATHER] = ring_bytes(X * Psi, p);
     if (s == 3) {
-        // the ends once a step (zero_gather_end), the layers before their forward and their backward
+        // the ends once a step (zero_gather_after_update), the layers before their forward and their backward
         plan.comm[COMM_ALL_GATHER] = ring_bytes(X * (E + H), p) + 2 * g * ring_bytes(X * (Psi - E - H), p);
         plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
     }

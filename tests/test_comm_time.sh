@@ -4,11 +4,12 @@
 # on two, ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
 # gathers each layer before its forward and its backward, each pass's first layer posted ahead (zero.h:
 # zero_prefetch_unit), and the two ends once a step after AdamW, the embeddings' beside AdamW on the
-# other units (zero_gather_end; that AdamW's time: the kernel ledger's row, over the rank's shard of
-# them); ZeRO 1-2 all-gather the updated parameters, a unit each. The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
+# other units (zero_gather_after_update; that AdamW's time: the kernel ledger's row, over the rank's
+# shard of them); ZeRO 1-2 all-gather the updated parameters, a unit each, the embeddings' likewise
+# beside AdamW and the others beside the next step's forward (-overlap 1). The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
 # final LayerNorm's 2 C; ZeRO-1 pads each to a multiple of dp), each reduced by a ring (all-reduce
 # 2 S (p-1)/p, reduce-scatter S (p-1)/p) at 450 GB/s over NVLink or 50 GB/s over InfiniBand plus
-# 10 or 20 us; the loss and norm scalars and ZeRO-1's all-gather of the updated parameters after.
+# 10 or 20 us; the loss and norm scalars after.
 # Exposed without overlap: everything. With it: a layer's reduction (60 us on NVLink, 0.55 ms over
 # InfiniBand) is far shorter than a layer's backward (~13 ms calibrated), so the layers' reductions
 # hide but for what layer 0's outlasts the embeddings' backward (the kernel ledger's encoder_backward
@@ -45,8 +46,10 @@ for nodes, p in ((1, 8), (2, 16)):
         E, Lu, H = pad(Vp * C + T0 * C, s), pad(12 * C * C + 13 * C, s), pad(2 * C, s)
         reduce = lambda n: t((2 if z == 0 else 1) * ring(X * n, p))
         gather = lambda n: t(ring(X * n, p))  # ZeRO-3: before each use (the layers twice, the ends once)
-        after = 2 * t(ring(8, p)) + (gather(E) + L * gather(Lu) + gather(H) if z in (1, 2) else 0)  # a unit each
-        gathers = gather(E) + gather(H) + 2 * L * gather(Lu) if z == 3 else 0
+        after = 2 * t(ring(8, p))  # the loss and the norm
+        # ZeRO-3 gathers the layers before their forward and their backward, the ends once; ZeRO 1-2 the
+        # updated parameters after AdamW, a unit each
+        gathers = gather(E) + gather(H) + (2 if z == 3 else 1) * L * gather(Lu) if z > 0 else 0
         total = reduce(E) + L * reduce(Lu) + reduce(H) + gathers + after
         for o in (0, 1):
             label = f"{p} GPUs on {nodes} node(s), ZeRO-{z}, -overlap {o}"
@@ -65,9 +68,12 @@ for nodes, p in ((1, 8), (2, 16)):
             assert reduce(Lu) + gather(Lu) < layer, f"{label}: a layer's collectives outlast a layer's backward"
             # exposed with overlap: each layer's collectives hide behind the next layer's compute; the final
             # LayerNorm's and the first layer's gathers behind the embeddings' forward, as far as it lasts;
-            # the embeddings' gather behind AdamW on the rest; the embeddings' reduction at the end cannot hide
-            ends_exposed = lambda plan: max(0.0, gather(E) - adamw_rest(plan)) if z == 3 else 0
-            gathers_exposed = ends_exposed(plan) + max(0.0, gather(H) + gather(Lu) - embed_forward) if z == 3 else 0
+            # the embeddings' gather behind AdamW on the rest; the embeddings' reduction at the end cannot hide.
+            # ZeRO 1-2: the layers' gathers (after the embeddings', the final LayerNorm's last) behind the
+            # next step's forward, the first layer's behind the embeddings' forward
+            ends_exposed = lambda plan: max(0.0, gather(E) - adamw_rest(plan)) if z > 0 else 0
+            first_layer = gather(H) + gather(Lu) if z == 3 else gather(Lu)  # what runs beside the embeddings' forward
+            gathers_exposed = ends_exposed(plan) + max(0.0, first_layer - embed_forward) if z > 0 else 0
             exposed = total if o == 0 else gathers_exposed + max(0.0, reduce(Lu) - embed_backward) + reduce(E) + after
             assert comm["dp"] == p and comm["nodes"] == nodes, (label, comm)
             assert abs(comm["comm_ms"] - total) < 1e-3, f"FAIL: {label}: comm_ms {comm['comm_ms']}, formula {total:.4f}"
@@ -93,7 +99,7 @@ for nodes, p in ((1, 8), (2, 16)):
                 got2 = (c2["comm_ms"], c2["comm_exposed_ms"], c2["gather_exposed_ms"])
                 assert max(abs(a - b) for a, b in zip(got2, want2)) < 1e-3 and c2["collectives"] == 2 * 14 + 2 + 2 * 24 + 2, \
                     f"FAIL: {label}, B 32 (2 micro-steps): {c2}, formulas {want2} (comm, exposed, gathers exposed)"
-            share = f", gathers {gathers_exposed / gathers:.0%} exposed" if z == 3 and o == 1 else ""
+            share = f", gathers {gathers_exposed / gathers:.0%} exposed" if z > 0 and o == 1 else ""
             print(f"ok {label}: {total:.3f} ms of communication a step, {exposed:.3f} exposed{share} (formulas here)")
 PY
 # ranks that do not split into nodes of equal size: one line on every rank, exit 1
