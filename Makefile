@@ -217,11 +217,11 @@ tests/build/test_precision_bf16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAI
 tests/build/test_precision_fp16: tests/test_precision.cpp $(HEADERS) $(CATCH_MAIN)
 	$(MPICXX) $(CXXFLAGS) -DENABLE_FP16 $< $(CATCH_MAIN) $(CPU_LIBS) -o $@
 
-tests/build/test_comm: tests/test_comm.cpp comm.h base.h precision.h
+tests/build/test_comm: tests/test_comm.cpp comm.h process_grid.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 # pipeline.h's executor over MPI, every schedule, on a stage whose math is known
-tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h pipeline_run.h pipeline_links.h comm.h base.h precision.h
+tests/build/test_run_schedule: tests/test_run_schedule.cpp pipeline.h pipeline_run.h pipeline_links.h comm.h process_grid.h base.h precision.h
 	@mkdir -p tests/build
 	$(MPICXX) $(CXXFLAGS) $< -o $@
 

@@ -43,7 +43,7 @@ enum CommGroup { GROUP_DP, GROUP_TP, GROUP_PP, GROUP_EMBEDDING, GROUP_CP, NUM_CO
 [[maybe_unused]] static const char* comm_group_names[NUM_COMM_GROUPS] = {"dp", "tp", "pp", "embedding", "cp"};
 
 inline Comm* comm_group(Collectives* c, int group) {
-    Comm* groups[NUM_COMM_GROUPS] = {&c->dp, &c->tp, &c->pp, &c->embedding, &c->cp};
+    Comm* groups[NUM_COMM_GROUPS] = {&c->replicas, &c->tp, &c->pp, &c->embedding, &c->cp};
     return groups[group];
 }
 
@@ -388,7 +388,8 @@ inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) 
     // each direction of up to 32 channels, 256 MiB, and as much again for the rest. A margin per
     // communicator, stated here, rather than a measure after the collectives have run
     const char* outside_name = "NCCL buffers";
-    Comm* groups[] = {&model->comm->dp, &model->comm->tp, &model->comm->pp, &model->comm->embedding, &model->comm->cp};
+    Collectives* c = model->comm;
+    Comm* groups[] = {&c->replicas, &c->tp, &c->pp, &c->embedding, &c->cp};
     for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
 #else
     const char* outside_name = "loading";

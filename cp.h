@@ -52,7 +52,8 @@ first needs communication on a stream of its own, with an event for each buffer.
 Read ring_attention_forward first. Applied in train_gpt.cu: sequence_attention_forward and
 _backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), tokens_of_rank
 (a micro-batch's tokens for this rank), for_each_position_run (the embedding's positions),
-next_token_logits (sampling); the dp group of comm.h is dp x cp (ZeRO, the gradients' sum).
+next_token_logits (sampling); the dp group of process_grid.h (Collectives::replicas) is dp x cp (ZeRO,
+the gradients' sum).
 */
 #pragma once
 // defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_buffer_list, ring_attention_forward,

@@ -551,7 +551,7 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
     double loss_sum = staging_pending_sum(&model->staging);  // landed by now: the last stage's token losses
     schedule_timing_read(&r.timing);                         // and the schedule's stamps passed
     comm_all_reduce_scalars(&model->comm->pp, &loss_sum, 1);
-    comm_all_reduce_scalars(&model->comm->dp, &loss_sum, 1);
+    comm_all_reduce_scalars(&model->comm->replicas, &loss_sum, 1);
     r.loss = loss_sum / tokens_per_step;
     if (!loss_scaler_update(scaler, isfinite(norm_squared))) {
         r.skipped = true;
@@ -582,7 +582,7 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
         sum += forward_only(model, MicroBatch{inputs.data(), targets.data()}, loader->B, loader->T / model->layout.cp);
     }
     comm_all_reduce_scalars(&model->comm->pp, &sum, 1);
-    comm_all_reduce_scalars(&model->comm->dp, &sum, 1);  // over dp x cp: each cp rank has its tokens' losses
+    comm_all_reduce_scalars(&model->comm->replicas, &sum, 1);  // over dp x cp: each cp rank has its tokens' losses
     return sum / ((double)batches * loader->B * loader->T * model->comm->grid.dp);
 }
 
@@ -624,7 +624,7 @@ inline int gpt2_hellaswag(GPT2* model, const std::vector<EvalExample>& examples,
     }
     if (out) fclose(out);
     double total = g.cp_rank == 0 ? right : 0;  // the cp ranks agree: counted once
-    comm_all_reduce_scalars(&model->comm->dp, &total, 1);  // over dp x cp
+    comm_all_reduce_scalars(&model->comm->replicas, &total, 1);  // over dp x cp
     return (int)total;
 }
 

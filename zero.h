@@ -194,7 +194,7 @@ inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z);  // below: the optimi
 // -ga fp32 at stages 0-1, and in the GPU build through NCCL only (-comm mpi's host staging waits anyway)
 inline bool zero_overlaps(int stage, const Collectives* comm, bool grads_fp32, bool asked) {
 #ifdef __CUDACC__
-    if (!comm->dp.use_nccl) return false;
+    if (!comm->replicas.use_nccl) return false;
 #endif
     return asked && comm->grid.replicas > 1 && !(stage <= 1 && grads_fp32);
 }
@@ -211,7 +211,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate,
                  stage == 3 ? NUM_SLOTS : stage >= 1 ? num_units : 0);  // what gathers are posted into (gather_buffer)
     z->reduced.assign(num_units, false);
-    z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (comm.h)
+    z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (process_grid.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
     z->units = units, z->num_units = num_units, z->grads_fp32 = grads_fp32;
     zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
@@ -346,11 +346,12 @@ inline auto zero_all_gather_unit(Zero* z, int u) {
     return [=](Posted* p) {
         size_t S = unit_shard(z, u);
         if (z->stage == 3) {
-            comm_all_gather(&z->comm->dp, z->params + z->units[u].shard_offset, z->gathered[unit_slot(z, u)], S, p);
+            floatX* slot = z->gathered[unit_slot(z, u)];
+            comm_all_gather(&z->comm->replicas, z->params + z->units[u].shard_offset, slot, S, p);
             return;
         }
         floatX* full = z->params + z->units[u].offset;
-        comm_all_gather(&z->comm->dp, full + z->shard_rank * S, full, S, p);
+        comm_all_gather(&z->comm->replicas, full + z->shard_rank * S, full, S, p);
     };
 }
 // after AdamW updated unit u's shard: its gather for the next step, stage 3's end units (into their
@@ -392,7 +393,7 @@ inline void zero_prefetch_unit(Zero* z, int u) {
 // stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into
 // this rank's shard (1); posted: overlap.h
 inline void zero_reduce_step_unit(Zero* z, int u, Posted* posted) {
-    Comm* dp = &z->comm->dp;
+    Comm* dp = &z->comm->replicas;
     const Unit& unit = z->units[u];
     with_gradient(z->step_sum_full, [&](auto* full) {
         auto* shard = (decltype(full))z->step_grad.data;  // the same type
@@ -421,11 +422,11 @@ inline void zero_reduce_unit(Zero* z, int u) {
         device_zero_on(stream, g, bytes);
     };
     if (!z->overlap.on) {
-        comm_reduce_scatter_sum(&z->comm->dp, g, reduced, S);
+        comm_reduce_scatter_sum(&z->comm->replicas, g, reduced, S);
         add_and_clear(0);
         return;
     }
-    Comm* dp = &z->comm->dp;
+    Comm* dp = &z->comm->replicas;
     overlap_start(&z->overlap, [=](Posted* p) { comm_reduce_scatter_sum(dp, g, reduced, S, p); }, add_and_clear, true);
 }
 
@@ -484,7 +485,7 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
     with_gradient(z->step_grad, [&](auto* g) {
         sum = global_norm_squared_ranges(g, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch);
     });
-    if (z->stage > 0) comm_all_reduce_scalars(&z->comm->dp, &sum, 1);  // each DP rank holds a shard
+    if (z->stage > 0) comm_all_reduce_scalars(&z->comm->replicas, &sum, 1);  // each DP rank holds a shard
     return sum;
 }
 

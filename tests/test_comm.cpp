@@ -38,15 +38,15 @@ int main(int argc, char** argv) {
             EXPECT(g.dp == dp);
             EXPECT(rank == (g.pp_rank * dp + g.dp_rank) * tp + g.tp_rank);  // docs/design.md's order
             EXPECT(c.tp.size == tp);  // one EXPECT a group, so a failure names the group
-            EXPECT(c.dp.size == dp);
+            EXPECT(c.replicas.size == dp);
             EXPECT(c.pp.size == pp);
             EXPECT(c.tp.rank == g.tp_rank);
-            EXPECT(c.dp.rank == g.dp_rank);
+            EXPECT(c.replicas.rank == g.dp_rank);
             EXPECT(c.pp.rank == g.pp_rank);
             // group membership: the sum of world ranks over each group, computed from the formula
             double sum_tp = rank, sum_dp = rank, sum_pp = rank;
             comm_all_reduce_scalars(&c.tp, &sum_tp, 1);
-            comm_all_reduce_scalars(&c.dp, &sum_dp, 1);
+            comm_all_reduce_scalars(&c.replicas, &sum_dp, 1);
             comm_all_reduce_scalars(&c.pp, &sum_pp, 1);
             double want_tp = 0, want_dp = 0, want_pp = 0;
             for (int t = 0; t < tp; t++) want_tp += (g.pp_rank * dp + g.dp_rank) * tp + t;
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
 
             // collectives over the DP group, element values from (group rank, index); messages in
             // chunks of 12 bytes, so the chunked paths (MPI's int counts) run on small buffers
-            Comm* d = &c.dp;
+            Comm* d = &c.replicas;
             d->chunk_bytes = 12;
             int p = d->size, r = d->rank;
             const size_t n = 6;  // elements per rank block
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
             EXPECT(d->bytes[COMM_BROADCAST] == (p > 1 && r == p - 1 ? 4ull * n : 0));  // a group of one sends nothing
             EXPECT(d->bytes[COMM_SEND] == (p > 1 ? 2 * 4ull * n : 0));  // the paired exchange and the ring
             comm_barrier(&c.world);
-            MPI_Comm_free(&c.dp.mpi); MPI_Comm_free(&c.tp.mpi); MPI_Comm_free(&c.pp.mpi);
+            MPI_Comm_free(&c.replicas.mpi); MPI_Comm_free(&c.tp.mpi); MPI_Comm_free(&c.pp.mpi);
             if (c.embedding.mpi != MPI_COMM_NULL) MPI_Comm_free(&c.embedding.mpi);
             MPI_Op_free(&c.world.sum_floatX);
         }

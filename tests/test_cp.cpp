@@ -67,11 +67,11 @@ int main(int argc, char** argv) {
     Collectives comm;
     comm_init(&comm, world, rank, local_rank, 1, 1, false);  // the DP group is every rank: the ring
     for (int c = 1; c <= 8; c++) tokens_cover_once(c, 3, 2 * c * 3);
-    ring_equals_whole(&comm.dp, 2, 4 * world, 8, 2);
-    ring_equals_whole(&comm.dp, 1, 2 * world, 12, 3);  // one token a chunk
+    ring_equals_whole(&comm.replicas, 2, 4 * world, 8, 2);
+    ring_equals_whole(&comm.replicas, 1, 2 * world, 12, 3);  // one token a chunk
     if (rank == 0) {  // a ring of one: the zig-zag's two chunks, nothing sent
         Collectives alone = comm_single_process();
-        for (int T : {2, 8, 14}) ring_equals_whole(&alone.dp, 2, T, 8, 2);
+        for (int T : {2, 8, 14}) ring_equals_whole(&alone.replicas, 2, T, 8, 2);
     }
     int code = rank_checks_total("cp", world);
     comm_finalize(&comm);
