@@ -142,7 +142,7 @@ static const Option option_table[] = {
      "-ge and runs GELU in its own pass", 0, 2},
     {"-fa", OPT_INT, OPTION_FIELD(flash),
      "flash attention's tensor-core kernels (bf16/fp16 GPU builds): 1 WMMA, S and P through shared memory "
-     "(kernels/flash_attention.cuh); 2 FlashAttention-2 with the scores in registers, mma.sync "
+     "(kernels/flash_attention_wmma.cuh); 2 FlashAttention-2 with the scores in registers, mma.sync "
      "(kernels/flash_attention_mma.cuh: head sizes 16, 32, 64, 128, not under -cp). Other builds accept it and run "
      "their own kernels", 1, 2},
     {"-f", OPT_INT, OPTION_FIELD(tf32),

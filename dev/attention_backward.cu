@@ -25,14 +25,14 @@ version 4: FlashAttention-2's backward structure on CUDA cores: the dk, dv kerne
            dk, dv in registers, written once. The dq kernel gives a block 32 queries and
            walks the key tiles at or left of the diagonal. Each k, v, q, dout element is
            read from global memory once per 32 rows of the other side instead of once per row
-version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flash_attention.cuh):
+version 5: the trainer's attention_backward (kernels/attention.cuh, kernels/flash_attention*.cuh):
            version 4 made general for ring attention's blocks (row offsets, keys from qkv or
            [k | v] rows), adding into fp32 dq and dk dv sums that a last pass turns into floatX
            dqkv (what summing over ring steps needs: two more passes over B T 3C than version 4).
            In the bf16 and fp16 builds at head sizes 16, 32, 64, 128 its five products run on
            tensor cores (WMMA): a warp's 16 rows of k and v (or q and dout) in fragments, s and dp
            into shared memory, p and ds formed there and rounded to floatX, dv, dk, dq summed in
-           accumulator fragments, 64 keys or queries a block (kernels/flash_attention.cuh). On an
+           accumulator fragments, 64 keys or queries a block (kernels/flash_attention_wmma.cuh). On an
            H200 at B 8, T 1024: 1.15 ms, version 2 0.78 ms (docs/gpu.md)
 version 6: the trainer's -fa 2 (kernels/flash_attention_mma.cuh, through attention_backward, which
            computes D itself): version 4's two walks as FlashAttention-2 writes them, the scores never leaving
@@ -388,7 +388,7 @@ static void attention_backward_version(int version, int block, const Buffers& d,
         launchCheck();
     } else if (version == 2) {
         materialized_backward(d.dqkv, d.dout, d.qkv, d.att, d.scratch, B, T, C, NH);
-    } else if (version >= 5) {  // the trainer's through kernels/attention.cuh: 5 kernels/flash_attention.cuh
+    } else if (version >= 5) {  // the trainer's through kernels/attention.cuh: 5 kernels/flash_attention_wmma.cuh
                                 // (-fa 1), 6 kernels/flash_attention_mma.cuh (-fa 2)
         attention_backward(d.dqkv, d.dout, d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH, version == 6 ? 2 : 1);
     } else {

@@ -58,7 +58,7 @@ version 5: version 4 with its two products on tensor cores (WMMA, 16x16x16 bf16/
            of S and O, 16 lanes at strides of 32 and HS_MAX words, hit one or two banks: up to
            16-way conflicts, which a padded leading dimension would remove), the real fragment layout and a tensor core's order of
            summation (results agree within the tolerance, not bit for bit)
-version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash_attention.cuh):
+version 6: the trainer's attention_forward (kernels/attention.cuh, kernels/flash_attention*.cuh):
            version 5 made general for ring attention's blocks (queries and keys at row offsets,
            keys from qkv rows or [k | v] rows, a block merged into the output and lse of earlier
            ones), with version 4's CUDA-core kernel where WMMA does not go (the fp32 build, head
@@ -488,7 +488,7 @@ static void attention_forward_version(int version, int block, const Buffers& d, 
         attention_forward4(d.out, d.lse, d.qkv, B, T, C, NH);
     } else if (version == 5) {
         attention_forward5(d.out, d.lse, d.qkv, B, T, C, NH);
-    } else {  // the trainer's through kernels/attention.cuh: 6 kernels/flash_attention.cuh (-fa 1), 7
+    } else {  // the trainer's through kernels/attention.cuh: 6 kernels/flash_attention_wmma.cuh (-fa 1), 7
               // kernels/flash_attention_mma.cuh (-fa 2)
         attention_forward(d.out, d.lse_rows, d.qkv, d.flash, B, T, C, NH, version == 7 ? 2 : 1);
         lse_rows_to_heads_kernel<<<ceil_div(B * NH * T, 256), 256>>>(d.lse, d.lse_rows, B, T, NH);

@@ -9,7 +9,7 @@ version 1: a thread per query row (forward, dq) or key row (dk, dv), looping ove
            one key or query at a time, the running output in global fp32 memory: the kernels ring
            attention began with, the host twin's rows (kernels/attention.cuh) on the device
 version 2: the trainer's: one rank's flash attention kernels on each block (kernels/
-           flash_attention.cuh: tiles through shared memory; tensor cores in bf16 and fp16 at
+           flash_attention*.cuh: tiles through shared memory; tensor cores in bf16 and fp16 at
            head sizes a multiple of 16)
 Both are checked against the host twin (attention_block_*_host) after the step: the output and
 lse, then dq and dk dv; the earlier steps' output and lse, and the sums the backward adds into,

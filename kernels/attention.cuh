@@ -39,7 +39,8 @@ v at C: a rank's own qkv (kv = qkv + C, stride 3C) or the [k | v] rows that trav
                 the online softmax by rows, p v by sgemm; the backward's four products likewise.
                 Scratch: a tile of scores (64 x Tk) per thread, O(T)
     GPU         kernels/flash_attention.cuh: tiles of queries and keys in shared memory, on CUDA
-                cores in the fp32 build and on tensor cores (WMMA) in the bf16 and fp16 builds;
+                cores in the fp32 build and on tensor cores (WMMA, kernels/flash_attention_wmma.cuh)
+                in the bf16 and fp16 builds;
                 -fa 2: kernels/flash_attention_mma.cuh, FlashAttention-2 with the scores in
                 registers (mma.sync), one rank's whole sequences
 Every sum runs in a fixed order (no atomics): the same bits every run, as resume needs.

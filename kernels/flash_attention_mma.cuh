@@ -1,6 +1,6 @@
 /*
 kernels/flash_attention_mma.cuh: FlashAttention-2 with the scores in registers, one rank's whole
-sequences (-fa 2; the default -fa 1 runs kernels/flash_attention.cuh's WMMA kernels).
+sequences (-fa 2; the default -fa 1 runs kernels/flash_attention_wmma.cuh's WMMA kernels).
 
 The WMMA kernels cannot know which lane holds which accumulator element (CUDA leaves it
 unspecified), so S, P and dS go through shared memory for the softmax. PTX's mma.sync.m16n8k16

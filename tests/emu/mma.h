@@ -26,7 +26,7 @@ one is wrong on both): a fragment holds a rows x cols matrix (a: 16 x K, b: K x 
 and round: lane l's x[i] is element 32 i + l, so a lane's elements lie in different rows (in a 16 x
 16 accumulator, rows 2 i + l / 16 of column l % 16), as on a GPU, where a lane's accumulator
 elements span two rows: code that takes a lane's elements for one row fails here. Code may learn
-the mapping only by loading a known matrix (kernels/flash_attention.cuh: wmma_accumulator_rows).
+the mapping only by loading a known matrix (kernels/flash_attention_wmma.cuh: wmma_accumulator_rows).
 fp16's a and b fragments have 16 elements a lane, as the real ones do: x[8..15] repeat x[0..7]
 (load and fill write both; mma_sync reads x[0..7]).
 
