@@ -204,10 +204,20 @@ inline int take_lowest_free(std::vector<bool>* busy) {
     return (int)free;
 }
 
-// appends an action, leaving out the halves that have no neighbour: the model's first virtual
-// stage (stage 0's chunk 0) receives no activation and sends no gradient, its last (stage p-1's
-// chunk V-1) sends no activation and receives no gradient. A paired action that loses one half
-// is the other half alone. Without interleaving (V = 1) that is stage 0 and stage p-1.
+// appends an action of GPipe's or 1F1B's, left out when it faces a stage that does not exist:
+// stage 0 receives no activation and sends no gradient, stage p-1 sends no activation and receives
+// no gradient. (1F1B's paired actions face one neighbour, so each is kept or left out whole)
+inline void add_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int k2, int s, int p) {
+    bool faces_previous = op == RECV_ACTIVATION || op == SEND_GRADIENT || op == SEND_GRADIENT_RECV_ACTIVATION;
+    bool faces_next = op == SEND_ACTIVATION || op == RECV_GRADIENT || op == SEND_ACTIVATION_RECV_GRADIENT;
+    if ((faces_previous && s == 0) || (faces_next && s == p - 1)) return;
+    list->push_back(PipelineAction{op, k, k2});
+}
+
+// interleaved 1F1B's add_action, for chunk v (and v2 for what a paired action receives): the
+// model's first virtual stage (stage 0's chunk 0) receives no activation and sends no gradient,
+// its last (stage p-1's chunk V-1) sends no activation and receives no gradient. A paired action
+// that loses one half is the other half alone (round the ring a pair faces both neighbours).
 inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int v, int k2, int v2, int s,
                              int p, int V) {
     auto missing = [&](PipelineOp half, int chunk) {  // a half with no neighbour on chunk `chunk`
@@ -227,9 +237,6 @@ inline void add_chunk_action(std::vector<PipelineAction>* list, PipelineOp op, i
     }
     if (missing(op, v)) return;
     list->push_back(PipelineAction{op, k, k2, v, v2});
-}
-inline void add_action(std::vector<PipelineAction>* list, PipelineOp op, int k, int k2, int s, int p) {
-    add_chunk_action(list, op, k, 0, k2, 0, s, p, 1);
 }
 
 // GPipe: all forwards, then all backwards
