@@ -288,7 +288,7 @@ inline void attention_backward_ledger(Ledger* l, size_t B, size_t T, size_t C, s
 }
 
 #ifdef __CUDACC__
-#include "flash_attention.cuh"  // defines: attention_block_forward, attention_block_backward, ...
+#include "flash_attention.cuh"  // defines: flash_forward_any_head, flash_backward_any_head, flash_row_dot_kernel, ...
 #include "flash_attention_mma.cuh"  // defines: attention_whole_forward_mma, attention_whole_backward_mma
 #else
 // ---------------------------------------------------------------- the CPU build: tiles through sgemm
@@ -388,34 +388,87 @@ inline void attention_block_backward_head(const AttentionBlock& a, const floatX*
             dkv[(kv_first + j) * 2 * a.C + a.C + h * hs + i] += dV[(size_t)j * hs + i];
         }
 }
+#endif
 
+// ---------------------------------------------------------------- a block's attention, either build
+// The GPU build launches kernels/flash_attention.cuh's kernels (a grid of 0 blocks is a launch error,
+// hence the early returns; no keys: nothing to merge); the CPU build runs the sgemm tiles above.
 // the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
 inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out,
                                     float* lse) {
-#pragma omp parallel for collapse(2)
+#ifdef __CUDACC__
+    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
+    flash_forward_any_head(a, q, kv, out, lse);
+#else
+    #pragma omp parallel for collapse(2)
     for (int b = 0; b < a.B; b++)
         for (int h = 0; h < a.NH; h++) attention_block_forward_head(a, q, kv, b, h, out, lse);
+#endif
 }
 // the block's share of dq (the queries' rows, C fp32) and of dk, dv (the keys' rows, 2C fp32), added
 inline void attention_block_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
                                      const floatX* dout, const float* lse, const float* D) {
+#ifdef __CUDACC__
+    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
+    flash_backward_any_head(a, q, kv, dq, a.C, dkv, 2 * a.C, dout, lse, D);
+#else
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < a.B; b++)
         for (int h = 0; h < a.NH; h++) attention_block_backward_head(a, q, kv, b, h, dq, dkv, dout, lse, D);
-}
-inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
-    attention_block_row_dot_host(D, dout, out, rows, C, NH);
-}
-inline void attention_block_output(floatX* out, const float* acc, size_t n) {
-    attention_block_output_host(out, acc, n);
-}
-inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
-    attention_block_gradients_host(dqkv, dq, dkv, rows, C);
-}
-inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) {
-    attention_pack_kv_host(kv, qkv, rows, C);
-}
 #endif
+}
+// D (rows, NH) = dout . out per query row and head, for every block's backward
+inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
+#ifdef __CUDACC__
+    if (rows * NH == 0) return;
+    constexpr int P = Packed128<floatX>::size;
+    int lanes_a_head = C % (NH * P) == 0 ? C / NH / P : 0;  // whole packs a head, rows 16-byte apart
+    if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && packs_fit(C, {dout, out}))
+        flash_row_dot_kernel128<<<ceil_div(rows, 8), 256>>>(D, dout, out, rows, C, NH);
+    else
+        flash_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
+    launchCheck();
+#else
+    attention_block_row_dot_host(D, dout, out, rows, C, NH);
+#endif
+}
+// the fp32 output of the last block, in floatX
+inline void attention_block_output(floatX* out, const float* acc, size_t n) {
+#ifdef __CUDACC__
+    if (n == 0) return;
+    if (packs_fit(n, {out, acc}))
+        flash_output_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, acc, n);
+    else
+        flash_output_kernel<<<ceil_div(n, 256), 256>>>(out, acc, n);
+    launchCheck();
+#else
+    attention_block_output_host(out, acc, n);
+#endif
+}
+// dqkv (rows, 3C) floatX = [dq | dk dv] from the fp32 sums
+inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
+#ifdef __CUDACC__
+    if (rows == 0) return;
+    if (packs_fit(C, {dqkv, dq, dkv}))
+        flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows,
+                                                                                                  C);
+    else
+        flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);
+    launchCheck();
+#else
+    attention_block_gradients_host(dqkv, dq, dkv, rows, C);
+#endif
+}
+// the [k | v] rows (2C) of qkv rows (3C): what ring attention sends (cp.h)
+inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) {
+#ifdef __CUDACC__
+    if (rows == 0) return;
+    flash_pack_kv_kernel<<<ceil_div(rows * 2 * C, 256), 256>>>(kv, qkv, rows, C);
+    launchCheck();
+#else
+    attention_pack_kv_host(kv, qkv, rows, C);
+#endif
+}
 
 // ---------------------------------------------------------------- one rank's attention
 // the fp32 scratch of one rank's attention (and of each ring step, cp.h): the output and dq

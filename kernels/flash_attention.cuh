@@ -32,14 +32,15 @@ do not finish alone at the end).
 Registers (ptxas, sm_90): these kernels hold a row in registers (249 for the forward at head size
 64, spilling at 128: the fp32 build is for checking, not speed); the tensor-core kernels' counts,
 timings and history: kernels/flash_attention_wmma.cuh and docs/gpu.md.
-Applied in kernels/attention.cuh: attention_block_forward, attention_block_backward (GPU build).
+Applied in kernels/attention.cuh: attention_block_forward, attention_block_backward and the small
+kernels' attention_block_row_dot, attention_block_output, attention_block_gradients, attention_pack_kv
+(their GPU build's branch).
 */
 #pragma once
 // defines: FLASH_QUERIES, FLASH_KEYS, flash_head_capacity, flash_load_rows, flash_load_stats, flash_pass_rows,
 //          flash_attend_to_tile, flash_forward_kernel, flash_dkv_from_queries, flash_dkv_kernel, flash_dq_from_keys,
-//          flash_dq_kernel, flash_row_dot_kernel, flash_output_kernel, flash_gradients_kernel, attention_block_forward,
-//          attention_block_backward, attention_block_row_dot, attention_block_output, attention_block_gradients,
-//          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel, attention_pack_kv,
+//          flash_dq_kernel, flash_row_dot_kernel, flash_output_kernel, flash_gradients_kernel,
+//          flash_launch_forward, flash_launch_backward, flash_pack_kv_kernel,
 //          flash_row_dot_kernel128, flash_output_kernel128, flash_gradients_kernel128, flash_forward_any_head,
 //          flash_backward_any_head, attention_whole_forward_wmma, attention_whole_backward_wmma
 #define FLASH_QUERIES 32  // Br: queries a block, a thread each (CUDA-core kernels)
@@ -384,13 +385,6 @@ inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, co
     }
     launchCheck();
 }
-// the block's keys merged into out (a row of C fp32 per query) and lse (a row of NH per query)
-inline void attention_block_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* out,
-                                    float* lse) {
-    // a grid of 0 blocks is a launch error (so in every launcher below); no keys: nothing to merge
-    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
-    flash_forward_any_head(a, q, kv, out, lse);
-}
 // one rank's whole sequences, one causal block (a.first), with the WMMA kernels (flash_wmma_head):
 // out written in floatX, with no fp32 scratch and no pass to round it (attention_forward)
 inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* out,
@@ -398,52 +392,10 @@ inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* 
     if (a.B * a.NH * a.Tq == 0) return;
     flash_forward_any_head(a, q, kv, out, lse);
 }
-// the block's share of dq (the queries' rows, C fp32) and of dk, dv (the keys' rows, 2C fp32), added
-inline void attention_block_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, float* dq, float* dkv,
-                                     const floatX* dout, const float* lse, const float* D) {
-    if (a.B * a.NH * a.Tq == 0 || a.Tk == 0) return;
-    flash_backward_any_head(a, q, kv, dq, a.C, dkv, 2 * a.C, dout, lse, D);
-}
 // the backward of attention_whole_forward_wmma: dq, dk, dv written in floatX straight into dqkv's
 // rows (3C), with no fp32 sums to zero first and no pass to round them (attention_backward)
 inline void attention_whole_backward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* dqkv,
                                           const floatX* dout, const float* lse, const float* D) {
     if (a.B * a.NH * a.Tq == 0) return;
     flash_backward_any_head(a, q, kv, dqkv, 3 * a.C, dqkv + a.C, 3 * a.C, dout, lse, D);
-}
-// D (rows, NH) = dout . out per query row and head, for every block's backward
-inline void attention_block_row_dot(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
-    if (rows * NH == 0) return;
-    constexpr int P = Packed128<floatX>::size;
-    int lanes_a_head = C % (NH * P) == 0 ? C / NH / P : 0;  // whole packs a head, rows 16-byte apart
-    if (lanes_a_head > 0 && lanes_a_head <= 32 && (lanes_a_head & (lanes_a_head - 1)) == 0 && packs_fit(C, {dout, out}))
-        flash_row_dot_kernel128<<<ceil_div(rows, 8), 256>>>(D, dout, out, rows, C, NH);
-    else
-        flash_row_dot_kernel<<<ceil_div(rows * NH, 256), 256>>>(D, dout, out, rows, C, NH);
-    launchCheck();
-}
-// the fp32 output of the last block, in floatX
-inline void attention_block_output(floatX* out, const float* acc, size_t n) {
-    if (n == 0) return;
-    if (packs_fit(n, {out, acc}))
-        flash_output_kernel128<<<ceil_div(n / Packed128<floatX>::size, 256), 256>>>(out, acc, n);
-    else
-        flash_output_kernel<<<ceil_div(n, 256), 256>>>(out, acc, n);
-    launchCheck();
-}
-// dqkv (rows, 3C) floatX = [dq | dk dv] from the fp32 sums
-inline void attention_block_gradients(floatX* dqkv, const float* dq, const float* dkv, size_t rows, int C) {
-    if (rows == 0) return;
-    if (packs_fit(C, {dqkv, dq, dkv}))
-        flash_gradients_kernel128<<<ceil_div(rows * 3 * C / Packed128<floatX>::size, 256), 256>>>(dqkv, dq, dkv, rows,
-                                                                                                  C);
-    else
-        flash_gradients_kernel<<<ceil_div(rows * 3 * C, 256), 256>>>(dqkv, dq, dkv, rows, C);
-    launchCheck();
-}
-// the [k | v] rows (2C) of qkv rows (3C): what ring attention sends (cp.h)
-inline void attention_pack_kv(floatX* kv, const floatX* qkv, size_t rows, int C) {
-    if (rows == 0) return;
-    flash_pack_kv_kernel<<<ceil_div(rows * 2 * C, 256), 256>>>(kv, qkv, rows, C);
-    launchCheck();
 }
