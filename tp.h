@@ -78,8 +78,8 @@ statistics, the stage's input and the pipeline's messages) is 1/tp of what it wa
 weight gradients of qkv, fc and the LM head need their whole LayerNorm input, which the backward
 gathers again (ln1 and ln2 in every block, lnf on the last stage), and a LayerNorm's weight
 and bias gradient, a sum over the tokens, now sums only this rank's: train_gpt.cu sums them over
-TP once per step (sum_layernorm_gradients, as Megatron-LM does). tp_gather_tokens and
-tp_sum_tokens are the two collectives; without -sp they are the identity and the all-reduce.
+TP once per step (sum_layernorm_gradients, as Megatron-LM does). The four functions of f and g
+choose the collective; without -sp they are the identity and the all-reduce.
 
 Vocabulary-parallel embedding and loss: rank r holds wte rows [r Vp/tp, (r+1) Vp/tp).
     embedding  each rank looks up the tokens in its rows (zero elsewhere), rank 0 adds
@@ -116,7 +116,7 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 -sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
 */
 #pragma once
-// defines: TensorParallel, tp_whole, sequence_parallel_buffer_list, tp_gather_tokens, tp_sum_tokens,
+// defines: TensorParallel, tp_all_tokens, sequence_parallel_buffer_list,
 //          tp_f_forward, tp_f_backward, tp_g_forward, tp_g_backward, tp_bias_before_g, tp_bias_after_g, TensorSplit,
 //          TensorPartition, tp_local_shape, tp_for_each_run, tp_vocab_range, LossStatistics, tp_crossentropy,
 //          TensorParallelTraffic, tp_bytes_per_micro_step
@@ -133,59 +133,57 @@ parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reord
 // the TP group, and whether it also splits the tokens between the pairs (-sp)
 struct TensorParallel { Comm* group; bool sequence_parallel; };
 
-// where a tensor's N tokens are to be written beside the N/tp this rank holds (-sp: in `whole`);
-// without -sp the rank holds all N, and the two are one buffer. (f and g return the buffer their
-// result is in; this is for the partial sums written before f's backward or g's forward sums them)
-inline floatX* tp_whole(TensorParallel tp, floatX* held, floatX* whole) { return tp.sequence_parallel ? whole : held; }
+// where a tensor's N tokens go: `whole` under -sp, where the rank holds N/tp of them in `held`;
+// without -sp `held` itself, which holds all N. For the partial sums that f's backward or g's
+// forward then sums (in place, or -sp's share of each rank's tokens into `held`), and g's backward's
+// gathered gradient
+inline floatX* tp_all_tokens(TensorParallel tp, floatX* held, floatX* whole) {
+    return tp.sequence_parallel ? whole : held;
+}
 // the two buffers -sp adds, declared for the model's buffer list (gpt2.h): `whole` for a tensor's
 // N tokens gathered, `held` for this rank's N/tp tokens of a sum (C channels each); none without -sp
 inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_parallel, floatX** whole, floatX** held,
                                                               size_t N, size_t N_held, size_t C) {
-    if (!sequence_parallel) return {};  // f, g and tp_whole give the rank's own buffers; these stay null
+    if (!sequence_parallel) return {};  // f, g and tp_all_tokens give the rank's own buffers; these stay null
     return {{(void**)whole, N * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)held, N_held * C, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT}};
 }
 
-// The two collectives under f and g, each moving a tensor between the tokens this rank holds
-// (`held`, n_held elements) and all N tokens (`whole`); without -sp held and whole are the same
-// tokens, usually the same buffer.
-// Gather: -sp all-gathers every rank's tokens into whole; else the identity (a copy when the
-// caller wants the tokens in another buffer)
-inline void tp_gather_tokens(TensorParallel tp, const floatX* held, floatX* whole, size_t n_held) {
-    if (tp.sequence_parallel) comm_all_gather(tp.group, held, whole, n_held);
-    else if (whole != held) device_to_device(whole, held, n_held * sizeof(floatX));
-}
-// Sum: whole holds this rank's part of a sum over the group. -sp reduce-scatters it, this rank
-// receiving its tokens' sums in held; else all-reduces it in place. Returns the buffer the sum is in
-inline floatX* tp_sum_tokens(TensorParallel tp, floatX* whole, floatX* held, size_t n_held) {
-    if (tp.sequence_parallel) { comm_reduce_scatter_sum(tp.group, whole, held, n_held); return held; }
-    comm_all_reduce_sum(tp.group, whole, n_held);
-    return whole;
-}
+// f and g are each other's mirror (picotron's tp_communications.py pairs them likewise): each moves a
+// tensor between the tokens this rank holds (n_held elements) and all N tokens. A gather (f's
+// forward, g's backward): -sp all-gathers every rank's tokens; without it the rank has them all. A
+// sum (f's backward, g's forward) of this rank's part of a sum over the group: -sp reduce-scatters
+// it, each rank receiving its tokens' sums; without it an all-reduce in place. Each returns the
+// buffer its result is in.
 
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
 // (identity: f returns the input), or under -sp gathers it (into `gathered`, which f returns).
 // Backward: the input's gradient summed over the group, since each rank's rows of the matrix gave
-// only their part of it (-sp: only its tokens' sums).
+// only their part of it (`dpartial` all-reduced in place, or under -sp its tokens' sums in `dheld`).
 inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* gathered, size_t n_held) {
     if (!tp.sequence_parallel) return input;
-    tp_gather_tokens(tp, input, gathered, n_held);
+    comm_all_gather(tp.group, input, gathered, n_held);
     return gathered;
 }
-// (f's backward returns the buffer the sum is in: `dpartial` all-reduced in place, or -sp's `dheld`)
 inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld, size_t n_held) {
-    return tp_sum_tokens(tp, dpartial, dheld, n_held);
+    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, dpartial, n_held); return dpartial; }
+    comm_reduce_scatter_sum(tp.group, dpartial, dheld, n_held);
+    return dheld;
 }
 
 // g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
 // columns gave a partial sum: all-reduced in place (g returns `partial`), or under -sp only this
 // rank's tokens' sums, reduce-scattered into `held` (which g returns). Backward: every rank needs
-// the whole output gradient; it has it (identity), or under -sp gathers it.
+// the whole output gradient; it has it (identity: a copy into `dwhole` when that is another
+// buffer), or under -sp gathers it into `dwhole`.
 inline floatX* tp_g_forward(TensorParallel tp, floatX* partial, floatX* held, size_t n_held) {
-    return tp_sum_tokens(tp, partial, held, n_held);
+    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, partial, n_held); return partial; }
+    comm_reduce_scatter_sum(tp.group, partial, held, n_held);
+    return held;
 }
 inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) {
-    tp_gather_tokens(tp, doutput, dwhole, n_held);
+    if (tp.sequence_parallel) comm_all_gather(tp.group, doutput, dwhole, n_held);
+    else if (dwhole != doutput) device_to_device(dwhole, doutput, n_held * sizeof(floatX));
 }
 
 // a row-parallel matrix's bias (attproj, fcproj) is added once, to g's sum. With one rank there is

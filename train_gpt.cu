@@ -226,7 +226,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
-    floatX *dln2 = tp_whole(tp, d.ln2, s.gathered), *dln1 = tp_whole(tp, d.ln1, s.gathered);  // before f's sum
+    floatX *dln2 = tp_all_tokens(tp, d.ln2, s.gathered), *dln1 = tp_all_tokens(tp, d.ln1, s.gathered);  // before f
     // MLP
     tp_g_backward(tp, dout, d.fcproj, n_held);
     matmul_gelu_backward_input(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C, model->gelu_fusion >= 2);
@@ -301,7 +301,7 @@ inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* to
     staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T_local * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
-    floatX* whole = tp_whole(tp, a.input, model->scratch.proj);
+    floatX* whole = tp_all_tokens(tp, a.input, model->scratch.proj);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         encoder_forward(whole + first * C, model->scratch.inputs + first, e.wte,
                         positions ? positions + (size_t)position * C : NULL, B, run, C, vocab_range(model));
@@ -314,7 +314,7 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    floatX* dwhole = tp_whole(tp, model->scratch.dresidual, model->scratch.gathered);
+    floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual, model->scratch.gathered);
     tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T_local) * C);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         int* staged = (int*)staging_take(&model->staging, encoder_bucket_ints(B, run) * sizeof(int));

@@ -132,12 +132,12 @@ static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_paralle
 static void sequence_parallel_collectives(Collectives* comm, int tp, int r) {
     const int N = 2 * tp, C = 3;
     std::vector<float> mine = random_normal((size_t)N * C, 100 + r, 1.0f), summed = mine;  // this rank's partial sums
-    tp_sum_tokens(TensorParallel{&comm->tp, false}, summed.data(), summed.data(), summed.size());  // all-reduce
+    tp_g_forward(TensorParallel{&comm->tp, false}, summed.data(), summed.data(), summed.size());  // all-reduce
     std::vector<float> scattered((size_t)N / tp * C), gathered((size_t)N * C);
-    tp_sum_tokens(TensorParallel{&comm->tp, true}, mine.data(), scattered.data(), scattered.size());
+    tp_g_forward(TensorParallel{&comm->tp, true}, mine.data(), scattered.data(), scattered.size());
     std::vector<float> want = held_rows(summed, N, C, tp, r);
     EXPECT(max_abs_diff(scattered.data(), want.data(), want.size()) < 1e-6);  // MPI may add in another order
-    tp_gather_tokens(TensorParallel{&comm->tp, true}, scattered.data(), gathered.data(), scattered.size());
+    tp_f_forward(TensorParallel{&comm->tp, true}, scattered.data(), gathered.data(), scattered.size());
     EXPECT(max_abs_diff(gathered.data(), summed.data(), summed.size()) < 1e-6);
     std::vector<float> back = held_rows(gathered, N, C, tp, r);  // this rank's rows come back as they left
     EXPECT(back == scattered);
