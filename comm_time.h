@@ -32,7 +32,8 @@ LayerNorm once a step, after AdamW: zero.h's zero_gather_after_update). sharded_
 two streams against each other, as zero.h issues the work: a collective starts on the comm stream
 once the default stream's work issued before it is done and the collective before it on the comm
 stream has ended; the default stream waits for a gather before the unit runs, for the reduction
-before the one it starts (one in flight) and for all at the micro-step's end. The step's first
+before the one it starts (one in flight) and for all before the next micro-step's backward (the
+last units' reductions run beside the next forward) and at the step's end. The step's first
 micro-step, time 0 where the step before's AdamW ended:
     comm    |    g E     | g H | g L1 |  g L2 |  g L3 ...          | r H | g L(L-1) ... r L ... r E |
     default | AdamW rest | wait| emb  | L1     | L2     ... head fwd, bwd | L ...             emb | wait
@@ -47,7 +48,7 @@ Applied in accounting.h (print_plans).
 #pragma once
 // defines: LinkSpec, link_spec, CommTime, comm_time, print_comm_time, collective_ms, comm_time_after_step,
 //          updated_gathers_ms,
-//          MicroStepTimes, sharded_micro_step, micro_step_times, comm_time_sharded
+//          MicroStepTimes, sharded_micro_step, micro_step_times, comm_time_sharded, StreamClocks
 #include <stdio.h>   // defines: printf
 #include <string.h>  // defines: strcmp
 #include <algorithm> // defines: std::max
@@ -180,12 +181,18 @@ inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::v
     return c;
 }
 
-// ZeRO 2-3's micro-step: returns the default stream's end; *gathers_waited: how long it waited for
-// ZeRO-3's gathers (at -overlap 0 every collective is waited for at once).
-// first: the step's first micro-step, which waits for the ends' gathers of the step before's AdamW
-inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, bool first, double* gathers_waited) {
+// the two streams' clocks through a step (ms from the step's start): the default stream's (D), the
+// comm stream's (C), and the end of the last reduction started (what overlap_finish waits for)
+struct StreamClocks { double D = 0, C = 0, previous_reduce = 0; };
+// ZeRO 2-3's micro-step, played on from `s`; *gathers_waited: how long the default stream waited for
+// ZeRO-3's gathers (at -overlap 0 every collective is waited for at once). first: the step's first
+// micro-step, which waits for the ends' gathers of the step before's AdamW. The micro-step's last
+// reductions are left running: the next backward waits for them (zero_begin_micro_step), and the
+// step's end (zero_reduce_step)
+inline void sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap, bool first, StreamClocks* s,
+                               double* gathers_waited) {
     int H = (int)t.unit.size() - 1;  // the head's unit; layers 1..H-1
-    double D = 0, C = 0, previous_reduce = 0, head_ready = 0;
+    double &D = s->D, &C = s->C, head_ready = 0;
     auto wait = [&](double end, double* waited) { if (end > D) { if (waited) *waited += end - D; D = end; } };
     auto post = [&](double ms, double* waited) {  // once the default stream's work so far is done
         C = std::max(C, D) + ms;
@@ -194,8 +201,8 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
     };
     auto reduce = [&](int u) {  // overlap_start's one in flight: the default stream waits for the one before
         double end = post(t.unit[u], nullptr);
-        wait(previous_reduce, nullptr);
-        previous_reduce = end;
+        wait(s->previous_reduce, nullptr);
+        s->previous_reduce = end;
     };
     if (stage == 3 && first && overlap) {  // zero_gather_after_update: the embeddings' beside the rest of AdamW
         C = t.unit[0] - t.adamw_rest;
@@ -213,6 +220,7 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
     }
     wait(head_ready, gathers_waited);
     D += t.f_head;
+    wait(s->previous_reduce, nullptr);  // zero_begin_micro_step: the micro-step before's reductions done
     ready = stage == 3 ? post(t.unit[H - 1], gathers_waited) : 0;  // the last layer: beside the head's backward
     D += t.b_head;
     reduce(H);
@@ -224,8 +232,6 @@ inline double sharded_micro_step(const MicroStepTimes& t, int stage, bool overla
     }
     D += t.b_embed;
     reduce(0);
-    wait(C, nullptr);  // zero_end_micro_step: every reduction complete (overlap_finish)
-    return D;
 }
 // the step at ZeRO 2-3: grad_accum such micro-steps, each unit reduce-scattered, and under ZeRO-3 gathered
 // where a micro-step uses it (the layers twice; the embeddings and head once a step, after AdamW), both in
@@ -242,13 +248,12 @@ inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, cons
     int U = (int)unit_elements.size();
     c.collectives = m.grad_accum * U + (stage == 3 ? 2 + m.grad_accum * 2 * (U - 2) : 0);
     double compute = t.f_embed + m.L * (t.f_layer + t.b_layer) + t.f_head + t.b_head + t.b_embed, waited = 0;
-    double exposed = sharded_micro_step(t, stage, overlap, true, &waited) - compute, later_waited = 0;
-    if (m.grad_accum > 1) {  // the micro-steps after the first: the ends stay gathered
-        exposed += (m.grad_accum - 1) * (sharded_micro_step(t, stage, overlap, false, &later_waited) - compute);
-        waited += (m.grad_accum - 1) * later_waited;
-    }
+    StreamClocks clocks;
+    for (int k = 0; k < m.grad_accum; k++)  // after the first micro-step the ends stay gathered
+        sharded_micro_step(t, stage, overlap, k == 0, &clocks, &waited);
+    double end = std::max(clocks.D, clocks.C);  // zero_reduce_step: every reduction complete
     c.backward_ms = t.b_head + m.L * t.b_layer + t.b_embed;
-    c.comm_ms = m.grad_accum * reduces + gathers, c.exposed_ms = exposed;
+    c.comm_ms = m.grad_accum * reduces + gathers, c.exposed_ms = end - m.grad_accum * compute;
     c.gather_ms = gathers, c.gather_exposed_ms = waited;
     comm_time_after_step(&c, t, stage, overlap);  // (stage 2: its gathers wait in the forward, before its reductions)
     return c;

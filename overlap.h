@@ -31,8 +31,8 @@ buffer again. Which buffers, and so which waits, zero.h decides:
                 the comm stream. The layers take turns in two gradient buffers, so layer l's reduction
                 runs while layer l-1's backward writes the other: at most one reduction in flight, the
                 default stream waiting for the one before whenever it starts one (overlap_start's
-                one_in_flight), and for all at the end of each micro-step (the head writes the embedding's
-                buffer again in the next).
+                one_in_flight), and for all before the next micro-step's backward (whose head writes the
+                embedding's buffer again): the last units' reductions run beside the next forward.
     stage 3     the reductions as stage 2's, and the gathers too: on the comm stream (they share the DP
                 group's communicator with the reductions, and one communicator's operations must not run
                 on two streams at once), each layer's posted while the layer before it computes, into the
@@ -59,7 +59,7 @@ sampling) and TP, CP or PP collectives on the default stream rely on it, as Mega
 rank issues both streams' work in the same order, and -overlap 0 turns it off.
 
 Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit and zero_gather_after_update
-(overlap_post_ahead, overlap_wait_ahead), zero_end_micro_step and zero_reduce_step (overlap_finish); Zero holds the
+(overlap_post_ahead, overlap_wait_ahead), zero_begin_micro_step and zero_reduce_step (overlap_finish); Zero holds the
 Overlap, zero_init makes it (-overlap, options.h).
 */
 #pragma once

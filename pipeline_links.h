@@ -26,9 +26,9 @@ compute. The links stream runs the transfers in their list's order (one communic
 on one stream, every rank's in the order pipeline.h's pairing argument proves free of deadlock),
 so a receive starts only after the transfers listed before it: receiving earlier than the list
 says (Megatron-LM's overlap_p2p_comm posts the next receive before the compute) would need that
-argument made again for the reordered lists: not done. Nor, under ZeRO 2-3, a backward's gradient
-sent before the micro-step's reductions are waited for: the compute's event follows its whole action,
-zero_end_micro_step's wait included.
+argument made again for the reordered lists: not done. Under ZeRO 2-3 a backward's gradient
+leaves while its micro-step's last reductions still run: zero.h waits for them before the next
+backward (zero_begin_micro_step), not at this one's end.
 
 Which buffers an action touches (link_buffers): a forward and W (it reads the saved activations)
 the activation set's input and output; a backward and B those and the stage's one gradient

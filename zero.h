@@ -440,15 +440,20 @@ inline void zero_begin_step(Zero* z) {
     if (z->stage >= 1) device_zero(z->step_grad.data, z->shard_elements * G);
 }
 
-// the backward about to run is the step's last micro-step's (or not): stages 0-1 reduce in it
-inline void zero_begin_micro_step(Zero* z, bool last) { z->last_micro_step = last; }
+// before a micro-step's backward (or either half of ZB-H1's): whether it is the step's last (stages
+// 0-1 reduce in it). Stages 2-3 under overlap: the reductions the backward before started all done,
+// since this one writes the embedding's and the head's gradient slots again. Waited here, not at
+// that backward's end, so that the last units' reductions run beside the next forward, and a
+// pipeline stage's gradient leaves without waiting for them
+inline void zero_begin_micro_step(Zero* z, bool last) {
+    z->last_micro_step = last;
+    if (z->stage >= 2) overlap_finish(&z->overlap);
+}
 
 // after a micro-step's backward (or either half of ZB-H1's). -ga fp32 under stages 0-1: move the
-// micro-step's floatX gradients into the fp32 sum. Stages 2-3 under overlap: every reduction done, since
-// the next backward writes the embedding's and the head's slots again
+// micro-step's floatX gradients into the fp32 sum
 inline void zero_end_micro_step(Zero* z) {
     if (z->stage <= 1 && z->grads_fp32) gradient_accumulate((float*)z->step_sum_full.data, z->grads, z->full_elements);
-    if (z->stage >= 2) overlap_finish(&z->overlap);
 }
 
 // after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters each unit into this
