@@ -49,29 +49,26 @@ The life of layer l in one micro-step under stage 3 (g: the gathered slot below)
     step      AdamW on the shard (parameters, master, m, v, step_grad: the same index)
 The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units (both ends of the network
 use them, the tied wte twice), gathered once a step, right after AdamW updates them
-(zero_gather_after_update), and kept: their parameters change nowhere else; SLOT_LAYER holds one layer at a
-time, sized for the largest. Stage 2 uses unit_grads only.
+(zero_gather_after_update), and kept; SLOT_LAYER holds one layer at a time, sized for the
+largest. Stage 2 uses unit_grads only.
 
 Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
 is done and runs while the backward goes on: under stages 0-1 in the last micro-step (each unit
-once; zero_reduce_step then only waits), under stage 2 every micro-step, the layers then taking
-turns in two gradient slots (SLOT_LAYER and SLOT_LAYER_2, one more layer of X bytes). Stage 3
-reduces as stage 2, and gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while layer
-l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot (gathered
-SLOT_LAYER_2, one more layer of X bytes), so a layer's gather hides behind its neighbour's compute.
-Each pass's first layer is posted ahead too (zero_prefetch_unit: layer 0 beside the embeddings'
-forward, the last layer, gathered again, beside the head's backward), and the ends after AdamW: the
-embeddings' slices are updated first, in a launch of their own, and their gather runs beside the
-other units' update (then the final LayerNorm's). So at pp 1 what is exposed is the part of the
-embeddings' gather that outlasts the rest of AdamW, once a step (comm_time.h's ledger gives it).
-Stages 1-2 gather the updated parameters the same way (zero_gather_after_update), in place: the
-embeddings' beside the other units' update, the others posted after AdamW, and each waited for just
-before its unit's next forward (Megatron-LM's overlapped parameter gather), so a layer's gather hides
-behind the forward of the layers before it:
+once; zero_reduce_step then only waits), under stages 2-3 every micro-step, the layers taking turns
+in two gradient slots (SLOT_LAYER, SLOT_LAYER_2: one more layer of X bytes; stage 3's gathered
+layers likewise). Stage 3 gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while
+layer l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot, so
+a layer's gather hides behind its neighbour's compute; each pass's first layer is posted beside the
+embeddings' forward or the head's backward (zero_prefetch_unit). After AdamW stages 1-2 gather the
+updated parameters, stage 3 its two ends (zero_gather_after_update): the embeddings' slices are
+updated first, in a launch of their own, and gathered beside the other units' update; the rest
+follow, each waited for just before its unit's next forward (Megatron-LM's overlapped parameter
+gather). Stages 1-2:
     default stream | AdamW E | AdamW rest | wait | fwd E | fwd L0 | fwd L1 | ... | head
     comm stream              | gather E   | gather L0 | gather L1 | ... | gather N |
-Under a pipeline a stage's first layer waits for its input's receive (pipeline_links.h) before its
-gather can start, so there the first layer's gather stays exposed.
+So at pp 1 what is exposed is the part of the embeddings' gather that outlasts the rest of AdamW
+(comm_time.h's ledger gives it). Under a pipeline a stage's first layer waits for its input's
+receive (pipeline_links.h) before its gather can start, so there it stays exposed.
 With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
@@ -337,8 +334,7 @@ inline floatX* zero_unit_grads(const Zero* z, int u) {
     return z->stage >= 2 ? z->unit_grads[unit_slot(z, u)] : z->grads + z->units[u].offset;
 }
 
-// the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its slot; stages 1-2, whose
-// gathers write the full parameters in place, one for each unit
+// the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its slot; stages 1-2 one a unit
 inline int gather_buffer(const Zero* z, int u) { return z->stage == 3 ? unit_slot(z, u) : u; }
 // unit u's all-gather, for overlap.h to post: stage 3 from the shards into its slot; stages 1-2 in place,
 // each rank's updated 1/dp of the full parameters to every rank
@@ -441,10 +437,9 @@ inline void zero_begin_step(Zero* z) {
 }
 
 // before a micro-step's backward (or either half of ZB-H1's): whether it is the step's last (stages
-// 0-1 reduce in it). Stages 2-3 under overlap: the reductions the backward before started all done,
-// since this one writes the embedding's and the head's gradient slots again. Waited here, not at
-// that backward's end, so that the last units' reductions run beside the next forward, and a
-// pipeline stage's gradient leaves without waiting for them
+// 0-1 reduce in it). Stages 2-3 under overlap: the backward before's reductions done, as this one
+// writes the embedding's and head's slots again (not waited at its end: the last units' reductions
+// run beside the next forward, and a pipeline stage's gradient leaves without waiting for them)
 inline void zero_begin_micro_step(Zero* z, bool last) {
     z->last_micro_step = last;
     if (z->stage >= 2) overlap_finish(&z->overlap);
@@ -536,11 +531,10 @@ inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z) {
     return table;
 }
 
-// AdamW on this rank's shard of every unit: one launch over the table zero_init made. Where the updated
-// parameters are gathered under overlap (stage 3's ends, stages 1-2's units), two: the embeddings'
-// slices first, so that their gather for the next step (zero_gather_after_update, on the comm stream)
-// runs beside the other units' update; stage 3's final LayerNorm's after it (stages 1-2's other units:
-// zero_gather_updated)
+// AdamW on this rank's shard of every unit: one launch over the table zero_init made; two where the
+// updated parameters are gathered under overlap (stage 3's ends, stages 1-2's units): the embeddings'
+// slices first, so that their gather (zero_gather_after_update) runs beside the other units' update;
+// then stage 3's final LayerNorm's (stages 1-2's other units: zero_gather_updated)
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
     overlap_wait_every_ahead(&z->overlap);  // the step before's gathers (each waited where its unit ran)
     AdamWConfig c;

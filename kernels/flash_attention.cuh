@@ -26,8 +26,6 @@ One tile of the forward, for query r of the block (flash_attend_to_tile), keys c
 and after the last tile out_r = o / l, lse_r = m + log l (what the backward and ring attention use).
 Causal blocks: key tiles wholly above a query tile's diagonal are never loaded; in the diagonal
 tile each query masks the keys after it. Rows past Tq or Tk are loaded as zeros and never stored.
-The query tiles of a causal block run last-first (the last see the most keys: started first, they
-do not finish alone at the end).
 
 Registers (ptxas, sm_90): these kernels hold a row in registers (249 for the forward at head size
 64, spilling at 128: the fp32 build is for checking, not speed); the tensor-core kernels' counts,

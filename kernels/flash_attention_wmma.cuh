@@ -18,7 +18,8 @@ is TF32: a 10-bit mantissa misses the fp32 tolerances), at head sizes 16, 32, 64
                 whose own rows (k and v, or q and dout) stay in fragments and whose sums stay in
                 accumulator fragments across every tile
 Tiles come in 16 bytes a thread, rows padded by 16 bytes so that a fragment's 16 rows start in
-different shared-memory banks.
+different shared-memory banks. The query tiles of a causal block run last-first (the last see the
+most keys: started first, they do not finish alone at the end; the CUDA-core kernels run in order).
 
 Registers and shared memory (ptxas, sm_90, bf16, head size 64): 160 (forward), 168 (dk dv), 128
 (dq, 4 bytes spilled) registers a thread and 44, 37, 33 KB of shared memory (at head size 128 the
