@@ -255,7 +255,9 @@ inline std::vector<PipelineAction> gpipe_schedule(int s, int p, int m) {
     return a;
 }
 
-// 1F1B (PipeDream-flush, as Megatron-LM runs it): warmup, steady, cooldown
+// 1F1B (PipeDream-flush, as Megatron-LM runs it): warmup, steady, cooldown. Every stage's list is
+// written alike; add_action leaves out what faces no stage (stage 0's activation receives and
+// gradient sends, stage p-1's activation sends and gradient receives)
 inline std::vector<PipelineAction> one_f_one_b_schedule(int s, int p, int m) {
     std::vector<PipelineAction> a;
     int warmup = p - s - 1 < m ? p - s - 1 : m, steady = m - warmup;

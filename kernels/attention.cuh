@@ -478,7 +478,8 @@ struct AttentionScratch { float *out, *dq, *dkv, *D; };
 // out (B,T,C) and lse (B,T,NH) from qkv (B,T,3C): one causal block, then the output in floatX.
 // The GPU build's tensor-core kernels write it in floatX themselves: flash, -fa, picks them (1 the
 // WMMA kernels, flash_wmma_head; 2 the mma.sync ones, where flash_kernels_refusal let train_gpt take them);
-// the others (the CPU build, the fp32 build's CUDA-core kernels) fill the fp32 scratch and a pass rounds it
+// the others (the CPU build, the CUDA-core kernels: the fp32 build's, and any build's at head sizes other
+// than 16, 32, 64, 128) fill the fp32 scratch and a pass rounds it
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, const AttentionScratch& s, int B, int T,
                               int C, int NH, int flash) {
     AttentionBlock a = attention_whole_sequences(B, T, C, NH);
