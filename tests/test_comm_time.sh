@@ -99,8 +99,7 @@ for nodes, p in ((1, 8), (2, 16)):
                 # the second's forward: ZeRO-3's first layer's gather queues behind it, ZeRO-2's forward
                 # (each layer about 4 ms) hides it; after the last it is exposed
                 tail = max(0.0, reduce(Lu) - rows2("encoder_backward")) + reduce(E)
-                first_layer2 = gather(H) + gather(Lu) if z == 3 else gather(Lu)
-                first = ends_exposed(plan2) + max(0.0, first_layer2 - rows2("encoder_forward"))
+                first = ends_exposed(plan2) + max(0.0, first_layer - rows2("encoder_forward"))
                 second = max(0.0, tail + gather(Lu) - rows2("encoder_forward")) if z == 3 else 0.0
                 gathers2 = gather(E) + gather(H) + (4 if z == 3 else 1) * L * gather(Lu)
                 want2 = (gathers2 + 2 * (reduce(E) + L * reduce(Lu) + reduce(H)) + after,
