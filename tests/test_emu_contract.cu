@@ -548,6 +548,36 @@ static ncclComm_t nccl_world(int* rank) {
     if (ncclCommInitRank(&comm, 2, id, *rank) != ncclSuccess) { fprintf(stderr, "ncclCommInitRank failed\n"); exit(1); }
     return comm;
 }
+// A gradient's life under overlap (zero.h: zero_reduce_unit): the default stream writes g (1), the side
+// stream all-reduces it into `sum` (2 over two ranks) and clears it, then the default stream adds the
+// next micro-step's part (3) into g. With the default stream waiting for the clear g ends 3 in every
+// order; without the wait, `slow` keeps the collective in flight while the add lands, after its read
+// and before the clear, so the part is lost: g ends 0 (the case nccl-cleared-slow)
+static bool reduce_then_clear(ncclComm_t comm, bool add_waits_for_clear) {
+    cudaStream_t side;
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    cudaEvent_t written, cleared;
+    cudaEventCreate(&written); cudaEventCreate(&cleared);
+    float *g, *sum, *part, h[8];
+    cudaMalloc(&g, 4 * sizeof(float)); cudaMalloc(&sum, 4 * sizeof(float)); cudaMalloc(&part, 4 * sizeof(float));
+    fill<<<1, 4>>>(part, 3.0f, 4);
+    fill<<<1, 4>>>(g, 1.0f, 4);
+    cudaEventRecord(written, 0);
+    cudaStreamWaitEvent(side, written, 0);
+    ncclAllReduce(g, sum, 4, ncclFloat, ncclSum, comm, side);
+    cudaMemsetAsync(g, 0, 4 * sizeof(float), side);
+    cudaEventRecord(cleared, side);
+    if (add_waits_for_clear) cudaStreamWaitEvent(0, cleared, 0);
+    accumulate<<<1, 4>>>(g, part, 4);
+    cudaDeviceSynchronize();
+    cudaMemcpy(h, g, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaMemcpy(h + 4, sum, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(g); cudaFree(sum); cudaFree(part);
+    cudaEventDestroy(written); cudaEventDestroy(cleared);
+    cudaStreamDestroy(side);
+    return h[0] == 3.0f && h[3] == 3.0f && h[4] == 2.0f && h[7] == 2.0f;
+}
+
 static void nccl() {
     int rank;
     ncclComm_t comm = nccl_world(&rank);
@@ -595,6 +625,7 @@ static void nccl() {
     expect(h[0] == 30.0f && h[7] == 30.0f, "ncclAllReduce on a non-blocking stream between two events: 10 (1 + 2)");
     cudaEventDestroy(written); cudaEventDestroy(reduced);
     cudaStreamDestroy(side);
+    expect(reduce_then_clear(comm, true), "a buffer all-reduced and cleared on a side stream, added into after the clear");
     ncclCommDestroy(comm);
 }
 // one NCCL bug per case: each must end the run with a line naming it
@@ -622,6 +653,9 @@ static void nccl_bug(const char* c) {
         ncclSend(d, 8, ncclFloat, peer, comm, 0);
         ncclRecv(e, 8, ncclFloat, peer, comm, 0);
         cudaDeviceSynchronize();
+    } else if (!strcmp(c, "nccl-cleared-slow")) {
+        expect(reduce_then_clear(comm, false), "a buffer added into while its all-reduce and clear may be in flight");
+        printf(failures ? "%d checks FAILED\n" : "every check passed\n", failures);
     } else { fprintf(stderr, "unknown case %s\n", c); exit(2); }
     cudaDeviceSynchronize();
     ncclCommDestroy(comm);

@@ -78,7 +78,7 @@ nccl-deadlock|deadlock: rank [01]'s ncclSend to rank [01] never completes: rank 
 CASES
 # streams: the passes between streams hold in every order; each missing event shows in its adversarial
 # order (and hides in the host's order, which is why the tests run the others)
-for order in issue early late seed:1 seed:2 seed:3; do
+for order in issue early late slow seed:1 seed:2 seed:3; do
     if CUDA_EMU_STREAMS=$order $E/test_emu_contract streams > $D/streams-$order.txt 2>&1 &&
        CUDA_EMU_STREAMS=$order timeout 120 mpirun -np 2 $E/test_emu_contract nccl > $D/nccl-$order.txt 2>&1
     then echo "ok   streams, CUDA_EMU_STREAMS=$order: tensors passed between streams by events, NCCL on a stream of its own"
@@ -86,11 +86,12 @@ for order in issue early late seed:1 seed:2 seed:3; do
 done
 must_end stream-reader-early "checks FAILED" env CUDA_EMU_STREAMS=early $E/test_emu_contract stream-reader-early
 must_end stream-writer-late "checks FAILED" env CUDA_EMU_STREAMS=late $E/test_emu_contract stream-writer-late
+must_end nccl-cleared-slow "checks FAILED" env CUDA_EMU_STREAMS=slow timeout 120 mpirun -np 2 $E/test_emu_contract nccl-cleared-slow
 for bug in stream-reader-early stream-writer-late; do
     if $E/test_emu_contract $bug > $D/$bug-issue.txt 2>&1; then echo "ok   $bug passes in the host's order: only the adversarial order shows it"
     else echo "FAIL $bug fails in the host's order too: the case does not test what it says"; fails=1; fi
 done
-must_end streams-order "CUDA_EMU_STREAMS=sideways: expected issue, early, late or seed:N" env CUDA_EMU_STREAMS=sideways $E/test_emu_contract streams
+must_end streams-order "CUDA_EMU_STREAMS=sideways: expected issue, early, late, slow or seed:N" env CUDA_EMU_STREAMS=sideways $E/test_emu_contract streams
 must_end nccl-two-streams "ncclAllReduce starts while another operation of its communicator is still running" mpirun -np 2 $E/test_emu_contract nccl-two-streams
 must_end nccl-one-gpu "Duplicate GPU detected" env CUDA_EMU_DEVICES=1 mpirun -np 2 $E/test_emu_contract nccl
 must_end race "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 $E/tsan/test_emu_contract race

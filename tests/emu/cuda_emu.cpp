@@ -130,10 +130,14 @@ int current_device_bus_id() { return 0x10 + physical_device(); }
 //     early    any stream but the default one, as early as its waits allow
 //     late     the default stream whenever it can run: the others as late as their waits allow, and
 //              started work (NCCL's) completed only when nothing else can run
+//     slow     a slow wire: the other streams as early as their waits allow, as in early, but started
+//              work completed only when nothing else can run, as in late: each collective in flight
+//              for as long as it may be
 //     seed:N   one drawn at random (seed N) at each piece of work
 // Two streams that share a tensor without an event between them then show it in the bytes: early
 // runs a reader before the writer it should have waited for, late lets a buffer be rewritten
-// before the other stream read it. NCCL's operations (nccl_emu.cpp) are started, then polled: a
+// before the other stream read it, slow lets the default stream write a buffer between a
+// collective's read of it and the comm stream's next work on it (a clear after a reduce-scatter). NCCL's operations (nccl_emu.cpp) are started, then polled: a
 // stream waiting on another rank holds back only itself, as a GPU's NCCL kernel does.
 static bool stalled = false;
 void stall_default_stream() { stalled = true; }
@@ -163,7 +167,7 @@ static std::vector<CUstream_st*>& live_streams() { static std::vector<CUstream_s
 static unsigned long long issued_work = 0;
 static CUstream_st* stream_of(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy ? &legacy_stream : s; }
 
-enum Order { ISSUE, EARLY, LATE, SEEDED };
+enum Order { ISSUE, EARLY, LATE, SLOW, SEEDED };
 struct Schedule { Order order; uint64_t state; };
 static Schedule& schedule() {
     static Schedule s = [] {
@@ -172,8 +176,9 @@ static Schedule& schedule() {
         if (!v || !*v || !strcmp(v, "issue")) return s;
         if (!strcmp(v, "early")) s.order = EARLY;
         else if (!strcmp(v, "late")) s.order = LATE;
+        else if (!strcmp(v, "slow")) s.order = SLOW;
         else if (!strncmp(v, "seed:", 5) && v[5]) s = {SEEDED, strtoull(v + 5, nullptr, 10) * 0x9E3779B97F4A7C15ull + 1};
-        else die("CUDA_EMU_STREAMS=%s: expected issue, early, late or seed:N", v);
+        else die("CUDA_EMU_STREAMS=%s: expected issue, early, late, slow or seed:N", v);
         return s;
     }();
     return s;
@@ -222,7 +227,7 @@ static CUstream_st* pick() {
     };
     Schedule& order = schedule();
     CUstream_st* s = nullptr;
-    if (order.order == EARLY) s = first_issued(false, true);
+    if (order.order == EARLY || order.order == SLOW) s = first_issued(false, true);
     if (order.order == LATE) s = first_issued(true, false);
     if (order.order == SEEDED) {  // xorshift64
         order.state ^= order.state << 13, order.state ^= order.state >> 7, order.state ^= order.state << 17;
@@ -260,15 +265,15 @@ static bool complete_started() {
         }
     return any;
 }
-// whether started work (NCCL's) is polled before more work starts: late completes it only when
-// nothing else can run, so its output lands as late as it may; seed:N draws
+// whether started work (NCCL's) is polled before more work starts: late and slow complete it only
+// when nothing else can run, so its output lands as late as it may; seed:N draws
 static bool poll_eagerly() {
     Schedule& order = schedule();
     if (order.order == SEEDED) {
         order.state ^= order.state << 13, order.state ^= order.state >> 7, order.state ^= order.state << 17;
         return order.state & 1;
     }
-    return order.order != LATE;
+    return order.order != LATE && order.order != SLOW;
 }
 // runs queued work until finished() holds (wait) or nothing more can run without waiting (!wait)
 template <typename Finished> static bool run_work(Finished finished, bool wait) {

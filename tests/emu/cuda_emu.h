@@ -34,7 +34,7 @@ It is a test tool, never part of the real GPU build (Makefile: make emu).
                GPU runs behind its host; the streams' queues interleave within CUDA's
                promises (stream order, cudaStreamWaitEvent, the legacy default stream's
                implicit waits) in the order CUDA_EMU_STREAMS picks: issue (default),
-               early or late (the adversarial orders: a missing event shows in the
+               early, late or slow (the adversarial orders: a missing event shows in the
                bytes), seed:N. NCCL's operations are started, then polled, so a stream
                waiting on a peer rank holds back only itself (cuda_emu.cpp: streams)
 
