@@ -31,11 +31,13 @@ through comm.h's collectives by every technique.
 // defines: ProcessGrid, Comm, Collectives, comm_start, comm_ranks_on_node, comm_ranks_on_node_with, comm_init,
 //          comm_finalize, comm_shutdown, comm_fail_all, comm_fail_if_any, comm_use_nccl, CommKind, comm_abort_job,
 //          comm_group_init, comm_kind_names, comm_nccl_async_error, comm_set_trace, comm_single_process,
-//          comm_span_name, comm_groups, floatX_sum_op, make_grid, comm_abort_nccl, comm_set_step_time
+//          comm_span_name, comm_groups, floatX_sum_op, make_grid, comm_abort_nccl, comm_set_step_time,
+//          nccl_pin_sum_order
 #include <mpi.h>     // defines: MPI_Init, MPI_Comm_split, MPI_Comm_rank, ...
 #include <vector>    // defines: std::vector
 #include <string>    // defines: std::string
 #include <string.h>  // defines: strcmp
+#include <stdlib.h>  // defines: setenv, getenv
 #include "base.h"    // defines: fail, fail_hook, print_error_line, pinned_host_free
 #include "watchdog.h"  // defines: watchdog
 #include "trace.h"   // defines: Trace
@@ -166,11 +168,30 @@ inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl, const char* na
 #endif
 }
 
+// NCCL's sums in one order on every machine, so that resume is bit-exact there too (bf16 sums
+// round at every add, so another order gives other bits): NCCL picks an algorithm and a protocol per
+// call, from the topology and the message's size, and NVLink SHARP (NVLS, on NVSwitch machines)
+// sums in the switch in an order that may differ between two calls (NVIDIA/nccl issue 1497). Pinned
+// before the first NCCL call (NCCL reads them once): Ring, Simple, no NVLS; a variable the user set
+// wins (the log says which were used). The cost: NVLS's faster all-reduce on NVSwitch machines, and
+// LL/LL128's lower latency on small messages (the loss, the norm)
+inline void nccl_pin_sum_order(int rank) {
+    setenv("NCCL_ALGO", "Ring", 0);
+    setenv("NCCL_PROTO", "Simple", 0);
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    if (rank == 0)
+        printf("NCCL: NCCL_ALGO=%s NCCL_PROTO=%s NCCL_NVLS_ENABLE=%s (process_grid.h: nccl_pin_sum_order)\n",
+               getenv("NCCL_ALGO"), getenv("NCCL_PROTO"), getenv("NCCL_NVLS_ENABLE"));
+}
+
 // -comm: "nccl", "mpi" or "default" (NCCL on the GPU build, MPI on the CPU build)
 inline bool comm_use_nccl(const char* choice) {
     if (strcmp(choice, "default") != 0 && strcmp(choice, "nccl") != 0 && strcmp(choice, "mpi") != 0)
         comm_fail_all("-comm expects nccl or mpi, got '%s'", choice);
 #ifdef __CUDACC__
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (strcmp(choice, "mpi") != 0) nccl_pin_sum_order(rank);
     return strcmp(choice, "mpi") != 0;
 #else
     if (strcmp(choice, "nccl") == 0) comm_fail_all("NCCL is the GPU build's backend; the CPU build uses -comm mpi");

@@ -32,7 +32,8 @@ tests/emu/nccl_emu.cpp: NCCL over MPI for the emulated CUDA build, with NCCL's s
 Buffers are device memory (cuda_emu.cpp checks and translates them, and checks every allocation's
 canaries after each call completes).
 CUDA_EMU_NCCL_REPORT=1: each communicator says, when destroyed, what it carried (a communicator
-that carried nothing should not have been made).
+that carried nothing should not have been made), and the settings of its sums' order as they were
+when it was made (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE: NCCL reads them at its first call).
 CUDA_EMU_NCCL_FAIL_AFTER=N: after N collectives a communicator's link fails: later work
 never completes and ncclCommGetAsyncError reports ncclRemoteError (for the trainer's polling).
 */
@@ -57,6 +58,7 @@ struct ncclComm {
     unsigned long long queued;        // its operations issued and not complete
     unsigned long long calls;         // collectives so far: the order every rank must agree on
     unsigned long long transfers;     // sends and receives so far
+    std::string settings;             // NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE as NCCL would read them at init
     long long fail_after;             // CUDA_EMU_NCCL_FAIL_AFTER, -1: never
     ncclResult_t async_error;
 };
@@ -145,6 +147,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
     comm->device_bus_id = me.bus_id;
     comm->fail_after = getenv("CUDA_EMU_NCCL_FAIL_AFTER") ? atoll(getenv("CUDA_EMU_NCCL_FAIL_AFTER")) : -1;
     comm->async_error = ncclSuccess;
+    for (const char* v : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE"})
+        comm->settings += std::string(" ") + v + "=" + (getenv(v) ? getenv(v) : "(unset)");
     live_communicators_count(+1);
     *out = comm;
     return ncclSuccess;
@@ -153,8 +157,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
     if (comm->queued > 0) cudaDeviceSynchronize();  // its queued work runs first, as NCCL's does
     if (getenv("CUDA_EMU_NCCL_REPORT"))
-        fprintf(stderr, "NCCL emulation: communicator of %d ranks, rank %d: %llu collectives, %llu sends and receives\n",
-                comm->size, comm->rank, comm->calls, comm->transfers);
+        fprintf(stderr, "NCCL emulation: communicator of %d ranks, rank %d: %llu collectives, %llu sends and receives;%s\n",
+                comm->size, comm->rank, comm->calls, comm->transfers, comm->settings.c_str());
     MPI_Comm_free(&comm->mpi);
     delete comm;
     if (live_communicators_count(-1) == 0) free_mpi_objects();
