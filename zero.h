@@ -304,25 +304,6 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
     }
 }
 
-// loads the model: `values` holds every unit unpadded, in unit order, fp32
-inline void zero_gather_after_update(Zero* z, int u);  // below: stage 3's ends, gathered once the shards are set
-inline void zero_set_params(Zero* z, const float* values) {
-    overlap_wait_every_ahead(&z->overlap);  // none reads the shards now
-    for (int u = 0; u < z->num_units; u++) {
-        const Unit& unit = z->units[u];
-        size_t S = unit_shard(z, u), begin = z->shard_rank * S;
-        std::vector<floatX> full(unit.padded, from_float(0.0f));
-        for (size_t i = 0; i < unit.size; i++) full[i] = from_float(values[unit.origin + i]);
-        if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
-        else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
-    }
-    if (z->stage == 3) zero_gather_after_update(z, 0), zero_gather_after_update(z, z->num_units - 1);
-    if (!z->master) return;
-    std::vector<float> master(z->shard_elements);
-    zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values, master.data());
-    host_to_device(z->master, master.data(), master.size() * sizeof(float));
-}
-
 // ---------------------------------------------------------------- what forward and backward call
 
 // where unit u's full parameters are now (stage 3: valid after zero_gather_unit)
@@ -559,6 +540,25 @@ inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float gra
 inline void zero_gather_updated(Zero* z) {
     if (z->stage != 1 && z->stage != 2) return;
     for (int u = z->overlap.on ? 1 : 0; u < z->num_units; u++) zero_gather_after_update(z, u);
+}
+
+// loads the model: `values` holds every unit unpadded, in unit order, fp32
+inline void zero_set_params(Zero* z, const float* values) {
+    overlap_wait_every_ahead(&z->overlap);  // none reads the shards now
+    for (int u = 0; u < z->num_units; u++) {
+        const Unit& unit = z->units[u];
+        size_t S = unit_shard(z, u), begin = z->shard_rank * S;
+        std::vector<floatX> full(unit.padded, from_float(0.0f));
+        for (size_t i = 0; i < unit.size; i++) full[i] = from_float(values[unit.origin + i]);
+        if (z->stage == 3) host_to_device(z->params + unit.shard_offset, full.data() + begin, S * sizeof(floatX));
+        else host_to_device(z->params + unit.offset, full.data(), unit.padded * sizeof(floatX));
+    }
+    for (int u : {0, z->num_units - 1})  // stage 3's ends, gathered now, not posted: none in flight if resume fails
+        if (z->stage == 3 && z->units[u].padded > 0) zero_all_gather_unit(z, u)(nullptr);
+    if (!z->master) return;
+    std::vector<float> master(z->shard_elements);
+    zero_units_to_shard(z->units, z->num_units, z->shards, z->shard_rank, values, master.data());
+    host_to_device(z->master, master.data(), master.size() * sizeof(float));
 }
 
 // every unit's parameters, unpadded, to host fp32 (a collective under stage 3)
