@@ -264,7 +264,7 @@ inline void print_stage_balance(const GPT2* model, int B, int T, int grad_accum)
 inline LedgerModel ledger_model(const GPT2* model, const TrainConfig& tc, int grad_accum) {
     const GPT2Config& c = model->config;
     return LedgerModel{(size_t)c.num_layers, (size_t)c.channels, (size_t)c.num_heads, (size_t)c.padded_vocab_size,
-                       (size_t)c.vocab_size, (size_t)model->B, (size_t)model->T, grad_accum, model->recompute,
+                       (size_t)c.vocab_size, (size_t)model->B, (size_t)model->T_local, grad_accum, model->recompute,
                        !FLOATX_IS_FP32 && tc.master_weights,
                        strcmp(tc.grad_accum_type, "fp32") == 0, parameter_count(model->shapes), tc.gelu_fusion,
                        tc.flash};
@@ -295,18 +295,19 @@ inline std::string plan_comm_time(GPT2* model, const TrainConfig& tc, const Ledg
 }
 
 inline void print_plans(GPT2* model, const TrainConfig& tc, int grad_accum) {
-    // T: the tokens of a sequence a rank holds (-cp)
-    Accounting plan = gpt2_plan(model, model->B, model->T, grad_accum);
+    // T_local: the tokens of a sequence a rank holds (T/cp; the ledger below is for cp 1, check_ledger_flags)
+    Accounting plan = gpt2_plan(model, model->B, model->T_local, grad_accum);
     for (int r = 0; r < model->comm->grid.world; r++) {
-        if (r == model->comm->grid.rank) print_plan(model, plan, model->B, model->T);
+        if (r == model->comm->grid.rank) print_plan(model, plan, model->B, model->T_local);
         comm_barrier(&model->comm->world);
     }
-    if (model->layout.pp > 1 && model->comm->grid.rank == 0) print_stage_balance(model, model->B, model->T, grad_accum);
+    if (model->layout.pp > 1 && model->comm->grid.rank == 0)
+        print_stage_balance(model, model->B, model->T_local, grad_accum);
     if (!tc.gpu || model->comm->grid.rank != 0) return;
     LedgerModel m = ledger_model(model, tc, grad_accum);
     std::string comm = plan_comm_time(model, tc, m);
     const GPT2Config& c = model->config;
-    double flops_per_token = model_flops_per_token(whole_parameter_count(c), c.num_layers, c.channels, model->T);
+    double flops_per_token = model_flops_per_token(whole_parameter_count(c), c.num_layers, c.channels, model->T_local);
     print_ledger(m, *gpu_spec(tc.gpu), flops_per_token, comm);
 }
 

@@ -29,7 +29,8 @@ the c(2c-1) + 2c the mask leaves. For c = 4:
 Rank r holds tokens [r T/2c, (r+1) T/2c) and [(2c-1-r) T/2c, (2c-r) T/2c) of each sequence: the
 early chunk of every sequence of the micro-batch, then the late chunk of every sequence
 (cp_batch_index), so each half is a (B, T/2c) batch of consecutive positions: the embedding adds
-wpe's rows from the chunk's first position on, and an attention block is a half's rows.
+wpe's rows from the chunk's first position on, and an AttentionRange (kernels/attention.cuh) is
+one half's queries against one half's keys.
 
 Only k and v travel, as [k | v] rows of 2C (attention_pack_kv): a rank's queries never leave it.
 The backward recomputes the scores block by block from the forward's log-sum-exp (flash
@@ -57,10 +58,10 @@ the gradients' sum).
 */
 #pragma once
 // defines: cp_chunk, cp_batch_index, cp_locate, RingBuffers, ring_buffer_list, ring_attention_forward,
-//          ring_attention_backward, cp_ring_bytes_per_layer, cp_for_each_block
+//          ring_attention_backward, cp_ring_bytes_per_layer, cp_for_each_range
 #include <vector>                 // defines: std::vector
 #include "comm.h"                 // defines: Comm, comm_send_recv, BufferSpec (base.h)
-#include "kernels/attention.cuh"  // defines: AttentionBlock, AttentionScratch, attention_block_forward, ...
+#include "kernels/attention.cuh"  // defines: AttentionRange, AttentionScratch, attention_range_forward, ...
 
 // the chunk of the sequence (of 2c) that half `half` (0: early, 1: late) of rank r's tokens is
 inline int cp_chunk(int c, int r, int half) { return half == 0 ? r : 2 * c - 1 - r; }
@@ -81,29 +82,29 @@ inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
 
 // the scratch of a ring beyond one rank's attention (kernels/attention.cuh: AttentionScratch, whose
 // fp32 output, dq, D and dk dv sums it uses as well): two [k | v] blocks in flight and a second dk dv sum
-struct RingBuffers { floatX* block[2]; float* dkv; };
+struct RingBuffers { floatX* kv[2]; float* dkv; };
 // the ring's buffers, declared for the model's buffer list (gpt2.h): two [k | v] blocks of BT
 // tokens (the one in use, the one arriving) and the fp32 gradient travelling with them; none
 // without a ring (cp = 1)
 inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_t BT, size_t C_rank) {
     if (cp <= 1) return {};  // no ring: the pointers stay null (the model is value-initialised)
-    return {{(void**)&ring->block[0], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
-            {(void**)&ring->block[1], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+    return {{(void**)&ring->kv[0], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
+            {(void**)&ring->kv[1], BT * 2 * C_rank, sizeof(floatX), MEM_ACTIVATIONS_TRANSIENT},
             {(void**)&ring->dkv, BT * 2 * C_rank, sizeof(float), MEM_ACTIVATIONS_TRANSIENT}};
 }
 
-// visit(query half, block) each pair of this rank's query chunks (rows of its qkv) and the visiting
-// rank's key chunks (rows of the [k | v] block it sent) that the causal mask leaves: chunk i's
+// visit(query half, range) each pair of this rank's query chunks (rows of its qkv) and the visiting
+// rank's key chunks (of the [k | v] rows it sent) that the causal mask leaves: chunk i's
 // queries see chunk j's keys whole when j < i, causally when j == i
 template <typename Visit>
-inline void cp_for_each_block(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
+inline void cp_for_each_range(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
     int chunk_tokens = T_local / 2;
     for (int q_half = 0; q_half < 2; q_half++)
         for (int k_half = 0; k_half < 2; k_half++) {
             int i = cp_chunk(c, r, q_half), j = cp_chunk(c, visitor, k_half);
             if (j > i) continue;
             visit(q_half,
-                  AttentionBlock{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens, B,
+                  AttentionRange{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens, B,
                                  chunk_tokens, chunk_tokens, C, NH, 2 * C, j == i, false});
         }
 }
@@ -115,19 +116,19 @@ inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floa
                                    const RingBuffers& s, int B, int T_local, int C, int NH) {
     int c = cp->size, r = cp->rank;
     size_t rows = (size_t)B * T_local;
-    bool started[2] = {false, false};  // has a block been merged into this query half yet?
-    attention_pack_kv(s.block[0], qkv, rows, C);  // step 0: this rank's own keys and values
+    bool started[2] = {false, false};  // has a range been merged into this query half yet?
+    attention_pack_kv(s.kv[0], qkv, rows, C);  // step 0: this rank's own keys and values
     for (int step = 0; step < c; step++) {
-        const floatX* visiting = s.block[step % 2];
-        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionBlock block) {
-            block.first = !started[q_half];
-            attention_block_forward(block, qkv, visiting, a.out, lse);
+        const floatX* visiting = s.kv[step % 2];
+        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionRange range) {
+            range.first = !started[q_half];
+            attention_range_forward(range, qkv, visiting, a.out, lse);
             started[q_half] = true;
         });
         if (step == c - 1) break;
-        comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+        comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
     }
-    attention_block_output(out, a.out, rows * C);
+    attention_range_output(out, a.out, rows * C);
 }
 
 // its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
@@ -138,24 +139,24 @@ inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, 
     int c = cp->size, r = cp->rank;
     size_t rows = (size_t)B * T_local, dkv_elements = rows * 2 * C;
     float* dkv_buffers[2] = {a.dkv, s.dkv};
-    attention_block_row_dot(a.D, dout, out, (int)rows, C, NH);
+    attention_range_row_dot(a.D, dout, out, (int)rows, C, NH);
     device_zero(a.dq, rows * C * sizeof(float));
     device_zero(dkv_buffers[0], dkv_elements * sizeof(float));
-    attention_pack_kv(s.block[0], qkv, rows, C);
+    attention_pack_kv(s.kv[0], qkv, rows, C);
     float* dkv = dkv_buffers[0];  // the visiting block's dk, dv so far
     for (int step = 0; step < c; step++) {
-        const floatX* visiting = s.block[step % 2];
-        cp_for_each_block(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionBlock block) {
-            attention_block_backward(block, qkv, visiting, a.dq, dkv, dout, lse, a.D);
+        const floatX* visiting = s.kv[step % 2];
+        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionRange range) {
+            attention_range_backward(range, qkv, visiting, a.dq, dkv, dout, lse, a.D);
         });
         if (c == 1) break;
         if (step < c - 1)
-            comm_send_recv(cp, visiting, (r + 1) % c, s.block[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+            comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
         // the last: home
         comm_send_recv(cp, dkv, (r + 1) % c, dkv_buffers[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);
         dkv = dkv_buffers[(step + 1) % 2];
     }
-    attention_block_gradients(dqkv, a.dq, dkv, rows, C);
+    attention_range_gradients(dqkv, a.dq, dkv, rows, C);
 }
 
 // bytes one rank sends round its ring per layer for a micro-batch: forward and backward

@@ -256,7 +256,7 @@ struct GPT2 {
     int gelu_fusion;                // -ge: GELU in the fc GEMMs' epilogues (kernels/gelu_fusion.cuh)
     int flash;                      // -fa: flash attention's tensor-core kernels (kernels/attention.cuh)
     ScheduleKind schedule;          // -ps: the pipeline schedule, pipeline.h
-    int B, T;                       // activation buffers hold up to (B,T)
+    int B, T_local;                 // activation buffers hold up to (B, T_local): T_local = T/cp tokens a sequence
     std::vector<ActivationTensors> sets;  // one per micro-batch (or chunk-forward) in flight: activation_set
     StageBuffers holds;             // the sets, of them those with the head's tensors, the micro-batches
                                     // whose weight half waits (-ps zb), which set a chunk's micro-batch uses
@@ -368,8 +368,8 @@ inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
 inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
     if (slot < 0 || slot >= model->holds.weight_slots)
         fail("ZB-H1: slot %d of output gradients, but %d allocated", slot, model->holds.weight_slots);
-    size_t C = model->config.channels, BT = (size_t)model->B * model->T;
-    size_t BT_held = tokens_held(model, model->B * model->T);
+    size_t C = model->config.channels, BT = (size_t)model->B * model->T_local;
+    size_t BT_held = tokens_held(model, model->B * model->T_local);
     int tp = model->layout.tp;
     floatX* at = model->waiting_grads +
                  ((size_t)slot * gpt2_layers(model) + l) *
@@ -486,7 +486,7 @@ inline std::vector<BufferSpec> activation_buffer_list(GPT2* model, int B, int T_
 inline void gpt2_allocate_activations(GPT2* model, int B, int T_local, int recompute, const StageBuffers& holds,
                                       bool allocate) {
     if (recompute < 0 || recompute > 3) fail("-r must be 0, 1, 2 or 3 (got %d)", recompute);
-    model->B = B; model->T = T_local; model->recompute = recompute; model->holds = holds;
+    model->B = B; model->T_local = T_local; model->recompute = recompute; model->holds = holds;
     model->activation_buffers = activation_buffer_list(model, B, T_local);
     allocate_buffers(model->activation_buffers.data(), (int)model->activation_buffers.size(), model->memory, allocate);
     for (ActivationTensors& a : model->sets)  // the reused layer tensors are set 0's

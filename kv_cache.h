@@ -22,7 +22,7 @@ layer's [k | v] of each position so far, and a new token is one row through the 
                    products; with the cache: 1 row, t + 1 dot products (the weights read once either way)
     memory         L x T x 2C floatX (GPT-2 124M at T = 1024 in bf16: 37.7 MB), one row of scratch
 
-The one-query attention is kernels/attention.cuh's block: 1 query row against t + 1 key rows of
+The one-query attention is kernels/attention.cuh's AttentionRange: 1 query row against t + 1 key rows of
 stride 2C, not causal (every cached key is in its past), the kernels ring attention runs; the
 rest are the training forward's own launchers at N = 1. The cache holds T positions (the model's
 sequence length): past them the window slides, every position's key changes, and each new token
@@ -33,7 +33,7 @@ Applied in train_gpt.cu: gpt2_sample (the cache) and gpt2_decode (the row throug
 */
 #pragma once
 // defines: KVCache, kv_cache_allocate, kv_cache_free, kv_cache_embed, kv_cache_block, kv_cache_head
-#include "kernels/attention.cuh"  // defines: AttentionBlock, attention_block_forward, attention_pack_kv, ...
+#include "kernels/attention.cuh"  // defines: AttentionRange, attention_range_forward, attention_pack_kv, ...
 #include "kernels/encoder.cuh"    // defines: encoder_forward, VocabRange
 #include "kernels/gelu.cuh"       // defines: gelu_forward, residual_forward
 #include "kernels/layernorm.cuh"  // defines: layernorm_forward, residual_layernorm_forward
@@ -83,9 +83,9 @@ inline void kv_cache_block(KVCache* k, int l, const LayerParameters& w) {
     matmul_forward(k->qkv, k->ln, w.qkvw, w.qkvb, 1, C, 3 * C);
     attention_pack_kv(cache + (size_t)t * 2 * C, k->qkv, 1, C);
     // sequence 0's query 0 (the row qkv) against keys 0..t of the cache (rows of 2C), all of them in its past
-    AttentionBlock one = {1, 0, k->capacity, 0, 1, 1, t + 1, C, k->NH, 2 * C, false, true};
-    attention_block_forward(one, k->qkv, cache, k->att, k->lse);
-    attention_block_output(k->atty, k->att, C);
+    AttentionRange one = {1, 0, k->capacity, 0, 1, 1, t + 1, C, k->NH, 2 * C, false, true};
+    attention_range_forward(one, k->qkv, cache, k->att, k->lse);
+    attention_range_output(k->atty, k->att, C);
     matmul_forward(k->proj, k->atty, w.attprojw, w.attprojb, 1, C, C);
     residual_layernorm_forward(k->residual, k->ln, k->mean, k->rstd, k->x, k->proj, w.ln2w, w.ln2b, 1, C);
     matmul_forward(k->fch, k->ln, w.fcw, w.fcb, 1, C, 4 * C);

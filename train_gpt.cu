@@ -420,8 +420,8 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_
 // (over DP) and TP.
 inline void stage_forward(GPT2* model, const ActivationTensors& a, const MicroBatch& mb, int B, int T_local,
                           float dloss) {
-    if (B > model->B || T_local > model->T)
-        fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T_local, model->B, model->T);
+    if (B > model->B || T_local > model->T_local)
+        fail("forward with (B=%d,T=%d) exceeds the allocated (%d,%d)", B, T_local, model->B, model->T_local);
     bool embedding = chunk_has_embedding(model, a), head = chunk_has_head(model, a);
     if (embedding || head) zero_gather_unit(&model->zero, 0);  // ZeRO-3: the end units, gathered after AdamW
     zero_prefetch_unit(&model->zero, layer_unit(a.first_layer));  // beside the embeddings (-overlap 1)
@@ -684,7 +684,7 @@ inline bool kv_cache_applies(const GPT2* model) {
 // same Rng state and so draws the same tokens.
 inline void gpt2_sample(GPT2* model, int* out, int n, float temperature, Rng* rng) {
     const GPT2Config& c = model->config;
-    int T = model->T * model->layout.cp;  // a whole sequence (activations hold T/cp of it)
+    int T = model->T_local * model->layout.cp;  // a whole sequence (activations hold T/cp of it)
     std::vector<int> tokens(n + 1);
     std::vector<floatX> row(c.padded_vocab_size);
     std::vector<double> weights(c.vocab_size);

@@ -72,7 +72,7 @@ __global__ void attention_backward_kernel1(floatX* dqkv, const floatX* dout, con
 }
 
 // ---------------------------------------------------------------- version 3: a thread per row
-// (kernels/attention.cuh's attention_block_dq_row and attention_block_dkv_row, the trainer's host
+// (kernels/attention.cuh's attention_range_dq_row and attention_range_dkv_row, the trainer's host
 // twin, are this arithmetic for a block of keys, adding into fp32 sums; lse and D there are (B,T,NH).)
 
 // D[(b NH + h) T + t] = dout_t . out_t over head h's channels, summed in fp32

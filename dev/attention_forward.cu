@@ -109,7 +109,7 @@ __global__ void attention_forward_kernel1(floatX* out, floatX* att, const floatX
 // what was summed against the old m is scaled by exp(m - m') and the new key adds exp(s - m'):
 //     l' = l exp(m - m') + exp(s - m')      o' = o exp(m - m') + exp(s - m') v
 // At the end out = o / l and lse = m + log l. exp never sees a positive argument, so nothing
-// overflows, and the scores need not be kept. (kernels/attention.cuh's attention_block_forward_row,
+// overflows, and the scores need not be kept. (kernels/attention.cuh's attention_range_forward_row,
 // the trainer's host twin, is the same recurrence, written for a block of keys merged into earlier ones.)
 // A thread holds o in registers: ptxas -v (sm_90) counts 49 a thread at HS_MAX 16, 128 at 64 and
 // 172 at 128, and a block may use 64K registers, so blocks of at most 256 threads

@@ -1,6 +1,6 @@
 /*
-kernels/flash_attention.cuh: the GPU's attention of a block of queries against a block of keys
-(kernels/attention.cuh: AttentionBlock, the online softmax, the host twin these are checked against).
+kernels/flash_attention.cuh: the GPU's attention of a range of queries against a range of keys (AttentionRange)
+(kernels/attention.cuh: AttentionRange, the online softmax, the host twin these are checked against).
 Read this file first: its kernels run on CUDA cores, one thread a query (or key), in plain loops;
 the tensor-core kernels the bf16 and fp16 builds run take the same walk in fragments
 (kernels/flash_attention_wmma.cuh, included before the launchers at the end of this file).
@@ -24,14 +24,14 @@ One tile of the forward, for query r of the block (flash_attend_to_tile), keys c
     s_c = q_r . k_c / sqrt(hs)             (c after r masked in the diagonal tile)
     m' = max(m, max_c s_c);  o, l *= exp(m - m');  p_c = exp(s_c - m');  l += p_c;  o += p_c v_c
 and after the last tile out_r = o / l, lse_r = m + log l (what the backward and ring attention use).
-Causal blocks: key tiles wholly above a query tile's diagonal are never loaded; in the diagonal
+Causal ranges: key tiles wholly above a query tile's diagonal are never loaded; in the diagonal
 tile each query masks the keys after it. Rows past Tq or Tk are loaded as zeros and never stored.
 
 Registers (ptxas, sm_90): these kernels hold a row in registers (249 for the forward at head size
 64, spilling at 128: the fp32 build is for checking, not speed); the tensor-core kernels' counts,
 timings and history: kernels/flash_attention_wmma.cuh and docs/gpu.md.
-Applied in kernels/attention.cuh: attention_block_forward, attention_block_backward and the small
-kernels' attention_block_row_dot, attention_block_output, attention_block_gradients, attention_pack_kv
+Applied in kernels/attention.cuh: attention_range_forward, attention_range_backward and the small
+kernels' attention_range_row_dot, attention_range_output, attention_range_gradients, attention_pack_kv
 (their GPU build's branch).
 */
 #pragma once
@@ -104,18 +104,18 @@ __device__ inline void flash_attend_to_tile(float (&o)[HS_MAX], float& m, float&
 
 // grid (Tq / FLASH_QUERIES rounded up, B * NH), FLASH_QUERIES threads: thread r owns query q0 + r
 template <int HS_MAX>
-__global__ void flash_forward_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* out, float* lse) {
+__global__ void flash_forward_kernel(AttentionRange a, const floatX* q, const floatX* kv, float* out, float* lse) {
     // fp32 tiles: 48 KB at HS_MAX 128, the most a block may declare statically
     __shared__ float q_tile[HS_MAX][FLASH_QUERIES], k_tile[FLASH_KEYS][HS_MAX], v_tile[FLASH_KEYS][HS_MAX];
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, hs = a.C / a.NH;
     int q0 = blockIdx.x * FLASH_QUERIES, r = threadIdx.x, t = q0 + r;
-    size_t q_first = attention_block_q_row(a, b, q0), kv_first = attention_block_kv_row(a, b, 0);
+    size_t q_first = attention_range_q_row(a, b, q0), kv_first = attention_range_kv_row(a, b, 0);
     float scale = 1.0f / sqrtf((float)hs), o[HS_MAX], m = -INFINITY, l = 0.0f;
     float* o_row = out + (q_first + r) * a.C + h * hs;
     float* lse_row = lse + (q_first + r) * a.NH + h;
     #pragma unroll
     for (int i = 0; i < HS_MAX; i++) o[i] = !a.first && t < a.Tq && i < hs ? o_row[i] : 0.0f;
-    if (!a.first && t < a.Tq) m = *lse_row, l = 1.0f;  // the blocks so far: weight 1 at m = lse
+    if (!a.first && t < a.Tq) m = *lse_row, l = 1.0f;  // the ranges so far: weight 1 at m = lse
     flash_load_rows(&q_tile[0][0], 1, FLASH_QUERIES, q + h * hs, 3 * a.C, q_first, FLASH_QUERIES, a.Tq - q0, hs);
     // threads with t >= Tq stay: they load their share of every tile and meet every barrier
     int key_end = a.causal ? min(q0 + FLASH_QUERIES, a.Tq) : a.Tk;  // tiles from key_end on: above the diagonal
@@ -144,9 +144,9 @@ __host__ __device__ constexpr int flash_pass_rows() {
 }
 
 // key j (column c of the block's k, v tiles) against the pass's queries t = t0 + r in order;
-// the queries that do not see it (before j in a causal block, past Tq) are skipped
+// the queries that do not see it (before j in a causal range, past Tq) are skipped
 template <int HS_MAX, int ROWS>
-__device__ inline void flash_dkv_from_queries(const AttentionBlock& a, float (&dk)[HS_MAX], float (&dv)[HS_MAX],
+__device__ inline void flash_dkv_from_queries(const AttentionRange& a, float (&dk)[HS_MAX], float (&dv)[HS_MAX],
                                               const float (*q_tile)[HS_MAX], const float (*dy_tile)[HS_MAX],
                                               const float* lse_tile, const float* D_tile,
                                               const float (*k_tile)[FLASH_KEYS], const float (*v_tile)[FLASH_KEYS],
@@ -172,14 +172,14 @@ __device__ inline void flash_dkv_from_queries(const AttentionBlock& a, float (&d
 // grid (Tk / FLASH_KEYS rounded up, B * NH), FLASH_KEYS threads: thread c owns key k0 + c, whose
 // dk and dv it sums in registers over every query tile that sees it, then adds to dkv
 template <int HS_MAX>
-__global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dkv, const floatX* dout,
+__global__ void flash_dkv_kernel(AttentionRange a, const floatX* q, const floatX* kv, float* dkv, const floatX* dout,
                                  const float* lse, const float* D) {
     constexpr int ROWS = flash_pass_rows<HS_MAX>();
     __shared__ float k_tile[HS_MAX][FLASH_KEYS], v_tile[HS_MAX][FLASH_KEYS];  // (channel, key): a column per thread
     __shared__ float q_tile[ROWS][HS_MAX], dy_tile[ROWS][HS_MAX], lse_tile[ROWS], D_tile[ROWS];
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, hs = a.C / a.NH;
     int k0 = blockIdx.x * FLASH_KEYS, c = threadIdx.x, j = k0 + c;
-    size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
+    size_t q_first = attention_range_q_row(a, b, 0), kv_first = attention_range_kv_row(a, b, 0);
     float scale = 1.0f / sqrtf((float)hs), dk[HS_MAX], dv[HS_MAX];
     #pragma unroll
     for (int i = 0; i < HS_MAX; i++) dk[i] = dv[i] = 0.0f;
@@ -208,9 +208,9 @@ __global__ void flash_dkv_kernel(AttentionBlock a, const floatX* q, const floatX
 }
 
 // query t (column r of the block's q, dout tiles) against the pass's keys j = k0 + c in order;
-// the keys it does not see (after t in a causal block, past Tk) end the pass
+// the keys it does not see (after t in a causal range, past Tk) end the pass
 template <int HS_MAX, int ROWS>
-__device__ inline void flash_dq_from_keys(const AttentionBlock& a, float (&dq)[HS_MAX],
+__device__ inline void flash_dq_from_keys(const AttentionRange& a, float (&dq)[HS_MAX],
                                           const float (*q_tile)[FLASH_QUERIES], const float (*dy_tile)[FLASH_QUERIES],
                                           const float (*k_tile)[HS_MAX], const float (*v_tile)[HS_MAX], float lse_t,
                                           float D_t, int r, int k0, int t, int hs, float scale) {
@@ -232,14 +232,14 @@ __device__ inline void flash_dq_from_keys(const AttentionBlock& a, float (&dq)[H
 // grid (Tq / FLASH_QUERIES rounded up, B * NH), FLASH_QUERIES threads: thread r owns query q0 + r,
 // whose dq it sums in registers over every key tile it sees, then adds to dq
 template <int HS_MAX>
-__global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX* kv, float* dq, const floatX* dout,
+__global__ void flash_dq_kernel(AttentionRange a, const floatX* q, const floatX* kv, float* dq, const floatX* dout,
                                 const float* lse, const float* D) {
     constexpr int ROWS = flash_pass_rows<HS_MAX>();
     __shared__ float q_tile[HS_MAX][FLASH_QUERIES], dy_tile[HS_MAX][FLASH_QUERIES];  // (channel, query)
     __shared__ float k_tile[ROWS][HS_MAX], v_tile[ROWS][HS_MAX];                     // (key, channel): a broadcast
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, hs = a.C / a.NH;
     int q0 = blockIdx.x * FLASH_QUERIES, r = threadIdx.x, t = q0 + r;
-    size_t q_first = attention_block_q_row(a, b, q0), kv_first = attention_block_kv_row(a, b, 0);
+    size_t q_first = attention_range_q_row(a, b, q0), kv_first = attention_range_kv_row(a, b, 0);
     size_t stat = (q_first + r) * a.NH + h;
     float lse_t = t < a.Tq ? lse[stat] : 0.0f, D_t = t < a.Tq ? D[stat] : 0.0f;
     float scale = 1.0f / sqrtf((float)hs), dq_sum[HS_MAX];
@@ -267,7 +267,7 @@ __global__ void flash_dq_kernel(AttentionBlock a, const floatX* q, const floatX*
 // ---------------------------------------------------------------- the small kernels around them
 __global__ void flash_row_dot_kernel(float* D, const floatX* dout, const floatX* out, int rows, int C, int NH) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;  // (row, h)
-    if (i < rows * NH) attention_block_row_dot_row(i / NH, i % NH, D, dout, out, C, NH);
+    if (i < rows * NH) attention_range_row_dot_row(i / NH, i % NH, D, dout, out, C, NH);
 }
 __global__ void flash_output_kernel(floatX* out, const float* acc, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -321,10 +321,10 @@ __global__ void flash_gradients_kernel128(floatX* dqkv, const float* dq, const f
 #include "flash_attention_wmma.cuh"  // defines: flash_forward_wmma_kernel, flash_dq_wmma_kernel, ...
 
 // ---------------------------------------------------------------- launchers
-// Out float: a block's fp32 share (ring attention, the CUDA-core kernels); Out floatX: the one block
+// Out float: a range's fp32 share (ring attention, the CUDA-core kernels); Out floatX: the one range
 // of one rank's whole sequences, its output final (WMMA only: flash_wmma_head)
 template <int HS_MAX, typename Out>
-inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
+inline void flash_launch_forward(const AttentionRange& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
 #if !FLOATX_IS_FP32
     if (a.C / a.NH == HS_MAX) {  // 16, 32, 64 or 128: the WMMA kernels compile their loops for HS_MAX
         dim3 grid(ceil_div(a.Tq, WMMA_SIDE * WMMA_FORWARD_WARPS), a.B * a.NH);
@@ -340,7 +340,7 @@ inline void flash_launch_forward(const AttentionBlock& a, const floatX* q, const
 }
 // dq rows dq_stride apart, dk dv rows dkv_stride apart (dv at dk + C)
 template <int HS_MAX, typename Out>
-inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
+inline void flash_launch_backward(const AttentionRange& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
                                   Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
 #if !FLOATX_IS_FP32
     if (a.C / a.NH == HS_MAX) {  // 16, 32, 64 or 128: the WMMA kernels compile their loops for HS_MAX
@@ -363,7 +363,7 @@ inline void flash_launch_backward(const AttentionBlock& a, const floatX* q, cons
 
 // the launchers compiled for the head-size capacity that holds a.C / a.NH
 template <typename Out>
-inline void flash_forward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
+inline void flash_forward_any_head(const AttentionRange& a, const floatX* q, const floatX* kv, Out* out, float* lse) {
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_forward<16>(a, q, kv, out, lse); break;
         case 32: flash_launch_forward<32>(a, q, kv, out, lse); break;
@@ -373,7 +373,7 @@ inline void flash_forward_any_head(const AttentionBlock& a, const floatX* q, con
     launchCheck();
 }
 template <typename Out>
-inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
+inline void flash_backward_any_head(const AttentionRange& a, const floatX* q, const floatX* kv, Out* dq, int dq_stride,
                                     Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
     switch (flash_head_capacity(a.C / a.NH)) {
         case 16: flash_launch_backward<16>(a, q, kv, dq, dq_stride, dkv, dkv_stride, dout, lse, D); break;
@@ -383,16 +383,16 @@ inline void flash_backward_any_head(const AttentionBlock& a, const floatX* q, co
     }
     launchCheck();
 }
-// one rank's whole sequences, one causal block (a.first), with the WMMA kernels (flash_wmma_head):
+// one rank's whole sequences, one causal range (a.first), with the WMMA kernels (flash_wmma_head):
 // out written in floatX, with no fp32 scratch and no pass to round it (attention_forward)
-inline void attention_whole_forward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* out,
+inline void attention_whole_forward_wmma(const AttentionRange& a, const floatX* q, const floatX* kv, floatX* out,
                                          float* lse) {
     if (a.B * a.NH * a.Tq == 0) return;
     flash_forward_any_head(a, q, kv, out, lse);
 }
 // the backward of attention_whole_forward_wmma: dq, dk, dv written in floatX straight into dqkv's
 // rows (3C), with no fp32 sums to zero first and no pass to round them (attention_backward)
-inline void attention_whole_backward_wmma(const AttentionBlock& a, const floatX* q, const floatX* kv, floatX* dqkv,
+inline void attention_whole_backward_wmma(const AttentionRange& a, const floatX* q, const floatX* kv, floatX* dqkv,
                                           const floatX* dout, const float* lse, const float* D) {
     if (a.B * a.NH * a.Tq == 0) return;
     flash_backward_any_head(a, q, kv, dqkv, 3 * a.C, dqkv + a.C, 3 * a.C, dout, lse, D);

@@ -18,7 +18,7 @@ is TF32: a 10-bit mantissa misses the fp32 tolerances), at head sizes 16, 32, 64
                 whose own rows (k and v, or q and dout) stay in fragments and whose sums stay in
                 accumulator fragments across every tile
 Tiles come in 16 bytes a thread, rows padded by 16 bytes so that a fragment's 16 rows start in
-different shared-memory banks. The query tiles of a causal block run last-first (the last see the
+different shared-memory banks. The query tiles of a causal range run last-first (the last see the
 most keys: started first, they do not finish alone at the end; the CUDA-core kernels run in order).
 
 Registers and shared memory (ptxas, sm_90, bf16, head size 64): 160 (forward), 168 (dk dv), 128
@@ -216,7 +216,7 @@ __device__ inline void wmma_read_rows(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const
 // exponential. Keys the query does not see get -inf and exp2 0; p goes out as floatX for P V, l sums
 // the fp32 p. Returns the factor by which the row's output so far must be rescaled
 template <int KEYS>
-__device__ inline float wmma_softmax_tile(const AttentionBlock& a, float& m, float& l, const float* s, int s_ld,
+__device__ inline float wmma_softmax_tile(const AttentionRange& a, float& m, float& l, const float* s, int s_ld,
                                           floatX* p, int p_ld, int t, int k0, float scale_log2) {
     int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
     float x[KEYS / 2], tile_max = -INFINITY;
@@ -270,16 +270,16 @@ __device__ inline void wmma_divide_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float
 }
 
 // o, m and l as a warp's walk starts (m and l: the lane's row t): zeros, or under ring attention after
-// its first block the blocks so far: out's rows and their lse (m = lse in log2 units, l = 1)
+// its first range the ranges so far: out's rows and their lse (m = lse in log2 units, l = 1)
 template <int HS_MAX, typename Out>
-__device__ inline void wmma_start_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float* m, float* l, const AttentionBlock& a,
+__device__ inline void wmma_start_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float* m, float* l, const AttentionRange& a,
                                        const Out* out, const float* lse, size_t row0, int h, int t, float* stage) {
     const float LOG2E = 1.4426950408889634f;
     int lane = threadIdx.x % 32, t0 = t - lane / 2;
     *m = -INFINITY, *l = 0.0f;
     #pragma unroll
     for (int f = 0; f < HS_MAX / WMMA_SIDE; f++) nvcuda::wmma::fill_fragment(o[f], 0.0f);
-    if constexpr (std::is_same<Out, float>::value) {  // floatX out: the one block (flash_launch_forward)
+    if constexpr (std::is_same<Out, float>::value) {  // floatX out: the one range (flash_launch_forward)
         if (!a.first) {
             if (t < a.Tq) *m = lse[(row0 + lane / 2) * a.NH + h] * LOG2E, *l = 1.0f;
             wmma_read_rows<HS_MAX>(o, out + row0 * a.C + h * HS_MAX, a.C, a.Tq - t0, stage, HS_MAX);
@@ -293,7 +293,7 @@ __device__ inline void wmma_start_rows(WmmaSums (&o)[HS_MAX / WMMA_SIDE], float*
 // Causal query tiles run last-first: the last do the most tiles, and start first
 template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS)
-    flash_forward_wmma_kernel(AttentionBlock a, const floatX* q, const floatX* kv, Out* out, float* lse) {
+    flash_forward_wmma_kernel(AttentionRange a, const floatX* q, const floatX* kv, Out* out, float* lse) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_FORWARD_WARPS, KEYS = wmma_forward_keys<HS_MAX>(), F = HS_MAX / WMMA_SIDE;
     constexpr int KV_LD = wmma_kv_ld<HS_MAX>(), S_LD = wmma_s_ld<HS_MAX>(), P_LD = wmma_p_ld<HS_MAX>();
     // floatX tiles as raw 16-bit words, cast at use: the emulated build's bf16 and fp16 are classes
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS)
     int q0 = (a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * QUERIES;
     // t: the lane's softmax row
     int w = threadIdx.x / 32, lane = threadIdx.x % 32, t0 = q0 + w * WMMA_SIDE, t = t0 + lane / 2;
-    size_t q_first = attention_block_q_row(a, b, q0), row0 = q_first + w * WMMA_SIDE;  // row0: the warp's first row
+    size_t q_first = attention_range_q_row(a, b, q0), row0 = q_first + w * WMMA_SIDE;  // row0: the warp's first row
     float* s = s_tile + w * WMMA_SIDE * S_LD;
     floatX* p = (floatX*)p_bits + w * WMMA_SIDE * P_LD;
     const float LOG2E = 1.4426950408889634f, scale_log2 = LOG2E / sqrtf((float)hs);
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS)
     float m, l;  // the lane's row t (both lanes of a row hold the same)
     wmma_start_rows<HS_MAX, Out>(o, &m, &l, a, out, lse, row0, h, t, s);
     __syncthreads();  // every warp has its q before k overwrites the tile
-    size_t kv_first = attention_block_kv_row(a, b, 0);
+    size_t kv_first = attention_range_kv_row(a, b, 0);
     int key_end = a.causal ? min(q0 + QUERIES, a.Tq) : a.Tk;
     for (int k0 = 0; k0 < key_end; k0 += KEYS) {
         wmma_load_rows(k_tile, KV_LD, kv + h * hs, a.kv_stride, kv_first + k0, KEYS, a.Tk - k0, hs);
@@ -367,7 +367,7 @@ template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
 
 // one warp, one tile: p and ds (16 x WMMA_KEYS floatX) from s and dp (fp32, ld WMMA_KEYS + 4) and the
 // statistics of each element's query; `keys_by_queries`: the warp's rows are keys (dk, dv) or queries (dq)
-__device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, floatX* ds, const float* s,
+__device__ inline void wmma_probabilities(const AttentionRange& a, floatX* p, floatX* ds, const float* s,
                                           const float* dp, const float* lse_tile, const float* D_tile, int row0,
                                           int col0, int stat0, bool keys_by_queries, float scale, float scale_log2) {
     const float LOG2E = 1.4426950408889634f;
@@ -386,7 +386,7 @@ __device__ inline void wmma_probabilities(const AttentionBlock& a, floatX* p, fl
 // grid (Tk / 64 rounded up, B * NH), 4 warps: warp w owns keys k0 + 16 w ..; per pass of WMMA_KEYS
 // queries it forms p^T and ds^T (its keys by the pass's queries), then dv += p^T dout and dk += ds^T q
 template <int HS_MAX, typename Out>
-__global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kernel(AttentionBlock a, const floatX* q,
+__global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kernel(AttentionRange a, const floatX* q,
         const floatX* kv, Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int KEYS = WMMA_SIDE * WMMA_BACKWARD_WARPS, QT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
     constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
     constexpr int hs = HS_MAX;  // taken only where the head size is HS_MAX (flash_launch_backward)
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH, k0 = blockIdx.x * KEYS;
     int w = threadIdx.x / 32, j0 = k0 + w * WMMA_SIDE;  // the warp's first key
-    size_t q_first = attention_block_q_row(a, b, 0), kv_first = attention_block_kv_row(a, b, 0);
+    size_t q_first = attention_range_q_row(a, b, 0), kv_first = attention_range_kv_row(a, b, 0);
     float scale = 1.0f / sqrtf((float)hs), scale_log2 = 1.4426950408889634f * scale;
     float *s = warp_floats + w * WF, *dp = s + WMMA_SIDE * S_LD;
     floatX* p = (floatX*)p_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // the warp's tiles
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
     int valid = min(WMMA_SIDE, a.Tk - j0);
     if (valid <= 0) return;
     Out* dk_rows = dkv + (kv_first + j0) * dkv_stride + h * hs;
-    bool add = std::is_same<Out, float>::value;  // fp32: a block's share, added; floatX: the one block's, written
+    bool add = std::is_same<Out, float>::value;  // fp32: a range's share, added; floatX: the one range's, written
     wmma_add_rows<HS_MAX, Out>(dk_rows, dkv_stride, valid, dk, s, hs, add);
     wmma_add_rows<HS_MAX, Out>(dk_rows + a.C, dkv_stride, valid, dv, s, hs, add);  // dv at dk + C
 }
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kerne
 // WMMA_KEYS keys it forms ds (its queries by the tile's keys), then dq += ds k. Causal query tiles
 // run last-first: the last see the most keys, and start first
 template <int HS_MAX, typename Out>
-__global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel(AttentionBlock a, const floatX* q,
+__global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel(AttentionRange a, const floatX* q,
         const floatX* kv, Out* dq, int dq_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_BACKWARD_WARPS, KT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
     constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel
     int b = blockIdx.y / a.NH, h = blockIdx.y % a.NH;
     int q0 = (a.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * QUERIES;
     int w = threadIdx.x / 32, t0 = q0 + w * WMMA_SIDE;  // the warp's first query
-    size_t q_first = attention_block_q_row(a, b, q0), kv_first = attention_block_kv_row(a, b, 0);
+    size_t q_first = attention_range_q_row(a, b, q0), kv_first = attention_range_kv_row(a, b, 0);
     float scale = 1.0f / sqrtf((float)hs), scale_log2 = 1.4426950408889634f * scale;
     float *s = warp_floats + w * WF, *dp = s + WMMA_SIDE * S_LD;
     floatX* ds = (floatX*)ds_bits + w * WMMA_SIDE * WMMA_BACKWARD_P_LD;

@@ -370,11 +370,11 @@ static void attention_block(int B, int chunk, int C, int NH, bool packed) {
     if (packed) check("attention_pack_kv", download(d_kv, 2 * n), kv, 0.0);
     const floatX *keys = packed ? kv.data() : qkv.data() + C, *d_keys = packed ? d_kv : d_qkv + C;
     int stride = packed ? 2 * C : 3 * C;
-    AttentionBlock blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, stride, false, true},  // each sequence's rows
+    AttentionRange blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, stride, false, true},  // each sequence's rows
                                 {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, stride, true, false}};  // are chunk 0, chunk 1
-    for (const AttentionBlock& a : blocks) {
-        attention_block_forward(a, d_qkv, d_keys, d_acc, d_lse);
-        attention_block_forward_host(a, qkv.data(), keys, acc.data(), lse.data());
+    for (const AttentionRange& a : blocks) {
+        attention_range_forward(a, d_qkv, d_keys, d_acc, d_lse);
+        attention_range_forward_host(a, qkv.data(), keys, acc.data(), lse.data());
     }
     vector<float> got_acc = download(d_acc, n), got_lse = download(d_lse, stats);
     for (int b = 0; b < B; b++)  // chunk 0's queries are in no block: their rows stay fresh, set to 0 here and there
@@ -384,24 +384,24 @@ static void attention_block(int B, int chunk, int C, int NH, bool packed) {
             for (int h = 0; h < NH; h++) got_lse[row * NH + h] = 0.0f;
         }
     std::string how = packed ? " ([k | v] rows)" : " (qkv rows)";
-    check(("attention_block_forward out, two blocks merged" + how).c_str(), got_acc, acc);
-    check(("attention_block_forward lse" + how).c_str(), got_lse, lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
+    check(("attention_range_forward out, two blocks merged" + how).c_str(), got_acc, acc);
+    check(("attention_range_forward lse" + how).c_str(), got_lse, lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
     host_to_device(d_acc, got_acc.data(), n * sizeof(float));
     host_to_device(d_lse, got_lse.data(), stats * sizeof(float));
-    attention_block_output(d_out, d_acc, n);
-    attention_block_output_host(out.data(), acc.data(), n);
-    attention_block_row_dot(d_D, d_dout, d_out, B * rows, C, NH);
-    attention_block_row_dot_host(D.data(), dout.data(), out.data(), B * rows, C, NH);
-    check("attention_block_row_dot", download(d_D, stats), D);
-    for (const AttentionBlock& a : blocks) {
-        attention_block_backward(a, d_qkv, d_keys, d_dq, d_dkv, d_dout, d_lse, d_D);
-        attention_block_backward_host(a, qkv.data(), keys, dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
+    attention_range_output(d_out, d_acc, n);
+    attention_range_output_host(out.data(), acc.data(), n);
+    attention_range_row_dot(d_D, d_dout, d_out, B * rows, C, NH);
+    attention_range_row_dot_host(D.data(), dout.data(), out.data(), B * rows, C, NH);
+    check("attention_range_row_dot", download(d_D, stats), D);
+    for (const AttentionRange& a : blocks) {
+        attention_range_backward(a, d_qkv, d_keys, d_dq, d_dkv, d_dout, d_lse, d_D);
+        attention_range_backward_host(a, qkv.data(), keys, dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
     }
-    check(("attention_block_backward dq" + how).c_str(), download(d_dq, n), dq);
-    check(("attention_block_backward dk dv" + how).c_str(), download(d_dkv, 2 * n), dkv);
-    attention_block_gradients(d_dqkv, d_dq, d_dkv, (size_t)B * rows, C);
-    attention_block_gradients_host(dqkv.data(), dq.data(), dkv.data(), (size_t)B * rows, C);
-    check("attention_block_gradients dqkv", download(d_dqkv, 3 * n), dqkv);
+    check(("attention_range_backward dq" + how).c_str(), download(d_dq, n), dq);
+    check(("attention_range_backward dk dv" + how).c_str(), download(d_dkv, 2 * n), dkv);
+    attention_range_gradients(d_dqkv, d_dq, d_dkv, (size_t)B * rows, C);
+    attention_range_gradients_host(dqkv.data(), dq.data(), dkv.data(), (size_t)B * rows, C);
+    check("attention_range_gradients dqkv", download(d_dqkv, 3 * n), dqkv);
     for (void* p : {(void*)d_qkv, (void*)d_dout, (void*)d_out, (void*)d_dqkv, (void*)d_kv, (void*)d_acc, (void*)d_lse, (void*)d_D,
                     (void*)d_dq, (void*)d_dkv})
         device_free(p);
@@ -550,12 +550,12 @@ static void zero_sizes() {
     c.weight_decay = 0.0f;
     adamw_update(x, f, x, f, f, 0, c, 1, 1.0f, 1, 0);
     crossentropy_forward_backward(x, f, (const int*)f, 0, 8, 8, 1.0f);
-    AttentionBlock none = {0, 0, 0, 0, 0, 4, 4, 8, 2, 24, true, true};  // no sequences
-    attention_block_forward(none, x, x, f, f);
-    attention_block_backward(none, x, x, f, f, x, f, f);
-    attention_block_row_dot(f, x, x, 0, 8, 2);
-    attention_block_output(x, f, 0);
-    attention_block_gradients(x, f, f, 0, 8);
+    AttentionRange none = {0, 0, 0, 0, 0, 4, 4, 8, 2, 24, true, true};  // no sequences
+    attention_range_forward(none, x, x, f, f);
+    attention_range_backward(none, x, x, f, f, x, f, f);
+    attention_range_row_dot(f, x, x, 0, 8, 2);
+    attention_range_output(x, f, 0);
+    attention_range_gradients(x, f, f, 0, 8);
     attention_pack_kv(x, x, 0, 8);
     bool ok = cudaGetLastError() == cudaSuccess;
     printf("%s %-52s\n", ok ? "ok  " : "FAIL", "zero sizes launch nothing");

@@ -223,20 +223,20 @@ TEST_CASE("attention blocks on the CPU path: merged, packed [k | v] rows, agains
     vector<float> twin_out(rows * C), twin_lse(rows * NH), twin_dq(rows * C, 0.0f), twin_dkv(rows * 2 * C, 0.0f);
     vector<float> twin_dother((rows + 6) * 2 * C, 0.0f), D(rows * NH), y(rows * C);
     auto out = twin_out, lse = twin_lse, dq = twin_dq, dkv = twin_dkv, dother = twin_dother;
-    AttentionBlock own = {Tq, 0, Tq, 0, B, Tq, Tq, C, NH, 3 * C, true, true};
-    AttentionBlock visitor = {Tq, 0, Tq + 3, 6, B, Tq, Tq - 3, C, NH, 2 * C, false, false};  // rows 6.., Tq - 3 keys each
-    attention_block_forward_host(own, qkv.data(), qkv.data() + C, twin_out.data(), twin_lse.data());
-    attention_block_forward_host(visitor, qkv.data(), other.data(), twin_out.data(), twin_lse.data());
-    attention_block_forward(own, qkv.data(), qkv.data() + C, out.data(), lse.data());
-    attention_block_forward(visitor, qkv.data(), other.data(), out.data(), lse.data());
+    AttentionRange own = {Tq, 0, Tq, 0, B, Tq, Tq, C, NH, 3 * C, true, true};
+    AttentionRange visitor = {Tq, 0, Tq + 3, 6, B, Tq, Tq - 3, C, NH, 2 * C, false, false};  // rows 6.., Tq - 3 keys each
+    attention_range_forward_host(own, qkv.data(), qkv.data() + C, twin_out.data(), twin_lse.data());
+    attention_range_forward_host(visitor, qkv.data(), other.data(), twin_out.data(), twin_lse.data());
+    attention_range_forward(own, qkv.data(), qkv.data() + C, out.data(), lse.data());
+    attention_range_forward(visitor, qkv.data(), other.data(), out.data(), lse.data());
     CHECK(rel_err(out, to_double(twin_out)) < 1e-5);
     CHECK(rel_err(lse, to_double(twin_lse)) < 1e-5);
-    attention_block_output_host(y.data(), twin_out.data(), y.size());
-    attention_block_row_dot_host(D.data(), dout.data(), y.data(), rows, C, NH);
-    attention_block_backward_host(own, qkv.data(), qkv.data() + C, twin_dq.data(), twin_dkv.data(), dout.data(), twin_lse.data(), D.data());
-    attention_block_backward_host(visitor, qkv.data(), other.data(), twin_dq.data(), twin_dother.data(), dout.data(), twin_lse.data(), D.data());
-    attention_block_backward(own, qkv.data(), qkv.data() + C, dq.data(), dkv.data(), dout.data(), twin_lse.data(), D.data());
-    attention_block_backward(visitor, qkv.data(), other.data(), dq.data(), dother.data(), dout.data(), twin_lse.data(), D.data());
+    attention_range_output_host(y.data(), twin_out.data(), y.size());
+    attention_range_row_dot_host(D.data(), dout.data(), y.data(), rows, C, NH);
+    attention_range_backward_host(own, qkv.data(), qkv.data() + C, twin_dq.data(), twin_dkv.data(), dout.data(), twin_lse.data(), D.data());
+    attention_range_backward_host(visitor, qkv.data(), other.data(), twin_dq.data(), twin_dother.data(), dout.data(), twin_lse.data(), D.data());
+    attention_range_backward(own, qkv.data(), qkv.data() + C, dq.data(), dkv.data(), dout.data(), twin_lse.data(), D.data());
+    attention_range_backward(visitor, qkv.data(), other.data(), dq.data(), dother.data(), dout.data(), twin_lse.data(), D.data());
     CHECK(rel_err(dq, to_double(twin_dq)) < 1e-5);
     CHECK(rel_err(dkv, to_double(twin_dkv)) < 1e-5);
     CHECK(rel_err(dother, to_double(twin_dother)) < 1e-5);
