@@ -321,7 +321,7 @@ inline std::vector<PipelineAction> zb_h1_schedule(int s, int p, int m) {
 
 // Interleaved 1F1B (Megatron-LM's): stage s holds V chunks of layers, chunk v being virtual stage
 // v*p + s of the p*V the model is cut into, so a micro-batch goes round the ring of stages V
-// times. The stages run the micro-batches in groups of p: forward of group g on chunk 0, then on
+// times. The stages run the micro-batches in groups of p: forward of a group on chunk 0, then on
 // chunk 1, ... (the order below); backward in the same groups, chunks in reverse. The phases
 // are 1F1B's, counted in chunk-forwards: warmup is how many a stage runs before the first
 // gradient comes back, the round trip to the last stage and back, 2(p - s - 1), plus the

@@ -591,14 +591,14 @@ inline double gpt2_validate(GPT2* model, DataLoader* loader, int batches) {
 // summed over the cp ranks and from the last stage to every stage; each example's answer, counted
 // once a data-parallel rank (its cp rank 0) and summed over them
 inline int gpt2_hellaswag(GPT2* model, const std::vector<EvalExample>& examples, int B, int T) {
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     size_t first, end;
-    eval_rank_examples(examples.size(), g.dp, g.dp_rank, &first, &end);
-    FILE* out = eval_scores_file(g.dp_rank, g.tp_rank == 0 && g.cp_rank == 0 && g.pp_rank == 0);
+    eval_rank_examples(examples.size(), grid.dp, grid.dp_rank, &first, &end);
+    FILE* out = eval_scores_file(grid.dp_rank, grid.tp_rank == 0 && grid.cp_rank == 0 && grid.pp_rank == 0);
     int cp = model->layout.cp, right = 0;
     EvalBatch batch;
     std::vector<float> losses((size_t)B * T / cp);
-    for (size_t k = 0; k < eval_batches_per_rank(examples.size(), g.dp, B); k++) {
+    for (size_t k = 0; k < eval_batches_per_rank(examples.size(), grid.dp, B); k++) {
         eval_batch_fill(&batch, examples, first + k * (B / EVAL_ENDINGS), end, B, T);
         std::vector<int> inputs = tokens_of_rank(model, batch.inputs.data(), B, T);
         std::vector<int> targets = tokens_of_rank(model, batch.targets.data(), B, T);
@@ -623,7 +623,7 @@ inline int gpt2_hellaswag(GPT2* model, const std::vector<EvalExample>& examples,
                 fprintf(out, "%d %d %.17g\n", batch.example[e], j, scores[EVAL_ENDINGS * e + j]);
     }
     if (out) fclose(out);
-    double total = g.cp_rank == 0 ? right : 0;  // the cp ranks agree: counted once
+    double total = grid.cp_rank == 0 ? right : 0;  // the cp ranks agree: counted once
     comm_all_reduce_scalars(&model->comm->replicas, &total, 1);  // over dp x cp
     return (int)total;
 }

@@ -11,17 +11,16 @@ parameters -> 16 Psi bytes on every rank. ZeRO removes the redundancy:
     stage 2  + gradients: reduce-scattered as each layer's backward  X Psi + (X + K) Psi/dp
              ends, never held whole, summed into the shard
     stage 3  + parameters: each layer all-gathered just before its   (X + X + K) Psi/dp
-             forward and again before its backward, into a reused
-             buffer (transient)
+             forward and again before its backward, into a reused buffer (transient)
 (-ga fp32 keeps the gradient sum in fp32: 4 bytes in place of X for the gradient
 shard, or + 4 Psi for the full fp32 sum of stages 0-1.)
-Communication per rank and step, S(b) = b (dp-1)/dp the ring cost of b bytes, g
+Communication per rank and step, S(b) = b (dp-1)/dp the ring cost of b bytes, M
 micro-steps, G the bytes per gradient element that are reduced:
     stage 0  all-reduce 2 S(G Psi)
     stage 1  reduce-scatter S(G Psi) + all-gather of the updated parameters S(X Psi)
-    stage 2  reduce-scatter g S(X Psi) (every micro-step) + all-gather S(X Psi)
-    stage 3  all-gather S(X Psi_ends) + 2 g S(X Psi_layers) + reduce-scatter g S(X Psi)
-Stages 0-2 move the same bytes per step when g = 1 (all-reduce = reduce-scatter +
+    stage 2  reduce-scatter M S(X Psi) (every micro-step) + all-gather S(X Psi)
+    stage 3  all-gather S(X Psi_ends) + 2 M S(X Psi_layers) + reduce-scatter M S(X Psi)
+Stages 0-2 move the same bytes per step when M = 1 (all-reduce = reduce-scatter +
 all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters (the layers are gathered
 twice a micro-step; the two end units, Psi_ends, once a step: their slots keep them).
 
@@ -39,10 +38,10 @@ with one collective into one contiguous buffer, and the forward and backward onl
 see whole units, never a rank boundary. `origin` numbers each element as in the unpadded model, so
 stochastic rounding draws the same bits for it under any dp.
 
-The life of layer l in one micro-step under stage 3 (g: the gathered slot below):
-    forward   all-gather l's shards -> g[LAYER]; block_forward reads it; g is reused
+The life of layer l in one micro-step under stage 3 (gathered: the layer slots below):
+    forward   all-gather l's shards -> gathered[LAYER]; block_forward reads it; reused
               by layer l+1 (so at most one layer is whole at a time; two under overlap, below)
-    backward  all-gather l again -> g[LAYER]; recompute and block_backward read it and
+    backward  all-gather l again -> gathered[LAYER]; recompute and block_backward read it and
               accumulate l's gradient into unit_grads[LAYER] (whole, floatX);
               reduce-scatter that -> reduce_buffer (this rank's 1/dp, summed over DP);
               add it into step_grad (the shard); clear unit_grads[LAYER] for layer l-1
@@ -120,9 +119,9 @@ struct Unit {
 // A gradient sum, in the type -ga chose: fp32 or floatX. with_gradient is the one place that
 // asks which, and hands the caller a typed pointer, so each use below has one path.
 struct GradientBuffer { void* data; bool fp32; };
-template <typename Use> inline void with_gradient(GradientBuffer g, Use use) {
-    if (g.fp32) use((float*)g.data);
-    else use((floatX*)g.data);
+template <typename Use> inline void with_gradient(GradientBuffer buffer, Use use) {
+    if (buffer.fp32) use((float*)buffer.data);
+    else use((floatX*)buffer.data);
 }
 
 // the transient buffers of stages 2 and 3, one per kind of unit (the header's drawing); under
@@ -392,19 +391,20 @@ inline void zero_reduce_unit(Zero* z, int u) {
         return;
     }
     size_t S = unit_shard(z, u), at = z->units[u].shard_offset, bytes = z->units[u].padded * sizeof(floatX);
-    floatX *g = z->unit_grads[unit_slot(z, u)], *reduced = z->reduce_buffer;
+    floatX *grad = z->unit_grads[unit_slot(z, u)], *reduced = z->reduce_buffer;
     GradientBuffer step = z->step_grad;
     auto add_and_clear = [=](Stream stream) {
         with_gradient(step, [&](auto* sum) { gradient_accumulate(sum + at, reduced, S, stream); });
-        device_zero_on(stream, g, bytes);
+        device_zero_on(stream, grad, bytes);
     };
     if (!z->overlap.on) {
-        comm_reduce_scatter_sum(&z->comm->replicas, g, reduced, S);
+        comm_reduce_scatter_sum(&z->comm->replicas, grad, reduced, S);
         add_and_clear(0);
         return;
     }
     Comm* dp = &z->comm->replicas;
-    overlap_start(&z->overlap, [=](Posted* p) { comm_reduce_scatter_sum(dp, g, reduced, S, p); }, add_and_clear, true);
+    auto reduce = [=](Posted* p) { comm_reduce_scatter_sum(dp, grad, reduced, S, p); };
+    overlap_start(&z->overlap, reduce, add_and_clear, true);
 }
 
 // ---------------------------------------------------------------- the step
@@ -463,8 +463,8 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
     if ((int)lo.size() > z->norm_ranges)
         fail("zero_grad_norm_squared: %zu ranges, room for %d", lo.size(), z->norm_ranges);
     double sum = 0.0;
-    with_gradient(z->step_grad, [&](auto* g) {
-        sum = global_norm_squared_ranges(g, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch);
+    with_gradient(z->step_grad, [&](auto* grad) {
+        sum = global_norm_squared_ranges(grad, lo.data(), hi.data(), (int)lo.size(), z->norm_scratch);
     });
     if (z->stage > 0) comm_all_reduce_scalars(&z->comm->replicas, &sum, 1);  // each DP rank holds a shard
     return sum;
@@ -475,7 +475,7 @@ template <typename Counts> inline double zero_grad_norm_squared(Zero* z, Counts 
 // tied embedding (pipeline.h), or under -sp the TP ranks' LayerNorm gradients (tp.h). Both
 // copies have the same units and shards, so the sum is elementwise.
 inline void zero_sum_gradient_range(Zero* z, size_t at, size_t n, Comm* group) {
-    with_gradient(z->step_grad, [&](auto* g) { comm_all_reduce_sum(group, g + at, n); });
+    with_gradient(z->step_grad, [&](auto* grad) { comm_all_reduce_sum(group, grad + at, n); });
 }
 inline void zero_sum_unit_gradient(Zero* z, int u, Comm* group) {
     zero_sum_gradient_range(z, z->units[u].shard_offset, unit_shard(z, u), group);
@@ -486,12 +486,12 @@ inline void zero_poison_gradients(Zero* z) {
     overlap_finish(&z->overlap);  // not under a reduction still running
     bool reduced = std::find(z->reduced.begin(), z->reduced.end(), true) != z->reduced.end();  // overlap started them
     GradientBuffer target = z->stage <= 1 && !reduced ? z->step_sum_full : z->step_grad;  // before or after reducing
-    with_gradient(target, [&](auto* g) {
-        using Element = std::remove_pointer_t<decltype(g)>;  // float or floatX
+    with_gradient(target, [&](auto* grad) {
+        using Element = std::remove_pointer_t<decltype(grad)>;  // float or floatX
         Element inf;
         if constexpr (std::is_same<Element, float>::value) inf = INFINITY;
         else inf = from_float(INFINITY);
-        host_to_device(g, &inf, sizeof(inf));
+        host_to_device(grad, &inf, sizeof(inf));
     });
 }
 
@@ -575,7 +575,7 @@ inline void zero_params_to_host(Zero* z, float* out) {
 
 // the bytes this rank sends over its DP group per optimizer step (the memory it holds is
 // the ledger of zero_init's buffer list). Psi: padded full elements; E, H: padded embedding
-// and head units; Psi_layers = Psi - E - H; g micro-steps; p = dp
+// and head units; Psi_layers = Psi - E - H; M micro-steps; p = dp
 struct ZeroPlan { unsigned long long comm[NUM_COMM_KINDS]; };
 inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     ZeroPlan plan = {};
@@ -583,17 +583,17 @@ inline ZeroPlan zero_plan(const Zero* z, int grad_accum) {
     size_t E = z->units[0].padded, H = z->units[z->num_units - 1].padded;
     int p = z->comm->grid.replicas, s = z->stage;
     size_t G = z->grads_fp32 ? 4 : X;
-    unsigned long long g = grad_accum;
+    unsigned long long M = grad_accum;
     if (s == 0)  // unit by unit, as zero_reduce_step_unit reduces
         for (int u = 0; u < z->num_units; u++)
             plan.comm[COMM_ALL_REDUCE] += 2 * ring_bytes(G * z->units[u].padded, p);
     if (s == 1) plan.comm[COMM_REDUCE_SCATTER] = ring_bytes(G * Psi, p);
-    if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
+    if (s == 2) plan.comm[COMM_REDUCE_SCATTER] = M * ring_bytes(X * Psi, p);
     if (s == 1 || s == 2) plan.comm[COMM_ALL_GATHER] = ring_bytes(X * Psi, p);
     if (s == 3) {
         // the ends once a step (zero_gather_after_update), the layers before their forward and their backward
-        plan.comm[COMM_ALL_GATHER] = ring_bytes(X * (E + H), p) + 2 * g * ring_bytes(X * (Psi - E - H), p);
-        plan.comm[COMM_REDUCE_SCATTER] = g * ring_bytes(X * Psi, p);
+        plan.comm[COMM_ALL_GATHER] = ring_bytes(X * (E + H), p) + 2 * M * ring_bytes(X * (Psi - E - H), p);
+        plan.comm[COMM_REDUCE_SCATTER] = M * ring_bytes(X * Psi, p);
     }
     plan.comm[COMM_SCALARS] = 2 * ring_bytes(8, p) * (s == 0 ? 1 : 2);  // the loss; the norm when sharded
     return plan;
