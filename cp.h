@@ -97,7 +97,7 @@ inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_
 // rank's key chunks (of the [k | v] rows it sent) that the causal mask leaves: chunk i's
 // queries see chunk j's keys whole when j < i, causally when j == i
 template <typename Visit>
-inline void cp_for_each_range(int c, int r, int visitor, int B, int T_local, int C, int NH, Visit visit) {
+inline void cp_for_each_range(int c, int r, int visitor, int B, int T_local, int C_rank, int NH, Visit visit) {
     int chunk_tokens = T_local / 2;
     for (int q_half = 0; q_half < 2; q_half++)
         for (int k_half = 0; k_half < 2; k_half++) {
@@ -105,64 +105,64 @@ inline void cp_for_each_range(int c, int r, int visitor, int B, int T_local, int
             if (j > i) continue;
             visit(q_half,
                   AttentionRange{chunk_tokens, q_half * B * chunk_tokens, chunk_tokens, k_half * B * chunk_tokens, B,
-                                 chunk_tokens, chunk_tokens, C, NH, 2 * C, j == i, false});
+                                 chunk_tokens, chunk_tokens, C_rank, NH, 2 * C_rank, j == i, false});
         }
 }
 
 // attention of this rank's tokens (qkv: B*T_local rows in cp_batch_index's order) against every
-// rank's, round the ring `cp`: out (B*T_local, C) and lse (B*T_local, NH), which the backward reads.
+// rank's, round the ring `cp`: out (B*T_local, C_rank) and lse (B*T_local, NH), which the backward reads.
 // Only k and v travel ([k | v] rows, 2C): the queries stay home
 inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floatX* qkv, const AttentionScratch& a,
-                                   const RingBuffers& s, int B, int T_local, int C, int NH) {
+                                   const RingBuffers& s, int B, int T_local, int C_rank, int NH) {
     int c = cp->size, r = cp->rank;
     size_t rows = (size_t)B * T_local;
     bool started[2] = {false, false};  // has a range been merged into this query half yet?
-    attention_pack_kv(s.kv[0], qkv, rows, C);  // step 0: this rank's own keys and values
+    attention_pack_kv(s.kv[0], qkv, rows, C_rank);  // step 0: this rank's own keys and values
     for (int step = 0; step < c; step++) {
         const floatX* visiting = s.kv[step % 2];
-        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int q_half, AttentionRange range) {
+        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C_rank, NH, [&](int q_half, AttentionRange range) {
             range.first = !started[q_half];
             attention_range_forward(range, qkv, visiting, a.out, lse);
             started[q_half] = true;
         });
         if (step == c - 1) break;
-        comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+        comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C_rank);
     }
-    attention_range_output(out, a.out, rows * C);
+    attention_range_output(out, a.out, rows * C_rank);
 }
 
 // its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
 // values go round the ring again, each block with its dk, dv summed so far, home after c steps
 inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
                                     const floatX* qkv, const AttentionScratch& a, const RingBuffers& s, int B,
-                                    int T_local, int C, int NH) {
+                                    int T_local, int C_rank, int NH) {
     int c = cp->size, r = cp->rank;
-    size_t rows = (size_t)B * T_local, dkv_elements = rows * 2 * C;
+    size_t rows = (size_t)B * T_local, dkv_elements = rows * 2 * C_rank;
     float* dkv_buffers[2] = {a.dkv, s.dkv};
-    attention_range_row_dot(a.D, dout, out, (int)rows, C, NH);
-    device_zero(a.dq, rows * C * sizeof(float));
+    attention_range_row_dot(a.D, dout, out, (int)rows, C_rank, NH);
+    device_zero(a.dq, rows * C_rank * sizeof(float));
     device_zero(dkv_buffers[0], dkv_elements * sizeof(float));
-    attention_pack_kv(s.kv[0], qkv, rows, C);
+    attention_pack_kv(s.kv[0], qkv, rows, C_rank);
     float* dkv = dkv_buffers[0];  // the visiting block's dk, dv so far
     for (int step = 0; step < c; step++) {
         const floatX* visiting = s.kv[step % 2];
-        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C, NH, [&](int, AttentionRange range) {
+        cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C_rank, NH, [&](int, AttentionRange range) {
             attention_range_backward(range, qkv, visiting, a.dq, dkv, dout, lse, a.D);
         });
         if (c == 1) break;
         if (step < c - 1)
-            comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C);
+            comm_send_recv(cp, visiting, (r + 1) % c, s.kv[(step + 1) % 2], (r - 1 + c) % c, rows * 2 * C_rank);
         // the last: home
         comm_send_recv(cp, dkv, (r + 1) % c, dkv_buffers[(step + 1) % 2], (r - 1 + c) % c, dkv_elements);
         dkv = dkv_buffers[(step + 1) % 2];
     }
-    attention_range_gradients(dqkv, a.dq, dkv, rows, C);
+    attention_range_gradients(dqkv, a.dq, dkv, rows, C_rank);
 }
 
 // bytes one rank sends round its ring per layer for a micro-batch: forward and backward
-inline unsigned long long cp_ring_bytes_per_layer(int c, int B, int T_local, int C, int forwards) {
+inline unsigned long long cp_ring_bytes_per_layer(int c, int B, int T_local, int C_rank, int forwards) {
     if (c <= 1) return 0;
-    unsigned long long block = (unsigned long long)B * T_local * 2 * C * sizeof(floatX);
-    unsigned long long dkv = (unsigned long long)B * T_local * 2 * C * sizeof(float);
-    return (unsigned long long)forwards * (c - 1) * block + (c - 1) * block + c * dkv;
+    unsigned long long kv = (unsigned long long)B * T_local * 2 * C_rank * sizeof(floatX);
+    unsigned long long dkv = (unsigned long long)B * T_local * 2 * C_rank * sizeof(float);
+    return (unsigned long long)forwards * (c - 1) * kv + (c - 1) * kv + c * dkv;
 }
