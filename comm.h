@@ -170,7 +170,7 @@ struct Posted {
 };
 inline void comm_post(const Comm* c, Posted* p) {
     p->comm = c;
-    p->time = c->time;  // (a gather posted at load, before the split is set, is not counted: nor its end)
+    p->time = c->time;  // (one posted before the split is set is not counted: nor its end)
     p->collectives++;
     step_time_begin_comm(c->time);
 }

@@ -168,13 +168,15 @@ inline void comm_group_init(Comm* c, MPI_Comm mpi, bool use_nccl, const char* na
 #endif
 }
 
-// NCCL's sums in one order on every machine, so that resume is bit-exact there too (bf16 sums
-// round at every add, so another order gives other bits): NCCL picks an algorithm and a protocol per
-// call, from the topology and the message's size, and NVLink SHARP (NVLS, on NVSwitch machines)
-// sums in the switch in an order that may differ between two calls (NVIDIA/nccl issue 1497). Pinned
-// before the first NCCL call (NCCL reads them once): Ring, Simple, no NVLS; a variable the user set
-// wins (the log says which were used). The cost: NVLS's faster all-reduce on NVSwitch machines, and
-// LL/LL128's lower latency on small messages (the loss, the norm)
+// NCCL's sums in one order, so that resume is bit-exact (bf16 sums round at every add, so another
+// order gives other bits): NVLink SHARP (NVLS, on NVSwitch machines) sums in the switch in an order
+// that may differ between two calls (NVIDIA/nccl issue 1497), and NCCL picks an algorithm and a
+// protocol from tuning tables that differ between NCCL versions and machines. Ring, Simple, no NVLS:
+// set before the first NCCL call (NCCL reads NCCL_NVLS_ENABLE once, the other two as each
+// communicator is made). A variable set in the environment wins (the log says which were used); one
+// set only in NCCL's configuration files (/etc/nccl.conf, ~/.nccl.conf) loses to these. The cost:
+// NVLS's faster all-reduce on NVSwitch machines, LL/LL128's lower latency on small messages (few
+// here: the gradients travel a unit at a time, the loss and the norm through MPI on the host)
 inline void nccl_pin_sum_order(int rank) {
     setenv("NCCL_ALGO", "Ring", 0);
     setenv("NCCL_PROTO", "Simple", 0);

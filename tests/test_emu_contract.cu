@@ -552,8 +552,10 @@ static ncclComm_t nccl_world(int* rank) {
 // stream all-reduces it into `sum` (2 over two ranks) and clears it, then the default stream adds the
 // next micro-step's part (3) into g. With the default stream waiting for the clear g ends 3 in every
 // order; without the wait, `slow` keeps the collective in flight while the add lands, after its read
-// and before the clear, so the part is lost: g ends 0 (the case nccl-cleared-slow)
-static bool reduce_then_clear(ncclComm_t comm, bool add_waits_for_clear) {
+// and before the clear, so the part is lost: g ends 0, the sum 2 (the case nccl-cleared-slow; in
+// `late` the add lands before the read: g 0, the sum 8)
+struct Cleared { float g, sum; };  // each where the 4 elements agree, else NaN
+static Cleared reduce_then_clear(ncclComm_t comm, bool add_waits_for_clear) {
     cudaStream_t side;
     cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
     cudaEvent_t written, cleared;
@@ -575,7 +577,7 @@ static bool reduce_then_clear(ncclComm_t comm, bool add_waits_for_clear) {
     cudaFree(g); cudaFree(sum); cudaFree(part);
     cudaEventDestroy(written); cudaEventDestroy(cleared);
     cudaStreamDestroy(side);
-    return h[0] == 3.0f && h[3] == 3.0f && h[4] == 2.0f && h[7] == 2.0f;
+    return {h[0] == h[3] ? h[0] : NAN, h[4] == h[7] ? h[4] : NAN};
 }
 
 static void nccl() {
@@ -625,7 +627,8 @@ static void nccl() {
     expect(h[0] == 30.0f && h[7] == 30.0f, "ncclAllReduce on a non-blocking stream between two events: 10 (1 + 2)");
     cudaEventDestroy(written); cudaEventDestroy(reduced);
     cudaStreamDestroy(side);
-    expect(reduce_then_clear(comm, true), "a buffer all-reduced and cleared on a side stream, added into after the clear");
+    Cleared cleared = reduce_then_clear(comm, true);
+    expect(cleared.g == 3.0f && cleared.sum == 2.0f, "a buffer all-reduced and cleared on a side stream, added into after the clear");
     ncclCommDestroy(comm);
 }
 // one NCCL bug per case: each must end the run with a line naming it
@@ -654,7 +657,9 @@ static void nccl_bug(const char* c) {
         ncclRecv(e, 8, ncclFloat, peer, comm, 0);
         cudaDeviceSynchronize();
     } else if (!strcmp(c, "nccl-cleared-slow")) {
-        expect(reduce_then_clear(comm, false), "a buffer added into while its all-reduce and clear may be in flight");
+        Cleared cleared = reduce_then_clear(comm, false);
+        if (cleared.g == 0.0f && cleared.sum == 2.0f) printf("the add landed between the all-reduce's read and the clear\n");
+        expect(cleared.g == 3.0f && cleared.sum == 2.0f, "a buffer added into while its all-reduce and clear may be in flight");
         printf(failures ? "%d checks FAILED\n" : "every check passed\n", failures);
     } else { fprintf(stderr, "unknown case %s\n", c); exit(2); }
     cudaDeviceSynchronize();

@@ -86,7 +86,7 @@ for order in issue early late slow seed:1 seed:2 seed:3; do
 done
 must_end stream-reader-early "checks FAILED" env CUDA_EMU_STREAMS=early $E/test_emu_contract stream-reader-early
 must_end stream-writer-late "checks FAILED" env CUDA_EMU_STREAMS=late $E/test_emu_contract stream-writer-late
-must_end nccl-cleared-slow "checks FAILED" env CUDA_EMU_STREAMS=slow timeout 120 mpirun -np 2 $E/test_emu_contract nccl-cleared-slow
+must_end nccl-cleared-slow "the add landed between the all-reduce's read and the clear" env CUDA_EMU_STREAMS=slow timeout 120 mpirun -np 2 $E/test_emu_contract nccl-cleared-slow
 for bug in stream-reader-early stream-writer-late; do
     if $E/test_emu_contract $bug > $D/$bug-issue.txt 2>&1; then echo "ok   $bug passes in the host's order: only the adversarial order shows it"
     else echo "FAIL $bug fails in the host's order too: the case does not test what it says"; fails=1; fi

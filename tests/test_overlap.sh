@@ -12,7 +12,9 @@
 #    slow starts each collective early and completes it late, so the default stream writes a buffer
 #    between a reduce-scatter's read of it and the clear that follows. The random orders' interleaving
 #    also depends on when the peer rank's half of a collective arrives, so a run of one seed differs
-#    from the next: the mutants' checks use the three adversarial orders, which do not):
+#    from the next: the mutants' checks use the adversarial orders; late and slow complete a collective
+#    only when nothing else can run, which repeats while one is in flight at a time, and what early
+#    shows depends only on when a collective starts):
 #    dp 2 ZeRO-0 and ZeRO-1 (the last micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's,
 #    two slots in turn), dp 2 ZeRO-3 on 4 layers (each layer gathered on the comm stream while the one
 #    before computes: early gathers into a slot the forward still reads, late lets the forward read one

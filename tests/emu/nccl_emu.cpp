@@ -33,7 +33,8 @@ Buffers are device memory (cuda_emu.cpp checks and translates them, and checks e
 canaries after each call completes).
 CUDA_EMU_NCCL_REPORT=1: each communicator says, when destroyed, what it carried (a communicator
 that carried nothing should not have been made), and the settings of its sums' order as they were
-when it was made (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE: NCCL reads them at its first call).
+when it was made (NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE: NCCL reads the first two as each
+communicator is made, the third at its first call).
 CUDA_EMU_NCCL_FAIL_AFTER=N: after N collectives a communicator's link fails: later work
 never completes and ncclCommGetAsyncError reports ncclRemoteError (for the trainer's polling).
 */
