@@ -3,7 +3,9 @@ kernels/flash_attention.cuh: the GPU's attention of a range of queries against a
 (kernels/attention.cuh: AttentionRange, the online softmax, the host twin these are checked against).
 Read this file first: its kernels run on CUDA cores, one thread a query (or key), in plain loops;
 the tensor-core kernels the bf16 and fp16 builds run take the same walk in fragments
-(kernels/flash_attention_wmma.cuh, included before the launchers at the end of this file).
+(kernels/flash_attention_wmma.cuh, included before the launchers at the end of this file). These
+run in the fp32 build and at head sizes the WMMA kernels do not take; GPT-2's 64 in bf16 or fp16
+runs the WMMA ones (-fa 1, the default: attention_forward in kernels/attention.cuh chooses).
 
 FlashAttention-2's structure (Dao 2023): a thread block takes a tile of queries of one (b, h) and
 walks the tiles of keys and values, staged through shared memory by all its threads together, so
