@@ -218,7 +218,7 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* dresidual;  // (held,C) gradient of the residual stream
     floatX* received_gradient;  // (held,C) interleaved 1F1B only: where the next one lands while dresidual leaves
     floatX* dln;        // (B,T,C) gradient of the final LayerNorm's output (before f's sum)
-    floatX* gathered;   // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: f, g)
+    floatX* all_tokens; // (B,T,C) -sp only: a LayerNorm's output or a gradient, all tokens (tp.h: f, g)
     floatX* summed;     // (held,C) -sp only: this rank's tokens of g's or f's sum (tp.h: tp_g_forward)
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its weight half follows its input half at once
@@ -405,7 +405,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     auto append = [&](const std::vector<BufferSpec>& more) { scratch.insert(scratch.end(), more.begin(), more.end()); };
     // what a technique adds, each declared by its own header (none where it is off)
     append(received_gradient_buffer_list(&s.received_gradient, gpt2_chunks(model), BT_held * C));  // pipeline_run.h
-    append(sequence_parallel_buffer_list(sp, &s.gathered, &s.summed, BT, BT_held, C));              // tp.h
+    append(sequence_parallel_buffer_list(sp, &s.all_tokens, &s.summed, BT, BT_held, C));              // tp.h
     append(ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank));                                 // cp.h
     for (int i = 0; i < 6; i++) {  // one layer's output gradients, each its own buffer
         size_t n = layer_output_gradient_size(i, BT, BT_held, C, tp);

@@ -157,13 +157,13 @@ inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_paral
 // buffer its result is in.
 
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
-// (identity: f returns the input), or under -sp gathers it (into `gathered`, which f returns).
+// (identity: f returns the input), or under -sp gathers it (into `all_tokens`, which f returns).
 // Backward: the input's gradient summed over the group, since each rank's rows of the matrix gave
 // only their part of it (`dpartial` all-reduced in place, or under -sp its tokens' sums in `dheld`).
-inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* gathered, size_t n_held) {
+inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* all_tokens, size_t n_held) {
     if (!tp.sequence_parallel) return input;
-    comm_all_gather(tp.group, input, gathered, n_held);
-    return gathered;
+    comm_all_gather(tp.group, input, all_tokens, n_held);
+    return all_tokens;
 }
 inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld, size_t n_held) {
     if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, dpartial, n_held); return dpartial; }

@@ -181,7 +181,7 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T_local);
-    floatX* ln1 = tp_f_forward(tp, la.ln1, s.gathered, n_held);  // all N tokens
+    floatX* ln1 = tp_f_forward(tp, la.ln1, s.all_tokens, n_held);  // all N tokens
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     sequence_attention_forward(model, la, B, T_local);
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
@@ -191,7 +191,7 @@ inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B,
     floatX* input = block_input(model, a, l, B, T_local);
     residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
                                tokens_held(model, N), C);
-    floatX* ln2 = tp_f_forward(tp, la.ln2, s.gathered, n_held);
+    floatX* ln2 = tp_f_forward(tp, la.ln2, s.all_tokens, n_held);
     matmul_gelu_forward(la.fch_gelu, la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank, model->gelu_fusion >= 1);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
     proj = tp_g_forward(tp, s.proj, s.summed, n_held);
@@ -226,7 +226,7 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
-    floatX *dln2 = tp_all_tokens(tp, d.ln2, s.gathered), *dln1 = tp_all_tokens(tp, d.ln1, s.gathered);  // before f
+    floatX *dln2 = tp_all_tokens(tp, d.ln2, s.all_tokens), *dln1 = tp_all_tokens(tp, d.ln1, s.all_tokens);  // before f
     // MLP
     tp_g_backward(tp, dout, d.fcproj, n_held);
     matmul_gelu_backward_input(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C, model->gelu_fusion >= 2);
@@ -258,10 +258,10 @@ inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int 
     LayerParameters dw = block_grads(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
-    floatX* ln2 = tp_f_forward(tp, la.ln2, s.gathered, (size_t)N_held * C);  // -sp: ln2's N tokens again, as in f
+    floatX* ln2 = tp_f_forward(tp, la.ln2, s.all_tokens, (size_t)N_held * C);  // -sp: ln2's N tokens again, as in f
     matmul_backward_weight(dw.fcw, NULL, d.fc, ln2, N, C, 4 * C_rank, s.partials);
     matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
-    floatX* ln1 = tp_f_forward(tp, la.ln1, s.gathered, (size_t)N_held * C);  // and ln1's
+    floatX* ln1 = tp_f_forward(tp, la.ln1, s.all_tokens, (size_t)N_held * C);  // and ln1's
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
     // the four biases' column sums in one launch, the two LayerNorms' in another (unless the input half did)
     bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C},
@@ -314,7 +314,7 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual, model->scratch.gathered);
+    floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual, model->scratch.all_tokens);
     tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T_local) * C);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         int* staged = (int*)staging_take(&model->staging, encoder_bucket_ints(B, run) * sizeof(int));
@@ -379,7 +379,7 @@ inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T_l
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T_local), h.lnfw, h.lnfb, N_held, C);
-    floatX* lnf = tp_f_forward(tp, a.lnf, model->scratch.gathered, (size_t)N_held * C);  // all N tokens
+    floatX* lnf = tp_f_forward(tp, a.lnf, model->scratch.all_tokens, (size_t)N_held * C);  // all N tokens
     matmul_forward(a.logits, lnf, e.wte, NULL, B * T_local, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
@@ -406,7 +406,7 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
-    floatX* lnf = tp_f_forward(tp, a.lnf, s.gathered, n_held);  // -sp: lnf's N tokens again, for wte's gradient
+    floatX* lnf = tp_f_forward(tp, a.lnf, s.all_tokens, n_held);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     floatX* dln = tp_f_backward(tp, s.dln, s.summed, n_held);  // this rank's tokens of the sum
     device_zero(s.dresidual, n_held * sizeof(floatX));
