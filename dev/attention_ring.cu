@@ -1,20 +1,20 @@
 /*
 dev/attention_ring.cu: one step of ring attention (cp.h): a rank's two query chunks against the
 [k | v] rows a visiting rank sent, merged into the output and log-sum-exp of the steps before, and
-that step's backward, adding into dq and the visiting block's dk dv sums. At c = 2, rank 1 holds
+that step's backward, adding into dq and the visiting rows' dk dv sums. At c = 2, rank 1 holds
 chunks 1 and 2 of each sequence and the visitor (rank 0) chunks 0 and 3: the step is two whole
-(non-causal) blocks, chunk 1 and chunk 2 against chunk 0 (cp.h's cp_for_each_range).
+(non-causal) ranges, chunk 1 and chunk 2 against chunk 0 (cp.h's cp_for_each_range).
 
-version 1: a thread per query row (forward, dq) or key row (dk, dv), looping over the other block
+version 1: a thread per query row (forward, dq) or key row (dk, dv), looping over the other range
            one key or query at a time, the running output in global fp32 memory: the kernels ring
            attention began with, the host twin's rows (kernels/attention.cuh) on the device
-version 2: the trainer's: one rank's flash attention kernels on each block (kernels/
+version 2: the trainer's: one rank's flash attention kernels on each range (kernels/
            flash_attention*.cuh: tiles through shared memory; tensor cores in bf16 and fp16 at
            head sizes a multiple of 16)
 Both are checked against the host twin (attention_range_*_host) after the step: the output and
 lse, then dq and dk dv; the earlier steps' output and lse, and the sums the backward adds into,
 are random. Timed at B 8, T 1024 (chunks of 256 at c 2), C 768, NH 12: the FLOPs of the two
-blocks (4 B chunk^2 C each forward, 8 backward).
+ranges (4 B chunk^2 C each forward, 8 backward).
 */
 #include "lab.h"
 #include "../kernels/attention.cuh"  // defines: AttentionRange, attention_range_forward_row, attention_range_forward, ...
@@ -106,8 +106,8 @@ static void check_size(Lab* lab, int versions, int B, int chunk, int C, int NH) 
         lab_report(lab, v, "B chunk C NH", {B, chunk, C, NH});
     }
     if (chunk >= 256) {
-        double fwd_flops = 2 * 4.0 * B * chunk * chunk * C;  // two blocks, two products of chunk x chunk x hs per head
-        printf("  forward (two blocks merged):\n");
+        double fwd_flops = 2 * 4.0 * B * chunk * chunk * C;  // two ranges, two products of chunk x chunk x hs per head
+        printf("  forward (two ranges merged):\n");
         time_versions(*lab, versions, 0.0, [&](int v, int block) { forward_version(v, block, s); }, fwd_flops);
         printf("  backward:\n");
         time_versions(*lab, versions, 0.0, [&](int v, int block) { backward_version(v, block, s); }, 2 * fwd_flops);

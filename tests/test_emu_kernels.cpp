@@ -358,7 +358,7 @@ static vector<float> randf(size_t n, uint64_t seed) {
     for (float& x : v) x = (float)rng_normal(&r);
     return v;
 }
-static void attention_block(int B, int chunk, int C, int NH, bool packed) {
+static void attention_ranges(int B, int chunk, int C, int NH, bool packed) {
     int rows = 2 * chunk;  // each sequence: chunk 0, then chunk 1
     size_t n = (size_t)B * rows * C, stats = (size_t)B * NH * rows;
     vector<floatX> qkv = randx(3 * n, 40), dout = randx(n, 41), out(n), dqkv(3 * n), kv(2 * n);
@@ -370,9 +370,9 @@ static void attention_block(int B, int chunk, int C, int NH, bool packed) {
     if (packed) check("attention_pack_kv", download(d_kv, 2 * n), kv, 0.0);
     const floatX *keys = packed ? kv.data() : qkv.data() + C, *d_keys = packed ? d_kv : d_qkv + C;
     int stride = packed ? 2 * C : 3 * C;
-    AttentionRange blocks[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, stride, false, true},  // each sequence's rows
+    AttentionRange ranges[2] = {{rows, chunk, rows, 0, B, chunk, chunk, C, NH, stride, false, true},  // each sequence's rows
                                 {rows, chunk, rows, chunk, B, chunk, chunk, C, NH, stride, true, false}};  // are chunk 0, chunk 1
-    for (const AttentionRange& a : blocks) {
+    for (const AttentionRange& a : ranges) {
         attention_range_forward(a, d_qkv, d_keys, d_acc, d_lse);
         attention_range_forward_host(a, qkv.data(), keys, acc.data(), lse.data());
     }
@@ -384,7 +384,7 @@ static void attention_block(int B, int chunk, int C, int NH, bool packed) {
             for (int h = 0; h < NH; h++) got_lse[row * NH + h] = 0.0f;
         }
     std::string how = packed ? " ([k | v] rows)" : " (qkv rows)";
-    check(("attention_range_forward out, two blocks merged" + how).c_str(), got_acc, acc);
+    check(("attention_range_forward out, two ranges merged" + how).c_str(), got_acc, acc);
     check(("attention_range_forward lse" + how).c_str(), got_lse, lse, 1e-5 + (FLOATX_IS_FP32 ? 0 : 1e-3));
     host_to_device(d_acc, got_acc.data(), n * sizeof(float));
     host_to_device(d_lse, got_lse.data(), stats * sizeof(float));
@@ -393,7 +393,7 @@ static void attention_block(int B, int chunk, int C, int NH, bool packed) {
     attention_range_row_dot(d_D, d_dout, d_out, B * rows, C, NH);
     attention_range_row_dot_host(D.data(), dout.data(), out.data(), B * rows, C, NH);
     check("attention_range_row_dot", download(d_D, stats), D);
-    for (const AttentionRange& a : blocks) {
+    for (const AttentionRange& a : ranges) {
         attention_range_backward(a, d_qkv, d_keys, d_dq, d_dkv, d_dout, d_lse, d_D);
         attention_range_backward_host(a, qkv.data(), keys, dq.data(), dkv.data(), dout.data(), lse.data(), D.data());
     }
@@ -601,9 +601,9 @@ int main(int argc, char** argv) {
                 if (flash_mma_head(hs)) attention(1, T, 2 * hs, 2, 2);  // FlashAttention-2 in registers (mma.sync)
             }
         if (flash_mma_head(32)) attention(2, 130, 96, 3, 2);  // head size 32, three query tiles (the last ragged)
-        attention_block(2, 7, 40, 5, false);
-        attention_block(3, 5, 21, 3, true);
-        attention_block(2, 20, 64, 2, true);  // head size 32: WMMA in bf16, fp16
+        attention_ranges(2, 7, 40, 5, false);
+        attention_ranges(3, 5, 21, 3, true);
+        attention_ranges(2, 20, 64, 2, true);  // head size 32: WMMA in bf16, fp16
     }
     if (wanted("elementwise")) elementwise(1000);
     if (wanted("crossentropy")) {

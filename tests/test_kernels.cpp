@@ -217,7 +217,7 @@ TEST_CASE("attention on the CPU path (sgemm tiles) equals the host twin and floa
 
 // ring attention's pieces on the CPU path: a causal block, then a whole block of other keys merged
 // into it (first = false), from [k | v] rows (kv_stride 2C) at an offset, forward and backward
-TEST_CASE("attention blocks on the CPU path: merged, packed [k | v] rows, against the host twin") {
+TEST_CASE("attention ranges on the CPU path: merged, packed [k | v] rows, against the host twin") {
     int B = 2, Tq = 70, C = 32, NH = 2, rows = B * Tq;
     auto qkv = randn(rows * 3 * C, 50), other = randn((rows + 6) * 2 * C, 51), dout = randn(rows * C, 52);
     vector<float> twin_out(rows * C), twin_lse(rows * NH), twin_dq(rows * C, 0.0f), twin_dkv(rows * 2 * C, 0.0f);

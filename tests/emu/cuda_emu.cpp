@@ -137,8 +137,9 @@ int current_device_bus_id() { return 0x10 + physical_device(); }
 // Two streams that share a tensor without an event between them then show it in the bytes: early
 // runs a reader before the writer it should have waited for, late lets a buffer be rewritten
 // before the other stream read it, slow lets the default stream write a buffer between a
-// collective's read of it and the comm stream's next work on it (a clear after a reduce-scatter). NCCL's operations (nccl_emu.cpp) are started, then polled: a
-// stream waiting on another rank holds back only itself, as a GPU's NCCL kernel does.
+// collective's read of it and the comm stream's next work on it (a clear after a reduce-scatter).
+// NCCL's operations (nccl_emu.cpp) are started, then polled: a stream waiting on another rank holds
+// back only itself, as a GPU's NCCL kernel does.
 static bool stalled = false;
 void stall_default_stream() { stalled = true; }
 [[noreturn]] static void wait_forever() { for (;;) pause(); }
