@@ -77,6 +77,7 @@ wait_for_all  # every check below reads the references
 # the CUDA build's own code (kernels, launches, cuBLAS, NCCL, GPU-only host paths) in the emulated build
 check emulated_cuda_build bash tests/test_emu.sh $REF $BUILD/pytorch_ops $BUILD/ref4
 check emulated_cuda_contract bash tests/test_emu_contract.sh
+check nccl_settings_pinned_user_kept bash tests/test_nccl_settings.sh $REF  # process_grid.h: nccl_pin_sum_order
 # the data-parallel reductions beside the backward (overlap.h), in the emulator's stream orders and the CPU build
 check overlap_reductions_beside_the_backward bash tests/test_overlap.sh $REF $BUILD/ref4
 # at most 2 host waits a step (staging.h), counted by the emulated build

@@ -134,16 +134,11 @@ communicators=$(grep -c "^NCCL emulation: communicator" $log)
 unused=$(grep -c "^NCCL emulation: communicator.*: 0 collectives, 0 sends" $log || true)
 [ "$communicators" -gt 0 ] && [ "$unused" -eq 0 ] || { echo "FAIL: $unused of $communicators NCCL communicators carried nothing"; exit 1; }
 echo "np 8: $communicators NCCL communicators (over the ranks), each carried collectives or sends"
-# and each was made with its sums' order pinned (process_grid.h: nccl_pin_sum_order), unless the user
-# set a variable: then the user's value (a run of one step with NCCL_PROTO=LL128)
+# and each was made with its sums' order pinned (process_grid.h: nccl_pin_sum_order; a user's setting
+# kept over it: tests/test_nccl_settings.sh)
 pinned=$(grep -c "^NCCL emulation: communicator.*; NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0$" $log || true)
 [ "$pinned" -eq "$communicators" ] || { echo "FAIL: $pinned of $communicators NCCL communicators made with NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0"; exit 1; }
-NCCL_PROTO=LL128 CUDA_EMU_NCCL_REPORT=1 $MPIRUN -np 2 ./train_gpt_emu_fp32 -e $REF/model.bin -i $REF/train.bin -b 2 -t 32 \
-    -x 1 -v 0 -s 0 > $D/nccl_user_proto.txt 2>&1 || { tail -n 5 $D/nccl_user_proto.txt; echo "FAIL: the run with NCCL_PROTO=LL128"; exit 1; }
-user=$(grep -c "^NCCL emulation: communicator.*; NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_NVLS_ENABLE=0$" $D/nccl_user_proto.txt || true)
-grep -q "^NCCL: NCCL_ALGO=Ring NCCL_PROTO=LL128 NCCL_NVLS_ENABLE=0" $D/nccl_user_proto.txt && [ "$user" -gt 0 ] \
-    || { echo "FAIL: NCCL_PROTO=LL128 set by the user: not what NCCL was given, or not what the log says"; exit 1; }
-echo "np 8: every communicator made with NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0; the user's NCCL_PROTO=LL128 kept"
+echo "np 8: every communicator made with NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_NVLS_ENABLE=0"
 
 # with validation and samples: forward-only passes through the pipeline, the logits' all-gather and broadcast
 FLAGS="-e $REF/model.bin -i data/tinyshakespeare_train.bin -j data/tinyshakespeare_val.bin -b 2 -t 32 -d 128 -x 8 -l 1e-3 -u 2 -q 0.1 -c 0.1 -v 4 -m 2 -s 4 -g 8 -n 4"
