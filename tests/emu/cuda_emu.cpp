@@ -7,7 +7,7 @@ starts; it runs until it reaches __syncthreads, a warp operation or its end, and
 then runs the next one. A WMMA call (mma.h) is a meeting of all 32 lanes of the warp that also
 gathers each lane's share of the fragments (cuda_emu_warp_all_gather). A fiber whose thread
 ended serves the next thread, so a kernel without barriers uses one fiber per block. Switches
-are _setjmp/_longjmp (no system call), the first entry into a fiber setcontext. Under
+a few instructions that swap stacks (switch_stack, no system call). Under
 ThreadSanitizer (a program built with -fsanitize=thread, this file with CUDA_EMU_TSAN=1) each
 thread of a block has a TSan fiber of its own, switched without implied ordering, and the
 barriers, the warp meetings and the block's start and end are the only happens-before edges: a
@@ -42,7 +42,6 @@ on stderr (a line: how many, the first's offset), to tell "read before written" 
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
-#include <setjmp.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <sys/mman.h>
@@ -909,11 +908,41 @@ void translate_struct_words(void* value, size_t bytes) {
 enum ThreadState { NOT_STARTED, RUNNABLE, AT_BARRIER, AT_WARP_SYNC, EXITED };
 static const size_t STACK_BYTES = 256 << 10;
 
+// A switch between fibers: switch_stack(&from, to) pushes the registers a called function must
+// keep (System V x86-64: rbx, rbp, r12-r15) on the running stack, saves its stack pointer in
+// *from, loads `to` and pops what that stack pushed when it left: 14 instructions, where glibc's
+// _longjmp also demangles pointers and unwinds cleanup handlers (a sixth of an emulated run). A
+// new fiber's stack holds six zeros for the registers and fiber_main as the address to return to.
+// Elsewhere, ucontext's swapcontext (a system call a switch, for the signal mask).
+#if defined(__x86_64__)
+extern "C" void cuda_emu_switch_stack(void** save, void* load);
+asm(".text\n.globl cuda_emu_switch_stack\n.type cuda_emu_switch_stack, @function\ncuda_emu_switch_stack:\n"
+    "  push %rbp\n  push %rbx\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
+    "  mov %rsp, (%rdi)\n  mov %rsi, %rsp\n"
+    "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbx\n  pop %rbp\n  ret\n");
+struct Context { void* sp; };
+static void switch_stack(Context* from, Context* to) { cuda_emu_switch_stack(&from->sp, to->sp); }
+static void first_entry(Context* c, char* stack_top, void (*entry)()) {  // stack_top: 16-byte aligned
+    void** sp = (void**)stack_top;
+    *--sp = nullptr;          // entry's return address (it never returns): at entry rsp + 8 is 16-byte aligned
+    *--sp = (void*)entry;     // where the first switch's ret goes
+    for (int i = 0; i < 6; i++) *--sp = nullptr;  // the six registers it pops
+    c->sp = sp;
+}
+#else
+struct Context { ucontext_t uc; };
+static void switch_stack(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+static void first_entry(Context* c, char* stack_top, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack_top - STACK_BYTES;
+    c->uc.uc_stack.ss_size = STACK_BYTES;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
 struct Fiber {
-    jmp_buf context;   // where it stopped
-    ucontext_t start;  // its first entry
+    Context context;   // where it stopped (or its first entry)
     char* stack;
-    bool started;
 #if CUDA_EMU_TSAN
     void* tsan;
 #endif
@@ -928,7 +957,7 @@ struct WarpSync {      // the lanes of one warp meeting at a shuffle, __syncwarp
 };
 static const size_t GATHER_BYTES = cuda_emu_gather_bytes;  // the most a lane leaves in a warp all-gather (mma.h's fragments)
 struct Worker {        // one per OS thread that runs blocks
-    jmp_buf scheduler;
+    Context scheduler;
     std::vector<Fiber*> idle;  // fibers whose thread has ended, for the next thread
 #if CUDA_EMU_TSAN
     std::vector<Fiber*> pool;  // under ThreadSanitizer: fiber t runs thread t of every block
@@ -961,12 +990,10 @@ static void describe_thread(char* out, size_t size, int t) {
 // the running CUDA thread gives the OS thread back to the scheduler; returns when resumed
 static void park(Worker* w) {
     Fiber* f = w->fiber_of[w->current];
-    if (!_setjmp(f->context)) {
 #if CUDA_EMU_TSAN
-        __tsan_switch_to_fiber(w->tsan_scheduler, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(w->tsan_scheduler, __tsan_switch_to_fiber_no_sync);
 #endif
-        _longjmp(w->scheduler, 1);
-    }
+    switch_stack(&f->context, &w->scheduler);
 }
 
 static void thread_exited(Worker* w);
@@ -978,6 +1005,19 @@ static void fiber_main() {
 #endif
         w->run_thread(w->bound);
         thread_exited(w);
+#if !CUDA_EMU_TSAN
+        // the scheduler would start the next thread, if it has not started, on this fiber (the idle one):
+        // start it here, without the two switches there and back (run_block goes on after it)
+        int next = w->current + 1;
+        if (next < w->threads && w->state[next] == NOT_STARTED) {
+            w->idle.pop_back();
+            w->fiber_of[next] = w->fiber_of[w->current];
+            w->state[next] = RUNNABLE;
+            w->current = next;
+            threadIdx = thread_index(next);
+            continue;
+        }
+#endif
         park(w);  // resumed when the scheduler gives this fiber the next thread
     }
 }
@@ -987,11 +1027,7 @@ static Fiber* new_fiber() {
     f->stack = (char*)mmap(nullptr, STACK_BYTES + PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f->stack == MAP_FAILED) die("cannot map a fiber stack");
     mprotect(f->stack, PAGE, PROT_NONE);  // a stack overflow faults instead of writing over the next stack
-    getcontext(&f->start);
-    f->start.uc_stack.ss_sp = f->stack + PAGE;
-    f->start.uc_stack.ss_size = STACK_BYTES;
-    f->start.uc_link = nullptr;
-    makecontext(&f->start, fiber_main, 0);
+    first_entry(&f->context, f->stack + PAGE + STACK_BYTES, fiber_main);
 #if CUDA_EMU_TSAN
     f->tsan = __tsan_create_fiber(0);
 #endif
@@ -1003,16 +1039,10 @@ static void resume(Worker* w, int t) {
     w->current = t;
     threadIdx = thread_index(t);
     Fiber* f = w->fiber_of[t];
-    if (!_setjmp(w->scheduler)) {
 #if CUDA_EMU_TSAN
-        __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
 #endif
-        if (!f->started) {
-            f->started = true;
-            setcontext(&f->start);
-        }
-        _longjmp(f->context, 1);
-    }
+    switch_stack(&w->scheduler, &f->context);
 }
 
 static void release_barrier(Worker* w) {
@@ -1071,6 +1101,7 @@ static void run_block(Worker* w) {
             }
             if (w->state[t] != RUNNABLE) continue;
             resume(w, t);
+            t = w->current;  // the threads fiber_main started after t, in this order, ran: go on after the last
             progress = true;
         }
         if (progress) continue;
