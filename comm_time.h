@@ -3,16 +3,26 @@ comm_time.h: the time ledger of a step's data-parallel communication, and what o
 on the critical path (-plan 1 -gpu H100 -nodes N): beside ledger.h's kernels, where a step's time
 goes on dp GPUs, read without them.
 
-Links, per GPU and direction:
-    NVLink 4 (H100, H200 SXM)   450 GB/s   NVIDIA H100/H200 datasheets: 900 GB/s, both directions
-    NVLink 3 (A100 SXM)         300 GB/s   NVIDIA A100 datasheet: 600 GB/s, both directions
-    InfiniBand NDR              50 GB/s    400 Gb/s, one adapter per GPU (DGX H100: 8 ConnectX-7)
-A collective's time, ring algorithm (NCCL's for large messages), is a latency and the bytes one rank
-sends (comm.h's ring_bytes: all-reduce 2 S (p-1)/p, reduce-scatter and all-gather S (p-1)/p) over the
-slowest link of the ring: NVLink within one node; over N > 1 nodes the ring leaves every node through
-the network, so InfiniBand:
+Links, per GPU and direction, as NCCL's ring moves bytes over them (its "bus bandwidth", the rate
+of the bytes one rank sends; the ring is the algorithm process_grid.h pins):
+    NVLink 4 (H100, H200 SXM)   370 GB/s   the line rate, 450 GB/s (datasheets: 900 both ways), less
+                                           the ~20% NCCL's protocol takes: "NCCL can get an effective
+                                           NVLink bandwidth of 370GB/s" with NCCL_ALGO=RING (NVIDIA,
+                                           nccl-tests issue 212; nccl issue 1455 measured 365-370)
+    NVLink 3 (A100 SXM)         240 GB/s   the line rate, 300 GB/s, less the same 20% (assumed)
+    InfiniBand NDR              47 GB/s    a 400 Gb/s adapter: "46-48GB/s per NIC" (NVIDIA, nccl-tests
+                                           issue 290), one adapter per GPU (DGX H100: 8 ConnectX-7)
+A collective's time, ring algorithm, is a latency and the bytes one rank sends (comm.h's ring_bytes:
+all-reduce 2 S (p-1)/p, reduce-scatter and all-gather S (p-1)/p) at the ring's bandwidth:
     t = alpha + ring_bytes / bandwidth,   alpha = 10 us within a node, 20 us across
 (alpha is an assumption of the order of NCCL's small-message latency, not a datasheet's number).
+Over N > 1 nodes NCCL runs a ring per adapter (its channels), each crossing between the nodes on its
+own adapter with its slice of the bytes, so the crossings share g adapters a node (g: the GPUs of a
+node) and the ring's bandwidth is min(NVLink's, g x 47 GB/s): the bytes through the adapters are
+what one rank sends ("the busbw is going to reflect exactly what's going through the NICs", NVIDIA,
+nccl-tests issue 160; DGX A100, 8 x 200 Gb/s: 192 GB/s measured, nccl issue 812). With 8 GPUs and
+8 adapters a node the network keeps up with NVLink (376 GB/s); with 2 GPUs a node it is 94 GB/s.
+(A ring through one adapter, 47 GB/s for the whole ring, was this ledger's first model: 8x too slow.)
 
 What the step sends over its DP group (zero.h's formulas, unit by unit as zero_reduce_step_unit does)
 and when it can start. The backward ends the units in this order: the head's (the final LayerNorm,
@@ -58,11 +68,16 @@ Applied in accounting.h (print_plans).
 #include "comm.h"    // defines: ring_bytes
 
 struct LinkSpec { const char* name; double bandwidth, latency; const char* source; };  // bytes/s per direction, s
-// the link a ring over `nodes` nodes of `gpu` is limited by
-inline LinkSpec link_spec(const GpuSpec& gpu, int nodes) {
-    if (nodes > 1) return {"InfiniBand NDR", 50e9, 20e-6, "400 Gb/s, one adapter per GPU (DGX H100: 8 ConnectX-7)"};
-    if (strcmp(gpu.name, "A100") == 0) return {"NVLink 3", 300e9, 10e-6, "NVIDIA A100 datasheet: 600 GB/s both ways"};
-    return {"NVLink 4", 450e9, 10e-6, "NVIDIA H100/H200 datasheets: 900 GB/s both ways"};
+// the bandwidth of NCCL's ring over `nodes` nodes of `gpus_per_node` GPUs each (above)
+inline LinkSpec link_spec(const GpuSpec& gpu, int nodes, int gpus_per_node) {
+    LinkSpec nvlink = strcmp(gpu.name, "A100") == 0
+        ? LinkSpec{"NVLink 3", 240e9, 10e-6, "A100: 300 GB/s line rate less NCCL's ~20% (assumed as on H100)"}
+        : LinkSpec{"NVLink 4", 370e9, 10e-6, "NCCL's ring: 450 GB/s line rate less ~20% (nccl-tests issue 212)"};
+    if (nodes == 1) return nvlink;
+    double network = gpus_per_node * 47e9;
+    return {"InfiniBand NDR, an adapter a GPU", std::min(nvlink.bandwidth, network), 20e-6,
+            network < nvlink.bandwidth ? "47 GB/s an adapter (nccl-tests issue 290), the node's rings on all of them"
+                                       : "the node's adapters keep up with NVLink: NVLink's"};
 }
 inline double collective_ms(unsigned long long bytes_sent, const LinkSpec& link) {
     return 1e3 * (link.latency + bytes_sent / link.bandwidth);
@@ -152,7 +167,7 @@ inline void comm_time_after_step(CommTime* c, const MicroStepTimes& t, int stage
 // stage 0 or 1; grad_bytes: G, the reduced gradient's element; overlap: overlap.h applies
 inline CommTime comm_time(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements, int stage,
                           size_t grad_bytes, bool overlap, int dp, int nodes) {
-    CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
+    CommTime c = {dp, nodes, link_spec(gpu, nodes, dp / nodes), 0, 0, 0, 0};
     int U = (int)unit_elements.size();
     auto reduce_ms = [&](size_t elements) {
         unsigned long long s = ring_bytes(grad_bytes * elements, dp);
@@ -239,7 +254,7 @@ inline void sharded_micro_step(const MicroStepTimes& t, int stage, bool overlap,
 // zero_reduce_unit)
 inline CommTime comm_time_sharded(const LedgerModel& m, const GpuSpec& gpu, const std::vector<size_t>& unit_elements,
                                   int stage, bool overlap, int dp, int nodes) {
-    CommTime c = {dp, nodes, link_spec(gpu, nodes), 0, 0, 0, 0};
+    CommTime c = {dp, nodes, link_spec(gpu, nodes, dp / nodes), 0, 0, 0, 0};
     MicroStepTimes t = micro_step_times(m, gpu, unit_elements, dp, c.link);
     double reduces = 0;
     for (double ms : t.unit) reduces += ms;

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The time ledger of the data-parallel communication (comm_time.h: -plan 1 -gpu H100 -nodes N) against
-# formulas computed here: GPT-2 124M (d12, bf16 build, B 64, T 1024) at dp 8 on one node and 2 x 8
-# on two, ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
+# formulas computed here: GPT-2 124M (d12, bf16 build, B 64, T 1024) at dp 8 on one node, 2 x 8
+# on two and 2 x 2 on two (where the network, not NVLink, sets the ring's pace), ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
 # gathers each layer before its forward and its backward, each pass's first layer posted ahead (zero.h:
 # zero_prefetch_unit), and the two ends once a step after AdamW, the embeddings' beside AdamW on the
 # other units (zero_gather_after_update; that AdamW's time: the kernel ledger's row, over the rank's
 # shard of them); ZeRO 1-2 all-gather the updated parameters, a unit each, the embeddings' likewise
 # beside AdamW and the others beside the next step's forward (-overlap 1). The units (wte + wpe, 12 layers of 12 C^2 + 13 C, the
 # final LayerNorm's 2 C; ZeRO-1 pads each to a multiple of dp), each reduced by a ring (all-reduce
-# 2 S (p-1)/p, reduce-scatter S (p-1)/p) at 450 GB/s over NVLink or 50 GB/s over InfiniBand plus
-# 10 or 20 us; the loss and norm scalars after.
-# Exposed without overlap: everything. With it: a layer's reduction (60 us on NVLink, 0.55 ms over
-# InfiniBand) is far shorter than a layer's backward (~13 ms calibrated), so the layers' reductions
+# 2 S (p-1)/p, reduce-scatter S (p-1)/p) at NCCL's ring bandwidth on NVLink, 370 GB/s, or across
+# nodes at min(370, 47 GB/s an InfiniBand adapter x the node's GPUs, an adapter each), plus 10 or
+# 20 us; the loss and norm scalars after.
+# Exposed without overlap: everything. With it: a layer's reduction (70 us on NVLink, 0.3 ms over
+# two adapters) is far shorter than a layer's backward (~13 ms calibrated), so the layers' reductions
 # hide but for what layer 0's outlasts the embeddings' backward (the kernel ledger's encoder_backward
 # rows), and the embeddings' reduction (the last unit, the largest) and what follows are exposed: to 1 us.
 set -euo pipefail
@@ -22,8 +23,10 @@ for z in 0 1 2 3; do
     for o in 0 1; do
         timeout 300 mpirun -np 8 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z $z -overlap $o -plan 1 -gpu H100 \
             | grep '^{"ledger"' > $D/np8_z${z}_o$o.json
-        timeout 300 mpirun -np 16 ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z $z -overlap $o -nodes 2 -plan 1 -gpu H100 \
-            | grep '^{"ledger"' > $D/np16_z${z}_o$o.json
+        for np in 16 4; do
+            timeout 300 mpirun -np $np ./train_gpt_cpu_bf16 -e d12 -b 64 -t 1024 -z $z -overlap $o -nodes 2 -plan 1 -gpu H100 \
+                | grep '^{"ledger"' > $D/np${np}_z${z}_o$o.json
+        done
     done
 done
 # -ga fp32: the shard sums in fp32, but each micro-step's unit gradients are reduced in floatX, as made
@@ -41,8 +44,9 @@ D = sys.argv[1]
 C, L, Vp, T0, X = 768, 12, 50304, 1024, 2
 def ring(b, p): return b * (p - 1) // p
 def pad(n, s): return (n + s - 1) // s * s
-for nodes, p in ((1, 8), (2, 16)):
-    bw, alpha = (450e9, 10e-6) if nodes == 1 else (50e9, 20e-6)
+for nodes, p in ((1, 8), (2, 16), (2, 4)):
+    # NCCL's ring: NVLink's 370 GB/s, or across nodes the node's adapters (47 GB/s each, one a GPU) if slower
+    bw, alpha = (370e9, 10e-6) if nodes == 1 else (min(370e9, p // nodes * 47e9), 20e-6)
     t = lambda sent: 1e3 * (alpha + sent / bw)
     for z in (0, 1, 2, 3):
         s = 1 if z == 0 else p
