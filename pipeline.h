@@ -94,8 +94,9 @@ Each stage still idles p - 1 forward and p - 1 backward slots, but of a chunk: 6
 12 of 44. With a stage's forward and backward F and B and each chunk's F/V and B/V, the step is
 m(F + B) + (p - 1)(F + B)/V: the bubble is (p - 1)/V of the ideal step, (p - 1)/(Vm + p - 1) of
 the real one (interleaved_bubble_fraction; pipeline_simulate checks it for p 1..8, m 1..16,
-V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 1 chunks' activations
-(interleaved_activation_sets), stage 0 p + (p - 1)/V stages' worth where 1F1B's holds p;
+V 1..4). What it costs: stage s holds up to 2(p - s - 1) + (V - 1)p + 2 chunks' activations
+(interleaved_activation_sets: the last, the next forward's input, received while a backward runs,
+below), stage 0 p + p/V stages' worth where 1F1B's holds p;
 V times the messages, each as large; and m must be a multiple of p (the groups; other m can
 deadlock) with at least one layer per chunk (the trainer refuses others: -ps interleaved -vp V).
 With V = 1 it is 1F1B.
@@ -116,13 +117,18 @@ sends gradients back), and on a ring a chain of lone blocking sends can close in
 next receive in the same direction round the ring (comm_send_recv again): activations
 shift one stage on, SEND_ACTIVATION_RECV_ACTIVATION, then gradients shift one stage
 back, SEND_GRADIENT_RECV_GRADIENT; every stage posts each shift whole, as Megatron-LM
-batches its sends and receives.
+batches its sends and receives. In the steady phase the activation shift is listed between the
+forward that made its activation and the backward, the gradient shift after the backward, so that
+each travels while the stage computes what does not need it (the backward, the next forward),
+as Megatron-LM's overlap_p2p_comm posts them; the next input then lands in a set of its own while
+the backward still holds one (one set more). Each stage's transfers keep their order, so the
+argument above holds as it is.
 
 Cost per stage and step: sends m activations and m gradients of B*T*C*X bytes, B*T*C*X/tp
 under -sp, where each TP rank holds its share of the tokens (interleaved: V m of each, but for
 the model's two ends); holds (1F1B) min(p - s, m), (GPipe) m or (ZB-H1,
 s > 0) min(p, m) micro-batches of its layers' activations (interleaved: up to
-2(p - s - 1) + (V - 1)p + 1 of a chunk's layers, each set taken at a chunk-forward and given
+2(p - s - 1) + (V - 1)p + 2 of a chunk's layers, each set taken when its input arrives and given
 back at its backward, interleaved_set_slots, since the chunks' micro-batches do not leave in
 the order they came); the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
@@ -148,7 +154,7 @@ Interleaved lists keep both in their own form: a gradient's receive is paired wi
 of the one before (the gradient shift), so it lands beside the stage's buffer
 (PipelineStage::received_gradient) and is moved in once the other has left, and only
 forwards, which touch no gradient, come between it and its backward; and a chunk's
-micro-batch takes whichever set is free at its forward (interleaved_set_slots). Both are
+micro-batch takes whichever set is free when its input arrives (interleaved_set_slots). Both are
 checked for p 2..6, m up to 12, V 2..4.
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then pipeline_run.h.
@@ -354,11 +360,16 @@ inline std::vector<PipelineAction> interleaved_schedule(int s, int p, int m, int
         else add(SEND_ACTIVATION, f(i));
     }
     add(RECV_GRADIENT, b(0));
-    for (int j = 0; j < steady; j++) {  // steady: one chunk-forward, one chunk-backward
+    // steady: one chunk-forward, one chunk-backward. The activation shift goes between them, so that
+    // it travels while the backward computes (pipeline_links.h), and the gradient shift while the
+    // next forward does: the forward after the backward needs only the activation, the backward
+    // after that forward only the gradient (Megatron-LM's overlap_p2p_comm). Each stage's transfers
+    // keep their order: activation shift, gradient shift, in turn
+    for (int j = 0; j < steady; j++) {
         add(FORWARD, f(warmup + j));
-        add(BACKWARD, b(j));
         if (warmup + j + 1 < total) add_pair(SEND_ACTIVATION_RECV_ACTIVATION, f(warmup + j), f(warmup + j + 1));
         else add(SEND_ACTIVATION, f(warmup + j));
+        add(BACKWARD, b(j));
         add_pair(SEND_GRADIENT_RECV_GRADIENT, b(j), b(j + 1));
     }
     for (int j = steady; j < total; j++) {  // cooldown: the remaining chunk-backwards
@@ -400,13 +411,17 @@ inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
     if (kind != SCHEDULE_ZB || p == 1 || s == 0) return 0;
     return s + 1 < m ? s + 1 : m;
 }
-// the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, and one more
+// the chunk-forwards stage s holds at once under interleaved 1F1B: its warmup, one more, and in the
+// steady phase (two or more chunk-backwards in it) the next forward's input, received while a
+// backward still holds its set
 inline int interleaved_activation_sets(int s, int p, int m, int V) {
     if (V == 1) return pipeline_activation_sets(SCHEDULE_1F1B, s, p, m);
-    return std::min(2 * (p - s - 1) + (V - 1) * p + 1, m * V);
+    int warmup = std::min(2 * (p - s - 1) + (V - 1) * p, m * V), steady = m * V - warmup;
+    return std::min(warmup + 1 + (steady > 1 ? 1 : 0), m * V);
 }
-// which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free at its
-// forward, free again after its backward, walking the list. (k % sets, as the other schedules
+// which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free when its
+// input arrives (or at its forward, on the model's first chunk), free again after its backward,
+// walking the list. (k % sets, as the other schedules
 // do, would not do: the chunks take turns, so the micro-batches do not leave in the order they
 // came; sets per chunk would hold more, 12 for stage 1 at p 4, m 8, V 2 where 9 are ever busy)
 inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
@@ -414,7 +429,11 @@ inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
     std::vector<bool> busy;
     for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
         int id = a.chunk * m + a.micro;
-        if (a.op == FORWARD) slot[id] = take_lowest_free(&busy);
+        bool receives = a.op == RECV_ACTIVATION || a.op == SEND_ACTIVATION_RECV_ACTIVATION ||
+                        a.op == SEND_GRADIENT_RECV_ACTIVATION;  // its input, before its forward
+        int arriving = a.op == RECV_ACTIVATION ? id : a.received_chunk * m + a.received_micro;
+        if (receives && slot[arriving] < 0) slot[arriving] = take_lowest_free(&busy);
+        if (a.op == FORWARD && slot[id] < 0) slot[id] = take_lowest_free(&busy);
         if (a.op == BACKWARD) busy[slot[id]] = false;
     }
     return slot;

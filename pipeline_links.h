@@ -24,9 +24,11 @@ not finished its own compute stays exposed: that is the bubble, which no stream 
 (pipeline_sim.h). Paired transfers (1F1B's steady phase) stay one group, needed by the very next
 compute. The links stream runs the transfers in their list's order (one communicator's operations
 on one stream, every rank's in the order pipeline.h's pairing argument proves free of deadlock),
-so a receive starts only after the transfers listed before it: receiving earlier than the list
-says (Megatron-LM's overlap_p2p_comm posts the next receive before the compute) would need that
-argument made again for the reordered lists: not done. Under ZeRO 2-3 a backward's gradient
+so a receive starts only after the transfers listed before it, and where the list puts it decides
+what it overlaps: interleaved 1F1B lists each activation shift before the backward, each gradient
+shift before the next forward (pipeline.h, Megatron-LM's overlap_p2p_comm), so both travel beside a
+compute; 1F1B's paired exchanges stay on its critical path, as in Megatron-LM (the gradient a
+backward needs comes from the very stage it sends to). Under ZeRO 2-3 a backward's gradient
 leaves while its micro-step's last reductions still run: zero.h waits for them before the next
 backward (zero_begin_micro_step), not at this one's end.
 

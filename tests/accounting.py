@@ -60,22 +60,39 @@ def interleaved_held(p, m, V, s):
     chunk (the head's on the last stage), from the schedule's rule (Megatron-LM's): chunk-forwards in
     groups of p micro-batches, chunk 0 first, chunk-backwards in the same groups from the last chunk;
     a warmup of 2(p - s - 1) + (V - 1)p chunk-forwards, then one forward and one backward in turn,
-    then the remaining backwards. pipeline.h states the first as min(2(p - s - 1) + (V - 1)p + 1, mV)"""
+    the next forward's input received between them (so it travels while the backward computes), then
+    the remaining backwards. A chunk-forward holds its set from its input's arrival (its forward on
+    the model's first chunk, which receives none) to its backward. pipeline.h states the first as
+    min(2(p - s - 1) + (V - 1)p + 1 + (1 if two or more backwards are in the steady phase), mV)"""
     total = m * V
     warmup = min(2 * (p - s - 1) + (V - 1) * p, total)
-    order = [(True, i) for i in range(warmup)]
+    order = [("forward", i) for i in range(warmup)]
     for j in range(total - warmup):
-        order += [(True, warmup + j), (False, j)]
-    order += [(False, j) for j in range(total - warmup, total)]
+        order += [("forward", warmup + j)]
+        if warmup + j + 1 < total:
+            order += [("input", warmup + j + 1)]
+        order += [("backward", j)]
+    order += [("backward", j) for j in range(total - warmup, total)]
     held, most = [0] * V, [0] * V
     in_all = most_in_all = 0
-    for forward, i in order:
+    taken = set()
+    for what, i in order:
         v = (i % (p * V)) // p
-        v = v if forward else V - 1 - v
-        held[v] += 1 if forward else -1
-        in_all += 1 if forward else -1
+        v = V - 1 - v if what == "backward" else v
+        if what == "input" and s == 0 and v == 0:
+            continue  # the model's first chunk: no input arrives
+        if what == "forward":
+            held[v] += 1
+        elif what == "backward":
+            held[v] -= 1
+        if what != "backward" and i not in taken:
+            taken.add(i)
+            in_all += 1
+        if what == "backward":
+            in_all -= 1
         most[v], most_in_all = max(most[v], held[v]), max(most_in_all, in_all)
-    assert most_in_all == min(2 * (p - s - 1) + (V - 1) * p + 1, m * V), (p, m, V, s, most_in_all)
+    steady = total - warmup
+    assert most_in_all == min(warmup + 1 + (1 if steady > 1 else 0), m * V), (p, m, V, s, most_in_all)
     return most_in_all, most[-1]
 
 

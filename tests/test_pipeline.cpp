@@ -319,7 +319,18 @@ static void check_interleaved_order(const vector<PipelineAction>& list, int s, i
     vector<int> forwarded(m * V, 0), backwarded(m * V, 0), next_forward(V, 0), next_backward(V, 0);
     vector<int> slots = interleaved_set_slots(s, p, m, V), holder(m * V, -1);  // holder[set]: the (chunk, k) in it
     int held = 0, most = 0, sets = 0;
+    auto take = [&](int id) {  // a chunk-forward's set: from its input's arrival (or its forward) to its backward
+        int set = slots[id];
+        REQUIRE((set >= 0 && set < m * V));
+        most = std::max(most, ++held);
+        CHECK(holder[set] == -1);
+        holder[set] = id;
+        sets = std::max(sets, set + 1);
+    };
     for (const PipelineAction& a : list) {
+        if (a.op == RECV_ACTIVATION) take(a.chunk * m + a.micro);
+        if (a.op == SEND_ACTIVATION_RECV_ACTIVATION || a.op == SEND_GRADIENT_RECV_ACTIVATION)
+            take(a.received_chunk * m + a.received_micro);
         if (!is_compute(a.op)) continue;
         REQUIRE((a.op == FORWARD || a.op == BACKWARD));
         int id = a.chunk * m + a.micro, set = slots[id];
@@ -327,10 +338,9 @@ static void check_interleaved_order(const vector<PipelineAction>& list, int s, i
         if (a.op == FORWARD) {
             CHECK(forwarded[id]++ == 0);
             CHECK(a.micro == next_forward[a.chunk]++);
-            most = std::max(most, ++held);
-            CHECK(holder[set] == -1);
-            holder[set] = id;
-            sets = std::max(sets, set + 1);
+            bool arrived = !(s == 0 && a.chunk == 0);  // the model's first chunk receives no input
+            if (!arrived) take(id);
+            CHECK(holder[set] == id);  // its input is in its set
         }
         if (a.op == BACKWARD) {
             CHECK(forwarded[id] == 1);
@@ -427,6 +437,50 @@ TEST_CASE("interleaved 1F1B's invariants for run_schedule: a received gradient w
                         }
                     }
                     CHECK(waiting == -1);
+                }
+}
+
+// Megatron-LM's overlap_p2p_comm, in the lists: in the steady phase (after the warmup), a received
+// activation's forward comes after a backward and a received gradient's backward after a forward
+// (until the forwards run out), so on the links stream each shift travels while the stage computes
+// something that does not need it (pipeline_links.h). Listed after the backward, the activation
+// shift would hold up the very next forward
+TEST_CASE("interleaved 1F1B: after the warmup each shift has a compute between it and the compute it feeds") {
+    for (int V = 2; V <= 4; V++)
+        for (int p = 2; p <= 6; p++)
+            for (int m = p; m <= 12; m += p)
+                for (int s = 0; s < p; s++) {
+                    INFO("p=" << p << " m=" << m << " V=" << V << " s=" << s);
+                    vector<PipelineAction> list = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V);
+                    // the steady phase begins with the chunk-forward after the warmup's
+                    int warmup = std::min(2 * (p - s - 1) + (V - 1) * p, m * V), forwards = 0;
+                    size_t steady = list.size(), last_forward = 0;
+                    for (size_t i = 0; i < list.size(); i++)
+                        if (list[i].op == FORWARD) {
+                            if (forwards++ == warmup) steady = i;
+                            last_forward = i;
+                        }
+                    int shifts = 0;
+                    for (size_t i = steady; i < list.size(); i++) {
+                        const PipelineAction& a = list[i];
+                        // a shift, or its receiving half alone (where the sending half faces no stage)
+                        bool activation = a.op == SEND_ACTIVATION_RECV_ACTIVATION || a.op == RECV_ACTIVATION;
+                        bool gradient = a.op == SEND_GRADIENT_RECV_GRADIENT || a.op == RECV_GRADIENT;
+                        if (!activation && !(gradient && i < last_forward)) continue;
+                        bool alone = a.op == RECV_ACTIVATION || a.op == RECV_GRADIENT;
+                        int k = alone ? a.micro : a.received_micro, v = alone ? a.chunk : a.received_chunk;
+                        PipelineOp fed = activation ? FORWARD : BACKWARD, between = activation ? BACKWARD : FORWARD;
+                        bool computed_between = false;
+                        size_t j = i + 1;
+                        for (; j < list.size(); j++) {
+                            if (list[j].op == fed && list[j].micro == k && list[j].chunk == v) break;
+                            computed_between |= list[j].op == between;
+                        }
+                        REQUIRE(j < list.size());  // the compute it feeds is listed
+                        CHECK(computed_between);
+                        shifts++;
+                    }
+                    if (m * V - warmup > 1) CHECK(shifts > 0);  // a steady phase of two or more
                 }
 }
 
