@@ -60,10 +60,11 @@ fi
 # without progress is one unit's forward or backward (~0.1 s here), well under 2 s; the step, > 3 s.
 # The run must end with exit code 0: the watchdog's clock restarts at each operation, not only at
 # each step. The steps must really be longer than the timeout, or this proves nothing: measured from
-# the log, K doubled (up to twice) on a machine fast enough to do 16 micro-steps in under 3 s.
+# the log, K doubled (up to four times) on a machine fast enough to do 16 micro-steps in under 3 s
+# (2026-11-29, this 2-core machine idle: 64 micro-steps took 2999.99 ms, the third attempt's).
 if part healthy; then
     K=16 ok=0
-    for attempt in 1 2 3; do
+    for attempt in 1 2 3 4 5; do
         rm -f $D/healthy.jsonl  # -log appends: each attempt's own rows
         code=0; timeout 300 $TRAIN -z 3 -d $((2 * 32 * 2 * K)) -x 2 -timeout 2 -log $D/healthy.jsonl > $D/healthy.txt 2>&1 || code=$?
         [ $code -eq 0 ] || { tail -n 3 $D/healthy.txt
