@@ -979,6 +979,7 @@ struct Worker {        // one per OS thread that runs blocks
 static thread_local Worker* worker = nullptr;
 
 static uint3 thread_index(int t) {
+    if (blockDim.y == 1 && blockDim.z == 1) return uint3{(unsigned)t, 0, 0};  // most blocks: no division
     return uint3{(unsigned)t % blockDim.x, (unsigned)t / blockDim.x % blockDim.y, (unsigned)t / (blockDim.x * blockDim.y)};
 }
 static void describe_thread(char* out, size_t size, int t) {
