@@ -36,11 +36,11 @@ buffer again. Which buffers, and so which waits, zero.h decides:
     stage 3     the reductions as stage 2's, and the gathers too: on the comm stream (they share the DP
                 group's communicator with the reductions, and one communicator's operations must not run
                 on two streams at once), each layer's posted while the layer before it computes, into the
-                other of two slots (overlap_post_ahead, zero.h's zero_gather_unit):
+                other of two buffers (overlap_post_ahead, zero.h's zero_gather_unit):
                     default stream | fwd L0  | fwd L1  | fwd L2  |
                     comm stream    | gather L1 | gather L2 | gather L3 |
                 Its two events: the comm stream waits for the default stream's work issued so far before
-                it writes a slot (the layer two back still reads it), the default stream for the gather
+                it writes a buffer (the layer two back still reads it), the default stream for the gather
                 before the layer runs.
     stages 1-2  and the gathers of the updated parameters, in place, a unit each (zero.h's
                 zero_gather_after_update): the embeddings' beside AdamW on the other units, the
@@ -94,7 +94,7 @@ struct Overlap {
     std::vector<Ahead> ahead;  // one per buffer a collective may be posted ahead into
 };
 
-// make_stream = false (-plan): on, for the slots zero.h lays out, but nothing made. buffers: how many
+// make_stream = false (-plan): on, for the unit buffers zero.h lays out, but nothing made. buffers: how many
 // buffers collectives may be posted ahead into (overlap_post_ahead)
 inline void overlap_init(Overlap* o, bool on, bool make_stream, int buffers = 0) {
     *o = Overlap{};

@@ -22,7 +22,7 @@ micro-steps, G the bytes per gradient element that are reduced:
     stage 3  all-gather S(X Psi_ends) + 2 M S(X Psi_layers) + reduce-scatter M S(X Psi)
 Stages 0-2 move the same bytes per step when M = 1 (all-reduce = reduce-scatter +
 all-gather); stage 3 pays 1.5x for holding 1/dp of the parameters (the layers are gathered
-twice a micro-step; the two end units, Psi_ends, once a step: their slots keep them).
+twice a micro-step; the two end units, Psi_ends, once a step: their buffers keep them).
 
 What is sharded is a *unit*: the embeddings {wte, wpe}, one transformer layer (its 12
 tensors), or the final LayerNorm {lnfw, lnfb}. Parameters are stored unit by unit, each
@@ -38,7 +38,7 @@ with one collective into one contiguous buffer, and the forward and backward onl
 see whole units, never a rank boundary. `origin` numbers each element as in the unpadded model, so
 stochastic rounding draws the same bits for it under any dp.
 
-The life of layer l in one micro-step under stage 3 (gathered: the layer slots below):
+The life of layer l in one micro-step under stage 3 (gathered: the layer buffers below):
     forward   all-gather l's shards -> gathered[LAYER]; block_forward reads it; reused
               by layer l+1 (so at most one layer is whole at a time; two under overlap, below)
     backward  all-gather l again -> gathered[LAYER]; recompute and block_backward read it and
@@ -46,17 +46,17 @@ The life of layer l in one micro-step under stage 3 (gathered: the layer slots b
               reduce-scatter that -> reduce_buffer (this rank's 1/dp, summed over DP);
               add it into step_grad (the shard); clear unit_grads[LAYER] for layer l-1
     step      AdamW on the shard (parameters, master, m, v, step_grad: the same index)
-The slots: SLOT_EMBEDDING and SLOT_FINAL_NORM hold the two end units (both ends of the network
+The unit buffers: BUFFER_EMBEDDING and BUFFER_FINAL_NORM hold the two end units (both ends of the network
 use them, the tied wte twice), gathered once a step, right after AdamW updates them
-(zero_gather_after_update), and kept; SLOT_LAYER holds one layer at a time, sized for the
+(zero_gather_after_update), and kept; BUFFER_LAYER holds one layer at a time, sized for the
 largest. Stage 2 uses unit_grads only.
 
 Overlap (overlap.h, -overlap 1, the default): a unit's reduction starts as soon as its backward
 is done and runs while the backward goes on: under stages 0-1 in the last micro-step (each unit
 once; zero_reduce_step then only waits), under stages 2-3 every micro-step, the layers taking turns
-in two gradient slots (SLOT_LAYER, SLOT_LAYER_2: one more layer of X bytes; stage 3's gathered
+in two gradient buffers (BUFFER_LAYER, BUFFER_LAYER_2: one more layer of X bytes; stage 3's gathered
 layers likewise). Stage 3 gathers each layer one ahead, as FSDP and Megatron-LM prefetch: while
-layer l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer slot, so
+layer l computes, layer l+1 (forward) or l-1 (backward) is gathered into the other layer buffer, so
 a layer's gather hides behind its neighbour's compute; each pass's first layer is posted beside the
 embeddings' forward or the head's backward (zero_prefetch_unit). After AdamW stages 1-2 gather the
 updated parameters, stage 3 its two ends (zero_gather_after_update): the embeddings' slices are
@@ -84,10 +84,10 @@ train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
 (files and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
 #pragma once
-// defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitSlot, Zero, unit_slot, unit_shard, zero_lay_out_units,
-//          zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state, zero_for_each_shard_slice,
-//          zero_shard_to_units, zero_units_to_shard, zero_set_params, zero_unit_params, zero_unit_grads,
-//          zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
+// defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitBuffer, Zero, unit_buffer, unit_shard,
+//          zero_lay_out_units, zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state,
+//          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params, zero_unit_params,
+//          zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
 //          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
 //          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_all_gather_unit,
@@ -125,24 +125,24 @@ template <typename Use> inline void with_gradient(GradientBuffer buffer, Use use
 }
 
 // the transient buffers of stages 2 and 3, one per kind of unit (the header's drawing); under
-// overlap the layers take turns in SLOT_LAYER and SLOT_LAYER_2 (empty otherwise)
-enum UnitSlot { SLOT_EMBEDDING, SLOT_LAYER, SLOT_FINAL_NORM, SLOT_LAYER_2, NUM_SLOTS };
+// overlap the layers take turns in BUFFER_LAYER and BUFFER_LAYER_2 (empty otherwise)
+enum UnitBuffer { BUFFER_EMBEDDING, BUFFER_LAYER, BUFFER_FINAL_NORM, BUFFER_LAYER_2, NUM_UNIT_BUFFERS };
 
 struct Zero {
     int stage, shards, shard_rank;  // shards = dp x cp (grid.replicas) from stage 1 on; stage 0: one shard
     int num_units;
     Unit* units;
-    size_t full_elements, shard_elements, slot_elements[NUM_SLOTS], max_unit_shard;
+    size_t full_elements, shard_elements, buffer_elements[NUM_UNIT_BUFFERS], max_unit_shard;
     bool grads_fp32;                // -ga fp32
     Collectives* comm;
     floatX* params;                 // stages 0-2: all units; stage 3: this rank's shard
-    floatX* gathered[NUM_SLOTS];    // stage 3: the gathered embeddings, current layer and final norm
+    floatX* gathered[NUM_UNIT_BUFFERS];    // stage 3: the gathered embeddings, current layer and final norm
     float* master;                  // shard; 16-bit builds only, NULL under -w 0
     float* m;                       // shard
     float* v;                       // shard
     // what the backward writes, always floatX (the kernels' type):
     floatX* grads;                  // stages 0-1: every unit, summed over this rank's micro-steps
-    floatX* unit_grads[NUM_SLOTS];  // stages 2-3: one unit's gradient while its backward runs
+    floatX* unit_grads[NUM_UNIT_BUFFERS];  // stages 2-3: one unit's gradient while its backward runs
     // the step's sum (-ga: floatX, or fp32 beside the floatX the backward writes):
     GradientBuffer step_sum_full;   // stages 0-1: every unit; `grads` itself unless -ga fp32
     GradientBuffer step_grad;       // what the optimizer reads, indexed like the shard buffers:
@@ -160,10 +160,10 @@ struct Zero {
     std::vector<bool> reduced;      // stages 0-1: the units whose reduction overlap started this step
 };
 
-inline int unit_slot(const Zero* z, int u) {
-    if (u == 0) return SLOT_EMBEDDING;
-    if (u == z->num_units - 1) return SLOT_FINAL_NORM;
-    return z->stage >= 2 && z->overlap.on && u % 2 == 0 ? SLOT_LAYER_2 : SLOT_LAYER;  // layers in turn
+inline int unit_buffer(const Zero* z, int u) {
+    if (u == 0) return BUFFER_EMBEDDING;
+    if (u == z->num_units - 1) return BUFFER_FINAL_NORM;
+    return z->stage >= 2 && z->overlap.on && u % 2 == 0 ? BUFFER_LAYER_2 : BUFFER_LAYER;  // layers in turn
 }
 inline size_t unit_shard(const Zero* z, int u) { return z->units[u].padded / z->shards; }
 
@@ -205,40 +205,40 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     *z = Zero{};
     z->stage = stage, z->comm = comm;
     overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate,
-                 stage == 3 ? NUM_SLOTS : stage >= 1 ? num_units : 0);  // what gathers are posted into (gather_buffer)
+                 stage == 3 ? NUM_UNIT_BUFFERS : stage >= 1 ? num_units : 0);  // where gathers land (gather_buffer)
     z->reduced.assign(num_units, false);
     z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (process_grid.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
     z->units = units, z->num_units = num_units, z->grads_fp32 = grads_fp32;
     zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
     for (int u = 0; u < num_units; u++) {
-        size_t& slot = z->slot_elements[unit_slot(z, u)];
-        if (units[u].padded > slot) slot = units[u].padded;
+        size_t& largest = z->buffer_elements[unit_buffer(z, u)];
+        if (units[u].padded > largest) largest = units[u].padded;
         z->max_unit_shard = std::max(z->max_unit_shard, units[u].padded / z->shards);
     }
     size_t full = z->full_elements, shard = z->shard_elements, X = sizeof(floatX), fp32 = sizeof(float);
-    const size_t* slot = z->slot_elements;  // the largest unit of each slot, padded
-    bool gathered = stage == 3, unit_grads = stage >= 2, master = !FLOATX_IS_FP32 && master_weights;
+    const size_t* size = z->buffer_elements;  // the largest unit of each buffer, padded
+    bool gathered = stage == 3, by_unit = stage >= 2, master = !FLOATX_IS_FP32 && master_weights;
     std::vector<AdamWSlice> adamw_table = zero_adamw_slices(z);
     z->norm_ranges = 1;  // the gradient norm's ranges: at most one more than the tensors a rank may skip
     for (int u = 0; u < num_units; u++) z->norm_ranges += units[u].num_slices;
     BufferSpec specs[] = {
         {(void**)&z->params, stage == 3 ? shard : full, X, MEM_PARAMETERS},
-        {(void**)&z->gathered[SLOT_EMBEDDING], gathered ? slot[SLOT_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->gathered[SLOT_LAYER], gathered ? slot[SLOT_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->gathered[SLOT_FINAL_NORM], gathered ? slot[SLOT_FINAL_NORM] : 0, X, MEM_PARAMETERS_TRANSIENT},
-        {(void**)&z->gathered[SLOT_LAYER_2], gathered ? slot[SLOT_LAYER_2] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[BUFFER_EMBEDDING], gathered ? size[BUFFER_EMBEDDING] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[BUFFER_LAYER], gathered ? size[BUFFER_LAYER] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[BUFFER_FINAL_NORM], gathered ? size[BUFFER_FINAL_NORM] : 0, X, MEM_PARAMETERS_TRANSIENT},
+        {(void**)&z->gathered[BUFFER_LAYER_2], gathered ? size[BUFFER_LAYER_2] : 0, X, MEM_PARAMETERS_TRANSIENT},
         {(void**)&z->master, master ? shard : 0, fp32, MEM_OPTIMIZER},
         {(void**)&z->m, shard, fp32, MEM_OPTIMIZER},
         {(void**)&z->v, shard, fp32, MEM_OPTIMIZER},
         {(void**)&z->grads, stage <= 1 ? full : 0, X, MEM_GRADIENTS},
         {&z->step_sum_full.data, stage <= 1 && grads_fp32 ? full : 0, fp32, MEM_GRADIENTS},
         {&z->step_grad.data, stage >= 1 ? shard : 0, grads_fp32 ? fp32 : X, MEM_GRADIENTS},
-        {(void**)&z->unit_grads[SLOT_EMBEDDING], unit_grads ? slot[SLOT_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->unit_grads[SLOT_LAYER], unit_grads ? slot[SLOT_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->unit_grads[SLOT_FINAL_NORM], unit_grads ? slot[SLOT_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->unit_grads[SLOT_LAYER_2], unit_grads ? slot[SLOT_LAYER_2] : 0, X, MEM_GRADIENTS_TRANSIENT},
-        {(void**)&z->reduce_buffer, unit_grads ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[BUFFER_EMBEDDING], by_unit ? size[BUFFER_EMBEDDING] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[BUFFER_LAYER], by_unit ? size[BUFFER_LAYER] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[BUFFER_FINAL_NORM], by_unit ? size[BUFFER_FINAL_NORM] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->unit_grads[BUFFER_LAYER_2], by_unit ? size[BUFFER_LAYER_2] : 0, X, MEM_GRADIENTS_TRANSIENT},
+        {(void**)&z->reduce_buffer, by_unit ? z->max_unit_shard : 0, X, MEM_GRADIENTS_TRANSIENT},
         {(void**)&z->norm_scratch, NORM_PARTS * (size_t)z->norm_ranges, fp32, MEM_ACTIVATIONS_TRANSIENT},
         {(void**)&z->adamw_slices, adamw_table.size(), sizeof(AdamWSlice), MEM_ACTIVATIONS_TRANSIENT},
     };
@@ -256,7 +256,7 @@ inline void zero_free(Zero* z) {
     for (void* b : state) device_free(b);
     if (z->step_sum_full.data != z->grads) device_free(z->step_sum_full.data);  // not aliases of the above
     if (z->stage >= 1) device_free(z->step_grad.data);
-    for (int k = 0; k < NUM_SLOTS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
+    for (int k = 0; k < NUM_UNIT_BUFFERS; k++) { device_free(z->gathered[k]); device_free(z->unit_grads[k]); }
     free(z->units);
     overlap_free(&z->overlap);
 }
@@ -307,23 +307,23 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
 
 // where unit u's full parameters are now (stage 3: valid after zero_gather_unit)
 inline floatX* zero_unit_params(const Zero* z, int u) {
-    return z->stage == 3 ? z->gathered[unit_slot(z, u)] : z->params + z->units[u].offset;
+    return z->stage == 3 ? z->gathered[unit_buffer(z, u)] : z->params + z->units[u].offset;
 }
 // where the backward accumulates unit u's gradients
 inline floatX* zero_unit_grads(const Zero* z, int u) {
-    return z->stage >= 2 ? z->unit_grads[unit_slot(z, u)] : z->grads + z->units[u].offset;
+    return z->stage >= 2 ? z->unit_grads[unit_buffer(z, u)] : z->grads + z->units[u].offset;
 }
 
-// the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its slot; stages 1-2 one a unit
-inline int gather_buffer(const Zero* z, int u) { return z->stage == 3 ? unit_slot(z, u) : u; }
-// unit u's all-gather, for overlap.h to post: stage 3 from the shards into its slot; stages 1-2 in place,
+// the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its unit buffer; stages 1-2 one a unit
+inline int gather_buffer(const Zero* z, int u) { return z->stage == 3 ? unit_buffer(z, u) : u; }
+// unit u's all-gather, for overlap.h to post: stage 3 from the shards into its unit buffer; stages 1-2 in place,
 // each rank's updated 1/dp of the full parameters to every rank
 inline auto zero_all_gather_unit(Zero* z, int u) {
     return [=](Posted* p) {
         size_t S = unit_shard(z, u);
         if (z->stage == 3) {
-            floatX* slot = z->gathered[unit_slot(z, u)];
-            comm_all_gather(&z->comm->replicas, z->params + z->units[u].shard_offset, slot, S, p);
+            floatX* whole = z->gathered[unit_buffer(z, u)];
+            comm_all_gather(&z->comm->replicas, z->params + z->units[u].shard_offset, whole, S, p);
             return;
         }
         floatX* full = z->params + z->units[u].offset;
@@ -331,7 +331,7 @@ inline auto zero_all_gather_unit(Zero* z, int u) {
     };
 }
 // after AdamW updated unit u's shard: its gather for the next step, stage 3's end units (into their
-// slots, where they stay until AdamW next updates them: once a step, not once a micro-step) and
+// buffers, where they stay until AdamW next updates them: once a step, not once a micro-step) and
 // stages 1-2's every unit (in place); under overlap posted, and zero_gather_unit waits for it
 inline void zero_gather_after_update(Zero* z, int u) {
     if (z->units[u].padded == 0) return;  // not on this pipeline stage
@@ -341,7 +341,7 @@ inline void zero_gather_after_update(Zero* z, int u) {
 inline bool is_end_unit(const Zero* z, int u) { return u == 0 || u == z->num_units - 1; }
 // Before unit u is used. Stage 3: all-gather it from the DP shards. Under overlap (overlap.h) the
 // gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
-// computes, into the other layer slot (FSDP's and Megatron-LM's prefetch); -1: none. Stages 1-2 under
+// computes, into the other layer buffer (FSDP's and Megatron-LM's prefetch); -1: none. Stages 1-2 under
 // overlap: wait for its gather after the last update (Megatron-LM's overlapped parameter gather)
 inline void zero_gather_unit(Zero* z, int u, int next = -1) {
     bool after_update = z->stage == 3 ? is_end_unit(z, u) : z->stage >= 1;  // gathered by zero_gather_after_update
@@ -352,18 +352,18 @@ inline void zero_gather_unit(Zero* z, int u, int next = -1) {
     if (z->stage != 3) return;
     auto gather = [=](int unit) { return zero_all_gather_unit(z, unit); };
     if (!z->overlap.on) { gather(u)(nullptr); return; }
-    if (!overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))  // not gathered ahead: now
-        overlap_post_ahead(&z->overlap, unit_slot(z, u), u, gather(u));
-    overlap_wait_ahead(&z->overlap, unit_slot(z, u));
-    if (next >= 0) overlap_post_ahead(&z->overlap, unit_slot(z, next), next, gather(next));
+    if (!overlap_ahead_holds(&z->overlap, unit_buffer(z, u), u))  // not gathered ahead: now
+        overlap_post_ahead(&z->overlap, unit_buffer(z, u), u, gather(u));
+    overlap_wait_ahead(&z->overlap, unit_buffer(z, u));
+    if (next >= 0) overlap_post_ahead(&z->overlap, unit_buffer(z, next), next, gather(next));
 }
 // stage 3 under overlap: unit u's gather posted now, beside the compute that comes before its
 // zero_gather_unit (the first layer's beside the embeddings' forward, the last layer's beside the
 // head's backward, each pass's first layer otherwise exposed)
 inline void zero_prefetch_unit(Zero* z, int u) {
-    if (z->stage != 3 || !z->overlap.on || is_end_unit(z, u) || overlap_ahead_holds(&z->overlap, unit_slot(z, u), u))
+    if (z->stage != 3 || !z->overlap.on || is_end_unit(z, u) || overlap_ahead_holds(&z->overlap, unit_buffer(z, u), u))
         return;
-    overlap_post_ahead(&z->overlap, unit_slot(z, u), u, zero_all_gather_unit(z, u));
+    overlap_post_ahead(&z->overlap, unit_buffer(z, u), u, zero_all_gather_unit(z, u));
 }
 
 // stages 0-1, unit u of the step's gradient sum: all-reduced in place (0) or reduce-scattered into
@@ -391,7 +391,7 @@ inline void zero_reduce_unit(Zero* z, int u) {
         return;
     }
     size_t S = unit_shard(z, u), at = z->units[u].shard_offset, bytes = z->units[u].padded * sizeof(floatX);
-    floatX *grad = z->unit_grads[unit_slot(z, u)], *reduced = z->reduce_buffer;
+    floatX *grad = z->unit_grads[unit_buffer(z, u)], *reduced = z->reduce_buffer;
     GradientBuffer step = z->step_grad;
     auto add_and_clear = [=](Stream stream) {
         with_gradient(step, [&](auto* sum) { gradient_accumulate(sum + at, reduced, S, stream); });
@@ -419,7 +419,7 @@ inline void zero_begin_step(Zero* z) {
 
 // before a micro-step's backward (or either half of ZB-H1's): whether it is the step's last (stages
 // 0-1 reduce in it). Stages 2-3 under overlap: the backward before's reductions done, as this one
-// writes the embedding's and head's slots again (not waited at its end: the last units' reductions
+// writes the embedding's and head's buffers again (not waited at its end: the last units' reductions
 // run beside the next forward, and a pipeline stage's gradient leaves without waiting for them)
 inline void zero_begin_micro_step(Zero* z, bool last) {
     z->last_micro_step = last;

@@ -2,7 +2,7 @@
 # The data-parallel reductions overlapped with the backward (overlap.h) and the pipeline's transfers with
 # its compute (pipeline_links.h), -overlap 1, the default.
 # Usage: test_overlap.sh REFERENCE_DIR REFERENCE_DIR_4_LAYERS (tests/reference.py's models; the
-# 4-layer one with --accum 4: ZeRO-2's layers take turns in two slots, so a slot is reused within a
+# 4-layer one with --accum 4: ZeRO-2's layers take turns in two buffers, so a buffer is reused within a
 # micro-step only with three layers or more)
 #  - the emulated GPU build (fp32, NCCL on a stream of its own, ordered by events), against the float64
 #    trajectory (1e-4) in the emulator's adversarial stream orders and random ones (seed:1 and seed:3
@@ -16,8 +16,8 @@
 #    only when nothing else can run, which repeats while one is in flight at a time, and what early
 #    shows depends only on when a collective starts):
 #    dp 2 ZeRO-0 and ZeRO-1 (the last micro-step's units), dp 2 ZeRO-2 on 4 layers (every micro-step's,
-#    two slots in turn), dp 2 ZeRO-3 on 4 layers (each layer gathered on the comm stream while the one
-#    before computes: early gathers into a slot the forward still reads, late lets the forward read one
+#    two buffers in turn), dp 2 ZeRO-3 on 4 layers (each layer gathered on the comm stream while the one
+#    before computes: early gathers into a buffer the forward still reads, late lets the forward read one
 #    not yet gathered), and dp 2 x pp 2 ZeRO-3 under ZB-H1 (the reductions after the deferred weight
 #    halves), seed:1 and early; and pp 2 1F1B and interleaved (early, late): the pipeline's sends and
 #    receives on a stream of their own (pipeline_links.h; tests/test_emu.sh runs the other schedules in
