@@ -297,7 +297,7 @@ help:
 	@echo "  make shakespeare     a learner's first result: a small GPT trained on tinyshakespeare (about 4 min on 2 cores)"
 	@echo "                       (scripts/shakespeare.sh: samples, loss plot, validation loss against a bigram model's)"
 	@echo "  make test            make data, then the CPU test suite (tests/run_tests.sh; tests/README.md); make -j2 test"
-	@echo "                       builds what it tests two files at a time, then runs the checks two at a time"
+	@echo "                       builds what it tests two files at a time, then runs the checks three at a time"
 	@echo "  make test-binaries   the suite's own test programs (tests/build/test_*), alone: make -j2 test-binaries"
 	@echo "  make test-mutants    deliberate bugs (tests/mutants/), each caught by a check of make test; MUTANTS=\"a b\" for some"
 	@echo "  make test-gpu        the GPU suite: the CUDA builds and every dev/ lab (needs a GPU; GPU_PYTHON: a python3 with torch)"
