@@ -407,37 +407,43 @@ TEST_CASE("interleaved 1F1B over (p, m, V): order, memory, matched messages roun
     CHECK(interleaved_bubble_fraction(4, 8, 2) == Approx(3.0 / 19.0));  // the header's table: 6 idle chunk slots of 38
 }
 
-TEST_CASE("interleaved 1F1B's invariants for run_schedule: a received gradient waits only for forwards") {
+// check(list, s, p, m, V) on every interleaved stage's list: V 2..4, p 2..6, m a multiple of p up to 12
+template <typename Check> static void for_each_interleaved_list(Check check) {
     for (int V = 2; V <= 4; V++)
         for (int p = 2; p <= 6; p++)
             for (int m = p; m <= 12; m += p)
                 for (int s = 0; s < p; s++) {
                     INFO("p=" << p << " m=" << m << " V=" << V << " s=" << s);
-                    vector<PipelineAction> list = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V);
-                    int waiting = -1;  // the (chunk, micro-batch) whose output gradient is in the buffer
-                    for (size_t i = 0; i < list.size(); i++) {
-                        const PipelineAction& a = list[i];
-                        for (const PipelineMessage& msg : pipeline_messages(a, s, p)) {
-                            if (msg.activation) continue;
-                            // a gradient goes out from the buffer and the next comes in (the executor receives it
-                            // beside the buffer, then moves it in); nothing comes in while one waits
-                            if (!msg.send) { CHECK(waiting == -1); waiting = (msg.boundary - s) / p * m + msg.micro; }
-                        }
-                        if (a.op == BACKWARD) {
-                            bool head = s == p - 1 && a.chunk == V - 1;  // its gradient comes from the loss
-                            if (!head) CHECK(waiting == a.chunk * m + a.micro);
-                            if (!head) waiting = -1;
-                            // its input gradient is the next gradient to leave (none from the model's first chunk),
-                            // before any other backward runs
-                            bool first = s == 0 && a.chunk == 0, sends = false;
-                            for (size_t j = i + 1; j < list.size() && !sends && list[j].op != BACKWARD; j++)
-                                for (const PipelineMessage& msg : pipeline_messages(list[j], s, p))
-                                    sends |= msg.send && !msg.activation && msg.micro == a.micro && msg.boundary == a.chunk * p + s - 1;
-                            CHECK(sends == !first);
-                        }
-                    }
-                    CHECK(waiting == -1);
+                    check(pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V), s, p, m, V);
                 }
+}
+
+TEST_CASE("interleaved 1F1B's invariants for run_schedule: a received gradient waits only for forwards") {
+    for_each_interleaved_list([](const vector<PipelineAction>& list, int s, int p, int m, int V) {
+        int waiting = -1;  // the (chunk, micro-batch) whose output gradient is in the buffer
+        for (size_t i = 0; i < list.size(); i++) {
+            const PipelineAction& a = list[i];
+            for (const PipelineMessage& msg : pipeline_messages(a, s, p)) {
+                if (msg.activation) continue;
+                // a gradient goes out from the buffer and the next comes in (the executor receives it
+                // beside the buffer, then moves it in); nothing comes in while one waits
+                if (!msg.send) { CHECK(waiting == -1); waiting = (msg.boundary - s) / p * m + msg.micro; }
+            }
+            if (a.op == BACKWARD) {
+                bool head = s == p - 1 && a.chunk == V - 1;  // its gradient comes from the loss
+                if (!head) CHECK(waiting == a.chunk * m + a.micro);
+                if (!head) waiting = -1;
+                // its input gradient is the next gradient to leave (none from the model's first chunk),
+                // before any other backward runs
+                bool first = s == 0 && a.chunk == 0, sends = false;
+                for (size_t j = i + 1; j < list.size() && !sends && list[j].op != BACKWARD; j++)
+                    for (const PipelineMessage& msg : pipeline_messages(list[j], s, p))
+                        sends |= msg.send && !msg.activation && msg.micro == a.micro && msg.boundary == a.chunk * p + s - 1;
+                CHECK(sends == !first);
+            }
+        }
+        CHECK(waiting == -1);
+    });
 }
 
 // Megatron-LM's overlap_p2p_comm, in the lists: in the steady phase (after the warmup), a received
@@ -446,42 +452,37 @@ TEST_CASE("interleaved 1F1B's invariants for run_schedule: a received gradient w
 // something that does not need it (pipeline_links.h). Listed after the backward, the activation
 // shift would hold up the very next forward
 TEST_CASE("interleaved 1F1B: after the warmup each shift has a compute between it and the compute it feeds") {
-    for (int V = 2; V <= 4; V++)
-        for (int p = 2; p <= 6; p++)
-            for (int m = p; m <= 12; m += p)
-                for (int s = 0; s < p; s++) {
-                    INFO("p=" << p << " m=" << m << " V=" << V << " s=" << s);
-                    vector<PipelineAction> list = pipeline_schedule(SCHEDULE_INTERLEAVED, s, p, m, V);
-                    // the steady phase begins with the chunk-forward after the warmup's
-                    int warmup = std::min(2 * (p - s - 1) + (V - 1) * p, m * V), forwards = 0;
-                    size_t steady = list.size(), last_forward = 0;
-                    for (size_t i = 0; i < list.size(); i++)
-                        if (list[i].op == FORWARD) {
-                            if (forwards++ == warmup) steady = i;
-                            last_forward = i;
-                        }
-                    int shifts = 0;
-                    for (size_t i = steady; i < list.size(); i++) {
-                        const PipelineAction& a = list[i];
-                        // a shift, or its receiving half alone (where the sending half faces no stage)
-                        bool activation = a.op == SEND_ACTIVATION_RECV_ACTIVATION || a.op == RECV_ACTIVATION;
-                        bool gradient = a.op == SEND_GRADIENT_RECV_GRADIENT || a.op == RECV_GRADIENT;
-                        if (!activation && !(gradient && i < last_forward)) continue;
-                        bool alone = a.op == RECV_ACTIVATION || a.op == RECV_GRADIENT;
-                        int k = alone ? a.micro : a.received_micro, v = alone ? a.chunk : a.received_chunk;
-                        PipelineOp fed = activation ? FORWARD : BACKWARD, between = activation ? BACKWARD : FORWARD;
-                        bool computed_between = false;
-                        size_t j = i + 1;
-                        for (; j < list.size(); j++) {
-                            if (list[j].op == fed && list[j].micro == k && list[j].chunk == v) break;
-                            computed_between |= list[j].op == between;
-                        }
-                        REQUIRE(j < list.size());  // the compute it feeds is listed
-                        CHECK(computed_between);
-                        shifts++;
-                    }
-                    if (m * V - warmup > 1) CHECK(shifts > 0);  // a steady phase of two or more
-                }
+    for_each_interleaved_list([](const vector<PipelineAction>& list, int s, int p, int m, int V) {
+        // the steady phase begins with the chunk-forward after the warmup's
+        int warmup = std::min(2 * (p - s - 1) + (V - 1) * p, m * V), forwards = 0;
+        size_t steady = list.size(), last_forward = 0;
+        for (size_t i = 0; i < list.size(); i++)
+            if (list[i].op == FORWARD) {
+                if (forwards++ == warmup) steady = i;
+                last_forward = i;
+            }
+        int shifts = 0;
+        for (size_t i = steady; i < list.size(); i++) {
+            const PipelineAction& a = list[i];
+            // a shift, or its receiving half alone (where the sending half faces no stage)
+            bool activation = a.op == SEND_ACTIVATION_RECV_ACTIVATION || a.op == RECV_ACTIVATION;
+            bool gradient = a.op == SEND_GRADIENT_RECV_GRADIENT || a.op == RECV_GRADIENT;
+            if (!activation && !(gradient && i < last_forward)) continue;
+            bool alone = a.op == RECV_ACTIVATION || a.op == RECV_GRADIENT;
+            int k = alone ? a.micro : a.received_micro, v = alone ? a.chunk : a.received_chunk;
+            PipelineOp fed = activation ? FORWARD : BACKWARD, between = activation ? BACKWARD : FORWARD;
+            bool computed_between = false;
+            size_t j = i + 1;
+            for (; j < list.size(); j++) {
+                if (list[j].op == fed && list[j].micro == k && list[j].chunk == v) break;
+                computed_between |= list[j].op == between;
+            }
+            REQUIRE(j < list.size());  // the compute it feeds is listed
+            CHECK(computed_between);
+            shifts++;
+        }
+        if (m * V - warmup > 1) CHECK(shifts > 0);  // a steady phase of two or more
+    });
 }
 
 TEST_CASE("stage_layer_counts and balanced_stage_layers") {
