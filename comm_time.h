@@ -17,12 +17,12 @@ all-reduce 2 S (p-1)/p, reduce-scatter and all-gather S (p-1)/p) at the ring's b
     t = alpha + ring_bytes / bandwidth,   alpha = 10 us within a node, 20 us across
 (alpha is an assumption of the order of NCCL's small-message latency, not a datasheet's number).
 Over N > 1 nodes NCCL runs a ring per adapter (its channels), each crossing between the nodes on its
-own adapter with its slice of the bytes, so the crossings share g adapters a node (g: the GPUs of a
-node) and the ring's bandwidth is min(NVLink's, g x 47 GB/s): the bytes through the adapters are
-what one rank sends ("the busbw is going to reflect exactly what's going through the NICs", NVIDIA,
-nccl-tests issue 160; DGX A100, 8 x 200 Gb/s: 192 GB/s measured, nccl issue 812). With 8 GPUs and
-8 adapters a node the network keeps up with NVLink (376 GB/s); with 2 GPUs a node it is 94 GB/s.
-(A ring through one adapter, 47 GB/s for the whole ring, was this ledger's first model: 8x too slow.)
+own adapter with its slice of the bytes, so a node's g adapters (g: its GPUs) together carry what one
+rank sends, and the ring's bandwidth is min(NVLink's, g x 47 GB/s) ("the busbw is going to reflect
+exactly what's going through the NICs", NVIDIA, nccl-tests issue 160; DGX A100, 8 x 200 Gb/s: 192
+GB/s measured, nccl issue 812). With 8 GPUs and 8 adapters a node the network keeps up with NVLink
+(376 GB/s); with 2 GPUs a node it is 94 GB/s. (This ledger's first model sent the whole ring
+through one adapter, 50 GB/s: 8x too slow.)
 
 What the step sends over its DP group (zero.h's formulas, unit by unit as zero_reduce_step_unit does)
 and when it can start. The backward ends the units in this order: the head's (the final LayerNorm,

@@ -6,8 +6,8 @@ A block runs on one OS thread. Each CUDA thread gets a fiber (a stack of its own
 starts; it runs until it reaches __syncthreads, a warp operation or its end, and the scheduler
 then runs the next one. A WMMA call (mma.h) is a meeting of all 32 lanes of the warp that also
 gathers each lane's share of the fragments (cuda_emu_warp_all_gather). A fiber whose thread
-ended serves the next thread, so a kernel without barriers uses one fiber per block. Switches
-a few instructions that swap stacks (switch_stack, no system call). Under
+ended serves the next thread, so a kernel without barriers uses one fiber per block. A switch is
+a few instructions that swap stacks (switch_stack: no system call on x86-64). Under
 ThreadSanitizer (a program built with -fsanitize=thread, this file with CUDA_EMU_TSAN=1) each
 thread of a block has a TSan fiber of its own, switched without implied ordering, and the
 barriers, the warp meetings and the block's start and end are the only happens-before edges: a
@@ -910,16 +910,20 @@ static const size_t STACK_BYTES = 256 << 10;
 
 // A switch between fibers: switch_stack(&from, to) pushes the registers a called function must
 // keep (System V x86-64: rbx, rbp, r12-r15) on the running stack, saves its stack pointer in
-// *from, loads `to` and pops what that stack pushed when it left: 14 instructions, where glibc's
+// *from, loads `to` and pops what that stack pushed when it left: 15 instructions, where glibc's
 // _longjmp also demangles pointers and unwinds cleanup handlers (a sixth of an emulated run). A
 // new fiber's stack holds six zeros for the registers and fiber_main as the address to return to.
-// Elsewhere, ucontext's swapcontext (a system call a switch, for the signal mask).
-#if defined(__x86_64__)
+// Elsewhere, ucontext's swapcontext (a system call a switch, for the signal mask): on other
+// machines, on x32, and where the build enables CET's shadow stack (-fcf-protection: a ret on
+// another stack than its call's faults there; swapcontext switches the shadow stack too). Neither
+// saves MXCSR or the x87 control word: nothing here changes them.
+#if defined(__x86_64__) && !defined(__ILP32__) && !(defined(__CET__) && (__CET__ & 2))
 extern "C" void cuda_emu_switch_stack(void** save, void* load);
-asm(".text\n.globl cuda_emu_switch_stack\n.type cuda_emu_switch_stack, @function\ncuda_emu_switch_stack:\n"
+asm(".pushsection .text\n.globl cuda_emu_switch_stack\n.type cuda_emu_switch_stack, @function\ncuda_emu_switch_stack:\n"
     "  push %rbp\n  push %rbx\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
     "  mov %rsp, (%rdi)\n  mov %rsi, %rsp\n"
-    "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbx\n  pop %rbp\n  ret\n");
+    "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbx\n  pop %rbp\n  ret\n"
+    ".size cuda_emu_switch_stack, .-cuda_emu_switch_stack\n.popsection\n");
 struct Context { void* sp; };
 static void switch_stack(Context* from, Context* to) { cuda_emu_switch_stack(&from->sp, to->sp); }
 static void first_entry(Context* c, char* stack_top, void (*entry)()) {  // stack_top: 16-byte aligned
