@@ -167,7 +167,7 @@ pipeline_sim.h.
 #pragma once
 // defines: ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, take_lowest_free, add_chunk_action,
 //          add_action, gpipe_schedule, one_f_one_b_schedule,
-//          zb_h1_schedule, interleaved_order, interleaved_schedule, interleaved_activation_sets,
+//          zb_h1_schedule, interleaved_order, interleaved_warmup, interleaved_schedule, interleaved_activation_sets,
 //          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
 //          pipeline_weight_slots, StageBuffers, stage_buffers, is_compute
 #include <string.h>    // defines: strcmp
@@ -337,10 +337,12 @@ inline void interleaved_order(int i, int p, int V, bool backward, int* k, int* v
     *v = backward ? V - 1 - in_group / p : in_group / p;
     *k = group * p + in_group % p;
 }
+// the chunk-forwards stage s runs before its first chunk-backward (above), at most all m V of them
+inline int interleaved_warmup(int s, int p, int m, int V) { return std::min(2 * (p - s - 1) + (V - 1) * p, m * V); }
 inline std::vector<PipelineAction> interleaved_schedule(int s, int p, int m, int V) {
     if (V == 1) return one_f_one_b_schedule(s, p, m);
     std::vector<PipelineAction> a;
-    int total = m * V, warmup = std::min(2 * (p - s - 1) + (V - 1) * p, total), steady = total - warmup;
+    int total = m * V, warmup = interleaved_warmup(s, p, m, V), steady = total - warmup;
     // chunk-forward i's and chunk-backward i's (k, v); the add_* helpers leave out missing halves
     auto f = [&](int i) { int k, v; interleaved_order(i, p, V, false, &k, &v); return std::make_pair(k, v); };
     auto b = [&](int i) { int k, v; interleaved_order(i, p, V, true, &k, &v); return std::make_pair(k, v); };
@@ -416,7 +418,7 @@ inline int pipeline_weight_slots(ScheduleKind kind, int s, int p, int m) {
 // backward still holds its set
 inline int interleaved_activation_sets(int s, int p, int m, int V) {
     if (V == 1) return pipeline_activation_sets(SCHEDULE_1F1B, s, p, m);
-    int warmup = std::min(2 * (p - s - 1) + (V - 1) * p, m * V), steady = m * V - warmup;
+    int warmup = interleaved_warmup(s, p, m, V), steady = m * V - warmup;
     return std::min(warmup + 1 + (steady > 1 ? 1 : 0), m * V);
 }
 // which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free when its

@@ -63,7 +63,8 @@ def interleaved_held(p, m, V, s):
     the next forward's input received between them (so it travels while the backward computes), then
     the remaining backwards. A chunk-forward holds its set from its input's arrival (its forward on
     the model's first chunk, which receives none) to its backward; in the warmup an input arrives
-    just before its forward, with nothing between, so the walk takes those sets at the forward. pipeline.h states the first as
+    just before its forward, with nothing between, so the walk takes those sets at the forward.
+    pipeline.h states the first as
     min(2(p - s - 1) + (V - 1)p + 1 + (1 if two or more backwards are in the steady phase), mV)"""
     total = m * V
     warmup = min(2 * (p - s - 1) + (V - 1) * p, total)

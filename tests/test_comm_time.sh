@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The time ledger of the data-parallel communication (comm_time.h: -plan 1 -gpu H100 -nodes N) against
 # formulas computed here: GPT-2 124M (d12, bf16 build, B 64, T 1024) at dp 8 on one node, 2 x 8
-# on two and 2 x 2 on two (where the network, not NVLink, sets the ring's pace), ZeRO 0-3, -overlap 1 and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
+# on two and 2 x 2 on two (where the network, not NVLink, sets the ring's pace), ZeRO 0-3, -overlap 1
+# and 0. ZeRO 2-3 reduce-scatter every micro-step (one here) and ZeRO-3
 # gathers each layer before its forward and its backward, each pass's first layer posted ahead (zero.h:
 # zero_prefetch_unit), and the two ends once a step after AdamW, the embeddings' beside AdamW on the
 # other units (zero_gather_after_update; that AdamW's time: the kernel ledger's row, over the rank's

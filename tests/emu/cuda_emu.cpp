@@ -1002,6 +1002,26 @@ static void park(Worker* w) {
 }
 
 static void thread_exited(Worker* w);
+static Fiber* new_fiber();
+// thread t, not started, gets a fiber and becomes runnable: under ThreadSanitizer fiber t of the pool
+// (two threads on one fiber would be ordered, hiding their races), else an idle one (the fiber of the
+// thread that ended last, or a new one)
+static void give_fiber(Worker* w, int t) {
+#if CUDA_EMU_TSAN
+    while ((int)w->pool.size() <= t) w->pool.push_back(new_fiber());
+    w->fiber_of[t] = w->pool[t];
+#else
+    if (w->idle.empty()) w->idle.push_back(new_fiber());
+    w->fiber_of[t] = w->idle.back();
+    w->idle.pop_back();
+#endif
+    w->state[t] = RUNNABLE;
+}
+// thread t is the one running: its index for the kernel's threadIdx
+static void make_current(Worker* w, int t) {
+    w->current = t;
+    threadIdx = thread_index(t);
+}
 static void fiber_main() {
     Worker* w = worker;
     for (;;) {
@@ -1011,15 +1031,13 @@ static void fiber_main() {
         w->run_thread(w->bound);
         thread_exited(w);
 #if !CUDA_EMU_TSAN
-        // the scheduler would start the next thread, if it has not started, on this fiber (the idle one):
-        // start it here, without the two switches there and back (run_block goes on after it)
+        // the scheduler would start the next thread, if it has not started, on this fiber (the idle one,
+        // as thread_exited left it): start it here, without the two switches there and back (run_block
+        // goes on after it)
         int next = w->current + 1;
         if (next < w->threads && w->state[next] == NOT_STARTED) {
-            w->idle.pop_back();
-            w->fiber_of[next] = w->fiber_of[w->current];
-            w->state[next] = RUNNABLE;
-            w->current = next;
-            threadIdx = thread_index(next);
+            give_fiber(w, next);
+            make_current(w, next);
             continue;
         }
 #endif
@@ -1041,8 +1059,7 @@ static Fiber* new_fiber() {
 
 // runs thread t until it parks or ends
 static void resume(Worker* w, int t) {
-    w->current = t;
-    threadIdx = thread_index(t);
+    make_current(w, t);
     Fiber* f = w->fiber_of[t];
 #if CUDA_EMU_TSAN
     __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
@@ -1092,18 +1109,7 @@ static void run_block(Worker* w) {
     while (w->exited < w->threads) {
         bool progress = false;
         for (int t = 0; t < w->threads; t++) {
-            if (w->state[t] == NOT_STARTED) {
-#if CUDA_EMU_TSAN
-                // a fiber per thread of the block: two threads on one fiber would be ordered, hiding their races
-                while ((int)w->pool.size() <= t) w->pool.push_back(new_fiber());
-                w->fiber_of[t] = w->pool[t];
-#else
-                if (w->idle.empty()) w->idle.push_back(new_fiber());
-                w->fiber_of[t] = w->idle.back();
-                w->idle.pop_back();
-#endif
-                w->state[t] = RUNNABLE;
-            }
+            if (w->state[t] == NOT_STARTED) give_fiber(w, t);
             if (w->state[t] != RUNNABLE) continue;
             resume(w, t);
             t = w->current;  // the threads fiber_main started after t, in this order, ran: go on after the last
