@@ -339,23 +339,19 @@ inline void zero_gather_after_update(Zero* z, int u) {
     else zero_all_gather_unit(z, u)(nullptr);
 }
 inline bool is_end_unit(const Zero* z, int u) { return u == 0 || u == z->num_units - 1; }
-// Before unit u is used. Stage 3: all-gather it from the DP shards. Under overlap (overlap.h) the
-// gathers run on the comm stream, and `next`, the unit the caller uses after u, is gathered while u
-// computes, into the other layer buffer (FSDP's and Megatron-LM's prefetch); -1: none. Stages 1-2 under
-// overlap: wait for its gather after the last update (Megatron-LM's overlapped parameter gather)
+// Before unit u is used. Stage 3's layers: all-gathered here from the DP shards; under overlap
+// (overlap.h) on the comm stream, and `next`, the unit the caller uses after u, gathered while u
+// computes, into the other layer buffer (FSDP's and Megatron-LM's prefetch); -1: none. The units
+// gathered after each update instead (zero_gather_after_update: stages 1-2's, stage 3's two ends):
+// under overlap the default stream waits for that gather (Megatron-LM's overlapped parameter gather)
 inline void zero_gather_unit(Zero* z, int u, int next = -1) {
-    bool after_update = z->stage == 3 ? is_end_unit(z, u) : z->stage >= 1;  // gathered by zero_gather_after_update
-    if (after_update) {
-        if (z->overlap.on) overlap_wait_ahead(&z->overlap, gather_buffer(z, u));  // if posted
+    if (z->stage != 3 || is_end_unit(z, u)) {  // gathered after the update, or never (stage 0)
+        if (z->stage >= 1 && z->overlap.on) overlap_wait_ahead(&z->overlap, gather_buffer(z, u));  // if posted
         return;
     }
-    if (z->stage != 3) return;
-    auto gather = [=](int unit) { return zero_all_gather_unit(z, unit); };
-    if (!z->overlap.on) { gather(u)(nullptr); return; }
-    if (!overlap_ahead_holds(&z->overlap, unit_buffer(z, u), u))  // not gathered ahead: now
-        overlap_post_ahead(&z->overlap, unit_buffer(z, u), u, gather(u));
-    overlap_wait_ahead(&z->overlap, unit_buffer(z, u));
-    if (next >= 0) overlap_post_ahead(&z->overlap, unit_buffer(z, next), next, gather(next));
+    if (!z->overlap.on) { zero_all_gather_unit(z, u)(nullptr); return; }
+    overlap_take_ahead(&z->overlap, unit_buffer(z, u), u, zero_all_gather_unit(z, u));  // gathered ahead, or now
+    if (next >= 0) overlap_post_ahead(&z->overlap, unit_buffer(z, next), next, zero_all_gather_unit(z, next));
 }
 // stage 3 under overlap: unit u's gather posted now, beside the compute that comes before its
 // zero_gather_unit (the first layer's beside the embeddings' forward, the last layer's beside the
