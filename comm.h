@@ -20,7 +20,7 @@ Each group keeps its own ledger, so the log can say what DP and TP each cost.
 The host-staged path copies through page-locked buffers that each group keeps and
 reuses, and sends a large buffer in messages of at most 1 GiB (MPI counts are int).
 
-Applied through the techniques: zero.h (the DP group), tp.h (the TP group), cp.h (the CP ring),
+Applied through the techniques: zero.h (the replica group), tp.h (the TP group), cp.h (the CP ring),
 pipeline_run.h (the PP group); train_gpt.cu: train_step (the tied embedding's group, the loss and
 norm scalars); model_file.h and accounting.h (the world).
 */

@@ -24,7 +24,7 @@ GB/s measured, nccl issue 812). With 8 GPUs and 8 adapters a node the network ke
 (376 GB/s); with 2 GPUs a node it is 94 GB/s. (This ledger's first model sent the whole ring
 through one adapter, 50 GB/s: 8x too slow.)
 
-What the step sends over its DP group (zero.h's formulas, unit by unit as zero_reduce_step_unit does)
+What the step sends over its replica group (zero.h's formulas, unit by unit as zero_reduce_step_unit does)
 and when it can start. The backward ends the units in this order: the head's (the final LayerNorm,
 after the logits' backward), the layers from the last to the first, the embeddings' (wte also takes
 the logits' gradient, so it is complete only after the embedding's backward, the last). With overlap

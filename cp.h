@@ -51,9 +51,9 @@ next visitor can arrive in one while the other is read), but on one stream, as e
 runs here, the exchange cannot start before the compute queued ahead of it ends; posting it
 first needs communication on a stream of its own, with an event for each buffer.
 Read ring_attention_forward first. Applied in train_gpt.cu: sequence_attention_forward and
-_backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), tokens_of_rank
-(a micro-batch's tokens for this rank), for_each_position_run (the embedding's positions),
-next_token_logits (sampling); the dp group of process_grid.h (Collectives::replicas) is dp x cp (ZeRO,
+_backward (the blocks' attention when -cp > 1, over the grid's cp group, comm.h), next_token_logits
+(sampling); gpt2.h: tokens_of_rank (a micro-batch's tokens for this rank), for_each_position_run
+(the embedding's positions); the replica group of process_grid.h (Collectives::replicas) is dp x cp (ZeRO,
 the gradients' sum).
 */
 #pragma once

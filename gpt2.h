@@ -19,7 +19,7 @@ once for training and for -plan. train_gpt.cu is the model that runs on them; mo
 
 The gradient's reductions that are the model's to know (each tensor's norm counted once,
 sequence parallelism's LayerNorm sums) are here too: gpt2_grad_norm_squared,
-sum_layernorm_gradients. Applied in (train_gpt.cu: build_model, block_forward, train_step)
+sum_layernorm_gradients. Applied in train_gpt.cu: build_model, block_forward, train_step.
 */
 #pragma once
 // defines: ParameterIndex, parameter_names, parameter_is_matrix, parameter_partition,

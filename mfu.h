@@ -18,7 +18,7 @@ collectives and element-wise kernels all lower it. Peaks:
     CPU build   what OpenBLAS's sgemm reaches, measured at start-up by every rank at once (ranks
                 sharing cores share the rate) and summed over the ranks: MFU against sgemm, not
                 against a datasheet
-Applied in train_gpt.cu: main (the peak, once), print_run_header, print_step and log_step.
+Applied in train_gpt.cu: main (the peak, once); run_report.h: print_run_header, print_step and log_step.
 */
 #pragma once
 // defines: PeakFlops, model_flops_per_token, device_peak_flops, sgemm_flops_per_s, rank_peak_flops, world_peak_flops,

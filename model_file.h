@@ -343,7 +343,7 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
 // ---------------------------------------------------------------- the model built from a file or from scratch
 
 // the model this rank holds, from -e (a model file or dN): its TP part of the whole (every
-// layout starts from the same values), with ZeRO `stage` over its DP group.
+// layout starts from the same values), with ZeRO `stage` over its replica group.
 // allocate = false only lays it out (-plan): no memory, no parameter values.
 inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
                        bool allocate, const char* stage_layers = NULL, int chunks = 1, bool master_weights = true,

@@ -58,15 +58,14 @@ The DP reductions and ZeRO-3's gathers on the comm stream (in the forward too, i
 sampling) and TP, CP or PP collectives on the default stream rely on it, as Megatron-LM does; every
 rank issues both streams' work in the same order, and -overlap 0 turns it off.
 
-Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit (overlap_take_ahead,
-overlap_post_ahead, overlap_wait_ahead), zero_gather_after_update (overlap_post_ahead),
+Applied in zero.h: zero_reduce_unit (overlap_start), zero_gather_unit (overlap_post_ahead,
+overlap_wait_ahead), zero_gather_after_update (overlap_post_ahead),
 zero_begin_micro_step and zero_reduce_step (overlap_finish); Zero holds the Overlap, zero_init
 makes it (-overlap, options.h).
 */
 #pragma once
 // defines: Ahead, Overlap, overlap_init, overlap_free, overlap_start, overlap_finish, overlap_complete_in_flight,
-//          overlap_poll, overlap_wait_ahead, overlap_wait_every_ahead, overlap_ahead_holds, overlap_post_ahead,
-//          overlap_take_ahead
+//          overlap_poll, overlap_wait_ahead, overlap_wait_every_ahead, overlap_ahead_holds, overlap_post_ahead
 #include <functional>  // defines: std::function
 #include <vector>      // defines: std::vector
 #include "comm.h"      // defines: Posted, comm_poll_posted, comm_wait_posted
@@ -206,11 +205,4 @@ inline void overlap_post_ahead(Overlap* o, int k, int unit, const std::function<
     overlap_poll(o);
 #endif
     a.unit = unit;
-}
-
-// buffer k holds `unit` once this returns: the collective posted ahead for it, or else post(posted)
-// posted now, and the default stream waits for it
-inline void overlap_take_ahead(Overlap* o, int k, int unit, const std::function<void(Posted*)>& post) {
-    if (!overlap_ahead_holds(o, k, unit)) overlap_post_ahead(o, k, unit, post);
-    overlap_wait_ahead(o, k);
 }

@@ -6,7 +6,7 @@ Process grid: world = dp * cp * tp * pp, with
 TP is fastest-varying, so a tensor-parallel group is tp consecutive ranks (one node),
 then CP (context parallelism, cp.h: the ring of ranks that share each sequence), then DP;
 PP slowest. Each rank belongs to one group of each kind; a Comm is one such group:
-    replicas  the dp group: the ranks that hold the same parameters, same tp_rank and pp_rank,
+    replicas  the ranks that hold the same parameters, same tp_rank and pp_rank,
         dp x cp of them (data parallelism's replicas, and the cp ranks, which see other tokens
         of the same sequences: ZeRO shards over them and sums their gradients, as Megatron-LM's
         data-parallel group with context parallelism does); named "dp" in logs and traces
@@ -55,7 +55,7 @@ struct ProcessGrid {
     int world, rank, local_rank;
     int dp, tp, pp, cp;
     int dp_rank, tp_rank, pp_rank, cp_rank;
-    int replicas, replica_rank;  // the dp group: dp * cp ranks holding the same parameters, and this one's place
+    int replicas, replica_rank;  // the replica group: dp * cp ranks holding the same parameters, and this one's place
 };
 
 // rank = ((pp_rank * dp + dp_rank) * cp + cp_rank) * tp + tp_rank
@@ -92,7 +92,7 @@ struct Comm {
 struct Collectives {
     ProcessGrid grid;
     Comm world;
-    Comm replicas;  // the dp group: the grid.replicas = dp x cp ranks that hold the same parameters
+    Comm replicas;  // the replica group: the grid.replicas = dp x cp ranks that hold the same parameters
     Comm tp, pp, cp, embedding;
 };
 // every group, to set or free them all alike

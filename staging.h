@@ -24,7 +24,7 @@ device_synchronize here costs nothing when nothing has been queued since the las
 is the case where the step calls it. The CPU build: the same arena in ordinary memory, the copies
 plain memcpy. The emulated build counts the waits (CUDA_EMU_WAIT_REPORT; tests/test_host_waits.sh:
 at most 2 a step, the norm's and the step timer's).
-Applied in (train_gpt.cu: embed_forward, embed_backward, head_loss, train_step, forward_only)
+Applied in train_gpt.cu: embed_forward, embed_backward, head_loss, train_step, forward_only.
 */
 #pragma once
 // defines: PendingSum, HostStaging, staging_sum_landed, staging_reserve, staging_rewind, staging_take, staging_upload,

@@ -111,9 +111,9 @@ trainer does not do; -tp belongs inside a node, on NVLink. The data-parallel red
 gathers, whose results are needed a layer or a step later, are where overlap pays (zero.h).
 Read the four f and g functions first, then tp_crossentropy.
 Applied in train_gpt.cu: block_forward, block_backward (f and g around each pair),
-embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy);
-parameter_partition (how each of GPT-2's tensors is cut) and model_file.h: reorder_part;
--sp: tokens_held, sum_layernorm_gradients, and stage_forward's pipeline messages.
+embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy), stage_forward (-sp:
+the pipeline's messages are this rank's tokens); gpt2.h: parameter_partition (how each of GPT-2's
+tensors is cut), tokens_held and sum_layernorm_gradients (-sp); model_file.h: reorder_part.
 */
 #pragma once
 // defines: TensorParallel, tp_all_tokens, sequence_parallel_buffer_list,

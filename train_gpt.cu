@@ -87,7 +87,7 @@ pipeline_stage, train_step, train_loop, main.
 #include "dataloader.h"            // defines: DataLoader, dataloader_init, dataloader_next_batch
 #include "tokenizer/decoder.h"     // defines: Decoder, decoder_load, decode_append, json_escape_utf8
 #include "comm.h"                  // defines: Collectives, comm_init, comm_all_reduce_scalars, comm_fail_all
-#include "zero.h"                  // defines: Zero, zero_unit_params, zero_gather_unit, zero_reduce_unit, ...
+#include "zero.h"                  // defines: Zero, zero_unit, zero_gather_unit, zero_reduce_unit, ...
 #include "tp.h"                    // defines: tp_g_forward, tp_f_backward, tp_crossentropy, TensorPartition
 #include "cp.h"  // defines: ring_attention_forward, ring_attention_backward, cp_batch_index, RingBuffers
 #include "mfu.h"                   // defines: model_flops_per_token, world_peak_flops, mfu_of, PeakFlops
@@ -119,10 +119,10 @@ inline floatX* stage_output(GPT2* model, const ActivationTensors& a, int B, int 
 }
 // block l's parameters and their gradients, in its ZeRO unit (gathered under ZeRO-3)
 inline LayerParameters block_params(GPT2* model, int l) {
-    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit_params(&model->zero, layer_unit(l)));
+    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit(&model->zero, layer_unit(l)).params);
 }
 inline LayerParameters block_grads(GPT2* model, int l) {
-    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit_grads(&model->zero, layer_unit(l)));
+    return layer_parameters(model->zero.units[layer_unit(l)], zero_unit(&model->zero, layer_unit(l)).grads);
 }
 
 // the three pieces of a block that recompute.h may drop and rebuild: each is one call, made
@@ -299,7 +299,7 @@ inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* to
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
     staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T_local * sizeof(int));
-    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
     floatX* whole = tp_all_tokens(tp, a.input, model->scratch.proj);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
@@ -313,7 +313,7 @@ inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     Zero* z = &model->zero;
     int C = model->config.channels;
     TensorParallel tp = tensor_parallel(model);
-    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
+    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit(z, 0).grads);
     floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual, model->scratch.all_tokens);
     tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T_local) * C);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
@@ -376,8 +376,8 @@ inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T_l
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels, N_held = tokens_held(model, B * T_local);
     TensorParallel tp = tensor_parallel(model);
-    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
-    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).params);
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T_local), h.lnfw, h.lnfb, N_held, C);
     floatX* lnf = tp_f_forward(tp, a.lnf, model->scratch.all_tokens, (size_t)N_held * C);  // all N tokens
     matmul_forward(a.logits, lnf, e.wte, NULL, B * T_local, C, vocab_range(model).rows);
@@ -402,10 +402,10 @@ inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_
     size_t n_held = (size_t)N_held * C;
     TensorParallel tp = tensor_parallel(model);
     ScratchTensors& s = model->scratch;
-    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
-    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit_grads(z, 0));
-    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
-    FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit_grads(z, norm_unit));
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
+    EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit(z, 0).grads);
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).params);
+    FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).grads);
     floatX* lnf = tp_f_forward(tp, a.lnf, s.all_tokens, n_held);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
     floatX* dln = tp_f_backward(tp, s.dln, s.summed, n_held);  // this rank's tokens of the sum
@@ -567,7 +567,6 @@ inline StepResult train_step(GPT2* model, DataLoader* loader, LossScaler* scaler
                    model->comm->grid.rank);
     { StepSpan optimizer(&model->step_time, &model->step_time.optimizer);
       zero_optimizer_step(&model->zero, r.lr, tc.weight_decay, clip_scale / r.scale, t, rounding_seed); }
-    zero_gather_updated(&model->zero);
     return r;
 }
 
@@ -660,13 +659,13 @@ inline void gpt2_decode(GPT2* model, KVCache* cache, int token) {
     int norm_unit = final_norm_unit(model);
     zero_gather_unit(z, 0);  // ZeRO-3: the embeddings and the final LayerNorm stay gathered throughout
     zero_gather_unit(z, norm_unit);
-    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit_params(z, 0));
+    EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     kv_cache_embed(cache, e, token, vocab_range(model));
     for (int l = 0; l < cache->L; l++) {
         zero_gather_unit(z, layer_unit(l));
         kv_cache_block(cache, l, block_params(model, l));
     }
-    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit_params(z, norm_unit));
+    FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).params);
     kv_cache_head(cache, h, e, model->scratch.logit_row, model->config.padded_vocab_size);
 }
 

@@ -71,25 +71,25 @@ receive (pipeline_links.h) before its gather can start, so there it stays expose
 With -overlap 0 every stage takes turns, which is the plain order to learn first.
 
 Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own ZeRO
-over its own DP group, on its own units; nothing here crosses TP ranks or stages.
+over its own replica group, on its own units; nothing here crosses TP ranks or stages.
 The trainer says which tensors the gradient norm counts (a copy is counted once) and
 sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
-Read zero_unit_params and zero_reduce_unit first: they are what the forward and
+Read zero_unit and zero_reduce_unit first: they are what the forward and
 backward call.
 
 Applied in gpt2.h: gpt2_units (the units) and gpt2_grad_norm_squared (the norm);
 train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
-(zero_gather_unit, zero_prefetch_unit, zero_unit_params, zero_unit_grads, zero_reduce_unit), train_step
-(zero_begin_step, zero_reduce_step, zero_optimizer_step, zero_gather_updated); model_file.h
+(zero_gather_unit, zero_prefetch_unit, zero_unit, zero_reduce_unit), train_step (zero_begin_step,
+zero_reduce_step, zero_optimizer_step); model_file.h
 (files and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
 */
 #pragma once
 // defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitBuffer, Zero, unit_buffer, unit_shard,
 //          zero_lay_out_units, zero_init, zero_free, ZeroOptimizerState, zero_optimizer_state,
-//          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params, zero_unit_params,
-//          zero_unit_grads, zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
+//          zero_for_each_shard_slice, zero_shard_to_units, zero_units_to_shard, zero_set_params, UnitTensors,
+//          zero_unit, zero_gather_unit, zero_reduce_unit, zero_begin_step, zero_end_micro_step, zero_reduce_step,
 //          zero_grad_norm_squared, zero_sum_gradient_range, zero_sum_unit_gradient, zero_poison_gradients,
-//          zero_optimizer_step, zero_gather_updated, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
+//          zero_optimizer_step, zero_params_to_host, ZeroPlan, zero_plan, MAX_UNIT_SLICES,
 //          zero_adamw_slices, zero_begin_micro_step, zero_reduce_step_unit, zero_overlaps, zero_all_gather_unit,
 //          zero_prefetch_unit, zero_gather_after_update, is_end_unit, gather_buffer
 #include <algorithm>               // defines: std::max, std::min
@@ -207,7 +207,7 @@ inline void zero_init(Zero* z, int stage, Collectives* comm, Unit* units, int nu
     overlap_init(&z->overlap, zero_overlaps(stage, comm, grads_fp32, overlap), allocate,
                  stage == 3 ? NUM_UNIT_BUFFERS : stage >= 1 ? num_units : 0);  // where gathers land (gather_buffer)
     z->reduced.assign(num_units, false);
-    z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the dp group: dp x cp ranks (process_grid.h)
+    z->shards = stage == 0 ? 1 : comm->grid.replicas;  // the replica group: dp x cp ranks (process_grid.h)
     z->shard_rank = stage == 0 ? 0 : comm->grid.replica_rank;
     z->units = units, z->num_units = num_units, z->grads_fp32 = grads_fp32;
     zero_lay_out_units(units, num_units, z->shards, &z->full_elements, &z->shard_elements);
@@ -305,13 +305,13 @@ inline void zero_units_to_shard(const Unit* units, int num_units, int shards, in
 
 // ---------------------------------------------------------------- what forward and backward call
 
-// where unit u's full parameters are now (stage 3: valid after zero_gather_unit)
-inline floatX* zero_unit_params(const Zero* z, int u) {
-    return z->stage == 3 ? z->gathered[unit_buffer(z, u)] : z->params + z->units[u].offset;
-}
-// where the backward accumulates unit u's gradients
-inline floatX* zero_unit_grads(const Zero* z, int u) {
-    return z->stage >= 2 ? z->unit_grads[unit_buffer(z, u)] : z->grads + z->units[u].offset;
+// where unit u's full parameters are now (stage 3: valid after zero_gather_unit), and where the
+// backward accumulates its gradients (stages 2-3: a unit buffer, reduced by zero_reduce_unit)
+struct UnitTensors { floatX *params, *grads; };
+inline UnitTensors zero_unit(const Zero* z, int u) {
+    floatX* params = z->stage == 3 ? z->gathered[unit_buffer(z, u)] : z->params + z->units[u].offset;
+    floatX* grads = z->stage >= 2 ? z->unit_grads[unit_buffer(z, u)] : z->grads + z->units[u].offset;
+    return {params, grads};
 }
 
 // the buffer unit u's gather is posted into (overlap.h's Ahead): stage 3 its unit buffer; stages 1-2 one a unit
@@ -350,7 +350,9 @@ inline void zero_gather_unit(Zero* z, int u, int next = -1) {
         return;
     }
     if (!z->overlap.on) { zero_all_gather_unit(z, u)(nullptr); return; }
-    overlap_take_ahead(&z->overlap, unit_buffer(z, u), u, zero_all_gather_unit(z, u));  // gathered ahead, or now
+    if (!overlap_ahead_holds(&z->overlap, unit_buffer(z, u), u))  // not gathered ahead: now
+        overlap_post_ahead(&z->overlap, unit_buffer(z, u), u, zero_all_gather_unit(z, u));
+    overlap_wait_ahead(&z->overlap, unit_buffer(z, u));
     if (next >= 0) overlap_post_ahead(&z->overlap, unit_buffer(z, next), next, zero_all_gather_unit(z, next));
 }
 // stage 3 under overlap: unit u's gather posted now, beside the compute that comes before its
@@ -430,7 +432,8 @@ inline void zero_end_micro_step(Zero* z) {
 
 // after the last micro-step: stage 0 all-reduces, stage 1 reduce-scatters each unit into this
 // rank's shard, but the units whose reduction overlap started, which are waited for; stages 2-3
-// already did, unit by unit, during the backward
+// already did, unit by unit, during the backward: for them this is only the default stream's wait
+// for the reductions still running (overlap_finish)
 inline void zero_reduce_step(Zero* z) {
     overlap_finish(&z->overlap);
     if (z->stage <= 1)
@@ -439,7 +442,7 @@ inline void zero_reduce_step(Zero* z) {
     z->reduced.assign(z->num_units, false);
 }
 
-// squared norm of this rank's part of the step's gradient, summed over the DP group;
+// squared norm of this rank's part of the step's gradient, summed over the replica group;
 // non-finite when any element is. counts(u, slice) says whether this rank counts a tensor:
 // a copy held elsewhere too (a tensor replicated over TP, the tied embedding's second
 // copy) is counted by one rank only, and the caller sums over TP ranks and stages. When
@@ -508,10 +511,10 @@ inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z) {
     return table;
 }
 
-// AdamW on this rank's shard of every unit: one launch over the table zero_init made; two where the
-// updated parameters are gathered under overlap (stage 3's ends, stages 1-2's units): the embeddings'
-// slices first, so that their gather (zero_gather_after_update) runs beside the other units' update;
-// then stage 3's final LayerNorm's (stages 1-2's other units: zero_gather_updated)
+// AdamW on this rank's shard of every unit: one launch over the table zero_init made; then the updated
+// parameters gathered for the next forward (stages 1-2 every unit, in place; stage 3 its two ends:
+// zero_gather_after_update). Two launches where those gathers are posted under overlap: the embeddings'
+// slices first, so that their gather runs beside the other units' update
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
     overlap_wait_every_ahead(&z->overlap);  // the step before's gathers (each waited where its unit ran)
     AdamWConfig c;
@@ -529,13 +532,8 @@ inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float gra
         update(k, z->num_adamw_slices - k, b, z->adamw_blocks - b);
     });
     if (z->stage == 3) zero_gather_after_update(z, z->num_units - 1);
-}
-
-// stages 1-2: every rank updated its shard of the full parameters; all-gather them in place, a unit each
-// (under overlap posted, the embeddings' already, each waited for before its unit's next forward)
-inline void zero_gather_updated(Zero* z) {
-    if (z->stage != 1 && z->stage != 2) return;
-    for (int u = z->overlap.on ? 1 : 0; u < z->num_units; u++) zero_gather_after_update(z, u);
+    if (z->stage == 1 || z->stage == 2)
+        for (int u = embeddings_first ? 1 : 0; u < z->num_units; u++) zero_gather_after_update(z, u);
 }
 
 // loads the model: `values` holds every unit unpadded, in unit order, fp32
@@ -562,14 +560,14 @@ inline void zero_params_to_host(Zero* z, float* out) {
     for (int u = 0; u < z->num_units; u++) {
         zero_gather_unit(z, u);
         std::vector<floatX> h(z->units[u].padded);
-        device_to_host(h.data(), zero_unit_params(z, u), h.size() * sizeof(floatX));
+        device_to_host(h.data(), zero_unit(z, u).params, h.size() * sizeof(floatX));
         for (size_t i = 0; i < z->units[u].size; i++) out[z->units[u].origin + i] = to_float(h[i]);
     }
 }
 
 // ---------------------------------------------------------------- the plan (formulas above)
 
-// the bytes this rank sends over its DP group per optimizer step (the memory it holds is
+// the bytes this rank sends over its replica group per optimizer step (the memory it holds is
 // the ledger of zero_init's buffer list). Psi: padded full elements; E, H: padded embedding
 // and head units; Psi_layers = Psi - E - H; M micro-steps; p = dp
 struct ZeroPlan { unsigned long long comm[NUM_COMM_KINDS]; };

@@ -11,7 +11,7 @@ tests/check_source.py: five promises of the style guide, checked on the trainer'
   4. No line is longer than 120 columns, but the rows of pipeline.h's schedule drawings ("  stage 0: F0 ..."),
      a timeline of 44 slots each, which tests/test_pipeline.cpp checks against the schedule it draws.
   5. The map is true: the functions a header's "Applied in FILE: f, g and h" names (code names, up to
-     the first plain word) are defined in FILE.
+     the first plain word, parenthesised parts passed over) are defined in FILE.
   6. dev/README.md's table of labs describes every version each lab has (up to its VERSIONS).
 Functions are found by brace depth on the code with strings and comments removed; a
 function's length runs from its first signature line to its closing brace.
@@ -138,29 +138,40 @@ def cited_names(text):
                 yield text.count('\n', 0, at + m.start()) + 1, m.group(0)
 
 
+def without_parentheses(text):
+    """text with every parenthesised part (nested too) removed"""
+    out, depth = [], 0
+    for ch in text:
+        depth += ch == '('
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ')' and depth > 0
+    return ''.join(out)
+
+
 def applied_in_findings(path, text):
-    """5. The map is true: in a header's "Applied in" paragraph (to the end of its comment), each
-    "FILE: name, name and name" names functions (or structs) that FILE defines"""
-    at = text.find('Applied in')
-    if at < 0:
-        return []
-    paragraph = text[at:text.find('*/', at)]
+    """5. The map is true: in every "Applied in" paragraph of a header (each to the end of its
+    comment), each "FILE: name, name; name and name" names functions (or structs) that FILE
+    defines: the code names after FILE up to the first plain word, parenthesised parts passed over
+    (they may name what a function calls, from another file)"""
     findings = []
-    for m in re.finditer(r'([\w/.]+\.(?:h|cuh|cu|cpp)):\s*((?:\w+(?:\s*(?:,|/|and)\s*)?)+)', paragraph):
-        file = m.group(1)
-        where = next((f for f in (file, os.path.join(os.path.dirname(path), file)) if os.path.isfile(f)), None)
-        if where is None:
-            findings.append(f"{path}: 'Applied in' names {file}, which does not exist")
-            continue
-        lines = code_lines(open(where).read())
-        defined = defined_names(lines, top_level_items(lines))
-        for name in re.findall(r'\w+', m.group(2)):  # the list: code names (snake_case, or main), to the first word
-            if name == 'and' or name.startswith('_'):  # "f_forward and _backward": a shorthand, not checked
+    for at in [m.start() for m in re.finditer('Applied in', text)]:
+        paragraph = without_parentheses(text[at:text.find('*/', at)])
+        for m in re.finditer(r'([\w/.]+\.(?:h|cuh|cu|cpp)):\s*((?:\w+\b(?![\w/]*\.(?:h|cuh|cu|cpp)\b)(?:\s*(?:,|/|;|and)\s*)?)+)', paragraph):
+            file = m.group(1)
+            where = next((f for f in (file, os.path.join(os.path.dirname(path), file)) if os.path.isfile(f)), None)
+            if where is None:
+                findings.append(f"{path}: 'Applied in' names {file}, which does not exist")
                 continue
-            if '_' not in name and name != 'main':
-                break
-            if name not in defined:
-                findings.append(f"{path}: 'Applied in {file}: {name}', but {file} does not define {name}")
+            lines = code_lines(open(where).read())
+            defined = defined_names(lines, top_level_items(lines))
+            for name in re.findall(r'\w+', m.group(2)):  # the list: code names (snake_case, or main), to the first word
+                if name == 'and' or name.startswith('_'):  # "f_forward and _backward": a shorthand, not checked
+                    continue
+                if '_' not in name and name != 'main':
+                    break
+                if name not in defined:
+                    findings.append(f"{path}: 'Applied in {file}: {name}', but {file} does not define {name}")
     return findings
 
 
