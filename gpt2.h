@@ -271,9 +271,13 @@ struct GPT2 {
 };
 
 inline int gpt2_layers(const GPT2* m) { return layout_layers(m->layout); }
-inline TensorParallel tensor_parallel(GPT2* m) { return TensorParallel{&m->comm->tp, m->layout.sequence_parallel}; }
 // the tokens of a micro-batch of N that this rank's LayerNorms and residual stream hold: N/tp under -sp
 inline int tokens_held(const GPT2* m, int N) { return m->layout.sequence_parallel ? N / m->layout.tp : N; }
+// f and g's view of the TP group (tp.h) for a micro-batch of N tokens, with -sp's two buffers
+inline TensorParallel tensor_parallel(GPT2* m, int N) {
+    return TensorParallel{&m->comm->tp, m->layout.sequence_parallel, (size_t)tokens_held(m, N) * m->config.channels,
+                          m->scratch.all_tokens, m->scratch.summed};
+}
 // the ranks that split a sequence, and so what a sequence's length (-t, sampling's windows) must be
 // a multiple of: -cp's 2cp chunks (cp.h), each rank's tokens split again over tp under -sp (tp.h)
 inline int sequence_multiple(int cp, int tp, bool sequence_parallel) {

@@ -130,16 +130,22 @@ tensors is cut), tokens_held and sum_layernorm_gradients (-sp); model_file.h: re
 
 // ---------------------------------------------------------------- Megatron's f and g
 
-// the TP group, and whether it also splits the tokens between the pairs (-sp)
-struct TensorParallel { Comm* group; bool sequence_parallel; };
+// The TP group, whether it also splits the tokens between the pairs (-sp), and for the (N, C)
+// tensors of a micro-batch: n_held, the elements of one this rank holds (N_held * C: N tokens, or
+// N/tp under -sp), and -sp's two buffers (sequence_parallel_buffer_list): all_tokens, where f's
+// forward gathers a tensor's N tokens, and summed, where g's forward leaves this rank's tokens of
+// the sum. gpt2.h's tensor_parallel makes it; without -sp the buffers are null, never used.
+struct TensorParallel {
+    Comm* group;
+    bool sequence_parallel;
+    size_t n_held;
+    floatX *all_tokens, *summed;
+};
 
-// where a tensor's N tokens go: `whole` under -sp, where the rank holds N/tp of them in `held`;
-// without -sp `held` itself, which holds all N. For the partial sums that f's backward or g's
-// forward then sums (in place, or -sp's share of each rank's tokens into `held`), and g's backward's
-// gathered gradient
-inline floatX* tp_all_tokens(TensorParallel tp, floatX* held, floatX* whole) {
-    return tp.sequence_parallel ? whole : held;
-}
+// where a tensor's N tokens go: tp.all_tokens under -sp, where the rank holds N/tp of them in
+// `held`; without -sp `held` itself, which holds all N. For the partial sums that f's backward or
+// g's forward then sums, and g's backward's gathered gradient
+inline floatX* tp_all_tokens(TensorParallel tp, floatX* held) { return tp.sequence_parallel ? tp.all_tokens : held; }
 // the two buffers -sp adds, declared for the model's buffer list (gpt2.h): `whole` for a tensor's
 // N tokens gathered, `held` for this rank's N/tp tokens of a sum (C channels each); none without -sp
 inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_parallel, floatX** whole, floatX** held,
@@ -157,33 +163,34 @@ inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_paral
 // buffer its result is in.
 
 // f, before a column-parallel matrix. Forward: every rank needs the whole input; it has it
-// (identity: f returns the input), or under -sp gathers it (into `all_tokens`, which f returns).
+// (identity: f returns the input), or under -sp gathers it (into tp.all_tokens, which f returns).
 // Backward: the input's gradient summed over the group, since each rank's rows of the matrix gave
 // only their part of it (`dpartial` all-reduced in place, or under -sp its tokens' sums in `dheld`).
-inline floatX* tp_f_forward(TensorParallel tp, floatX* input, floatX* all_tokens, size_t n_held) {
+// The forward's results are scratch (tp's buffers), the backward's land where the caller says.
+inline floatX* tp_f_forward(TensorParallel tp, floatX* input) {
     if (!tp.sequence_parallel) return input;
-    comm_all_gather(tp.group, input, all_tokens, n_held);
-    return all_tokens;
+    comm_all_gather(tp.group, input, tp.all_tokens, tp.n_held);
+    return tp.all_tokens;
 }
-inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld, size_t n_held) {
-    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, dpartial, n_held); return dpartial; }
-    comm_reduce_scatter_sum(tp.group, dpartial, dheld, n_held);
+inline floatX* tp_f_backward(TensorParallel tp, floatX* dpartial, floatX* dheld) {
+    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, dpartial, tp.n_held); return dpartial; }
+    comm_reduce_scatter_sum(tp.group, dpartial, dheld, tp.n_held);
     return dheld;
 }
 
 // g, after a row-parallel matrix. Forward: the output summed over the group, since each rank's
 // columns gave a partial sum: all-reduced in place (g returns `partial`), or under -sp only this
-// rank's tokens' sums, reduce-scattered into `held` (which g returns). Backward: every rank needs
+// rank's tokens' sums, reduce-scattered into tp.summed (which g returns). Backward: every rank needs
 // the whole output gradient; it has it (identity: a copy into `dwhole` when that is another
 // buffer), or under -sp gathers it into `dwhole`.
-inline floatX* tp_g_forward(TensorParallel tp, floatX* partial, floatX* held, size_t n_held) {
-    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, partial, n_held); return partial; }
-    comm_reduce_scatter_sum(tp.group, partial, held, n_held);
-    return held;
+inline floatX* tp_g_forward(TensorParallel tp, floatX* partial) {
+    if (!tp.sequence_parallel) { comm_all_reduce_sum(tp.group, partial, tp.n_held); return partial; }
+    comm_reduce_scatter_sum(tp.group, partial, tp.summed, tp.n_held);
+    return tp.summed;
 }
-inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole, size_t n_held) {
-    if (tp.sequence_parallel) comm_all_gather(tp.group, doutput, dwhole, n_held);
-    else if (dwhole != doutput) device_to_device(dwhole, doutput, n_held * sizeof(floatX));
+inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwhole) {
+    if (tp.sequence_parallel) comm_all_gather(tp.group, doutput, dwhole, tp.n_held);
+    else if (dwhole != doutput) device_to_device(dwhole, doutput, tp.n_held * sizeof(floatX));
 }
 
 // a row-parallel matrix's bias (attproj, fcproj) is added once, to g's sum. With one rank there is
@@ -192,8 +199,8 @@ inline void tp_g_backward(TensorParallel tp, const floatX* doutput, floatX* dwho
 inline const floatX* tp_bias_before_g(TensorParallel tp, const floatX* bias) {
     return tp.group->size == 1 ? bias : NULL;
 }
-inline void tp_bias_after_g(TensorParallel tp, floatX* output, const floatX* bias, int rows, int C) {
-    if (tp.group->size > 1) bias_forward(output, bias, rows, C);
+inline void tp_bias_after_g(TensorParallel tp, floatX* output, const floatX* bias, int C) {
+    if (tp.group->size > 1) bias_forward(output, bias, (int)(tp.n_held / C), C);
 }
 
 // ---------------------------------------------------------------- how a tensor is cut

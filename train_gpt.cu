@@ -174,29 +174,28 @@ inline void sequence_attention_backward(GPT2* model, const LayerActivations& la,
 inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     const GPT2Config& c = model->config;
     int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
-    size_t n_held = (size_t)tokens_held(model, N) * C;
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, N);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     // attention: qkv column-parallel (this rank's heads), attproj row-parallel
     block_ln1(model, a, l, B, T_local);
-    floatX* ln1 = tp_f_forward(tp, la.ln1, s.all_tokens, n_held);  // all N tokens
+    floatX* ln1 = tp_f_forward(tp, la.ln1);  // all N tokens
     matmul_forward(la.qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C_rank);
     sequence_attention_forward(model, la, B, T_local);
     matmul_forward(s.proj, la.atty, w.attprojw, tp_bias_before_g(tp, w.attprojb), N, C_rank, C);
-    floatX* proj = tp_g_forward(tp, s.proj, s.summed, n_held);  // the sum, on the tokens this rank holds
-    tp_bias_after_g(tp, proj, w.attprojb, n_held / C, C);  // added once: to the sum over TP ranks
+    floatX* proj = tp_g_forward(tp, s.proj);  // the sum, on the tokens this rank holds
+    tp_bias_after_g(tp, proj, w.attprojb, C);  // added once: to the sum over TP ranks
     // MLP: fc column-parallel, fcproj row-parallel; first residual2 = input + proj and ln2 of it
     floatX* input = block_input(model, a, l, B, T_local);
     residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, input, proj, w.ln2w, w.ln2b,
                                tokens_held(model, N), C);
-    floatX* ln2 = tp_f_forward(tp, la.ln2, s.all_tokens, n_held);
+    floatX* ln2 = tp_f_forward(tp, la.ln2);
     matmul_gelu_forward(la.fch_gelu, la.fch, ln2, w.fcw, w.fcb, N, C, 4 * C_rank, model->gelu_fusion >= 1);
     matmul_forward(s.proj, la.fch_gelu, w.fcprojw, tp_bias_before_g(tp, w.fcprojb), N, 4 * C_rank, C);
-    proj = tp_g_forward(tp, s.proj, s.summed, n_held);
-    tp_bias_after_g(tp, proj, w.fcprojb, n_held / C, C);
-    residual_forward(la.residual3, la.residual2, proj, n_held);
+    proj = tp_g_forward(tp, s.proj);
+    tp_bias_after_g(tp, proj, w.fcprojb, C);
+    residual_forward(la.residual3, la.residual2, proj, tp.n_held);
 }
 
 // rebuilds what recompute level r did not keep of block l, just before its backward
@@ -221,26 +220,25 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
     const GPT2Config& c = model->config;
     int C = c.channels, C_rank = C / model->layout.tp, N = B * T_local;
     int N_held = tokens_held(model, N);
-    size_t n_held = (size_t)N_held * C;
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, N);
     ScratchTensors& s = model->scratch;
     LayerParameters w = block_params(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
-    floatX *dln2 = tp_all_tokens(tp, d.ln2, s.all_tokens), *dln1 = tp_all_tokens(tp, d.ln1, s.all_tokens);  // before f
+    floatX *dln2 = tp_all_tokens(tp, d.ln2), *dln1 = tp_all_tokens(tp, d.ln1);  // before f
     // MLP
-    tp_g_backward(tp, dout, d.fcproj, n_held);
+    tp_g_backward(tp, dout, d.fcproj);
     matmul_gelu_backward_input(d.fc, d.fcproj, w.fcprojw, la.fch, N, 4 * C_rank, C, model->gelu_fusion >= 2);
     matmul_backward_input(dln2, d.fc, w.fcw, N, C, 4 * C_rank);
-    tp_f_backward(tp, dln2, d.ln2, n_held);
+    tp_f_backward(tp, dln2, d.ln2);
     floatX* dresidual2 = tp.sequence_parallel ? dout : d.attproj;  // the gradient of residual2
     layernorm_backward_both(dresidual2, dout, dw ? dw->ln2w : NULL, dw ? dw->ln2b : NULL, d.ln2, la.residual2, w.ln2w,
                             la.ln2_mean, la.ln2_rstd, N_held, C, s.partials);
     // attention
-    tp_g_backward(tp, dresidual2, d.attproj, n_held);
+    tp_g_backward(tp, dresidual2, d.attproj);
     matmul_backward_input(s.datty, d.attproj, w.attprojw, N, C_rank, C);
     sequence_attention_backward(model, la, d.qkv, s.datty, B, T_local);
     matmul_backward_input(dln1, d.qkv, w.qkvw, N, C, 3 * C_rank);
-    tp_f_backward(tp, dln1, d.ln1, n_held);
+    tp_f_backward(tp, dln1, d.ln1);
     layernorm_backward_both(dinp, dresidual2, dw ? dw->ln1w : NULL, dw ? dw->ln1b : NULL, d.ln1,
                             block_input(model, a, l, B, T_local), w.ln1w, la.ln1_mean, la.ln1_rstd, N_held, C,
                             s.partials);
@@ -253,15 +251,15 @@ inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l,
 inline void block_backward_weights(GPT2* model, const ActivationTensors& a, int l, int B, int T_local,
                                    const LayerOutputGradients& d, bool layernorms_done) {
     int C = model->config.channels, C_rank = C / model->layout.tp, N = B * T_local, N_held = tokens_held(model, N);
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, N);
     ScratchTensors& s = model->scratch;
     LayerParameters dw = block_grads(model, l);
     LayerActivations la = layer_activations(model, a, l, B, T_local);
     matmul_backward_weight(dw.fcprojw, NULL, d.fcproj, la.fch_gelu, N, 4 * C_rank, C, s.partials);
-    floatX* ln2 = tp_f_forward(tp, la.ln2, s.all_tokens, (size_t)N_held * C);  // -sp: ln2's N tokens again, as in f
+    floatX* ln2 = tp_f_forward(tp, la.ln2);  // -sp: ln2's N tokens again, as in f
     matmul_backward_weight(dw.fcw, NULL, d.fc, ln2, N, C, 4 * C_rank, s.partials);
     matmul_backward_weight(dw.attprojw, NULL, d.attproj, la.atty, N, C_rank, C, s.partials);
-    floatX* ln1 = tp_f_forward(tp, la.ln1, s.all_tokens, (size_t)N_held * C);  // and ln1's
+    floatX* ln1 = tp_f_forward(tp, la.ln1);  // and ln1's
     matmul_backward_weight(dw.qkvw, NULL, d.qkv, ln1, N, C, 3 * C_rank, s.partials);
     // the four biases' column sums in one launch, the two LayerNorms' in another (unless the input half did)
     bias_backward_many({{dw.fcprojb, d.fcproj, C}, {dw.fcb, d.fc, 4 * C_rank}, {dw.attprojb, d.attproj, C},
@@ -297,25 +295,26 @@ struct MicroBatch { const int* inputs; const int* targets; };  // host tokens (B
 inline void embed_forward(GPT2* model, const ActivationTensors& a, const int* tokens, int B, int T_local) {
     Zero* z = &model->zero;
     int C = model->config.channels;
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, B * T_local);
+    tp.all_tokens = model->scratch.proj, tp.summed = a.input;  // -sp: the N tokens in proj, g's sum into the input
     staging_upload(&model->staging, model->scratch.inputs, tokens, (size_t)B * T_local * sizeof(int));
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     const floatX* positions = model->layout.tp_rank == 0 ? e.wpe : NULL;
-    floatX* whole = tp_all_tokens(tp, a.input, model->scratch.proj);
+    floatX* whole = tp_all_tokens(tp, a.input);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         encoder_forward(whole + first * C, model->scratch.inputs + first, e.wte,
                         positions ? positions + (size_t)position * C : NULL, B, run, C, vocab_range(model));
     });
-    tp_g_forward(tp, whole, a.input, (size_t)tokens_held(model, B * T_local) * C);  // the sum in a.input either way
+    tp_g_forward(tp, whole);  // the sum in a.input either way
 }
 // the embedding's backward (g's: the identity, or -sp's gather): this rank's wte rows, and wpe
 inline void embed_backward(GPT2* model, const int* tokens, int B, int T_local) {
     Zero* z = &model->zero;
     int C = model->config.channels;
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, B * T_local);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit(z, 0).grads);
-    floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual, model->scratch.all_tokens);
-    tp_g_backward(tp, model->scratch.dresidual, dwhole, (size_t)tokens_held(model, B * T_local) * C);
+    floatX* dwhole = tp_all_tokens(tp, model->scratch.dresidual);
+    tp_g_backward(tp, model->scratch.dresidual, dwhole);
     for_each_position_run(model, B, T_local, [&](size_t first, int position, int run) {
         int* staged = (int*)staging_take(&model->staging, encoder_bucket_ints(B, run) * sizeof(int));
         encoder_backward(de.wte, de.wpe + (size_t)position * C, dwhole + first * C, tokens + first,
@@ -375,11 +374,11 @@ inline void blocks_backward_weights(GPT2* model, const ActivationTensors& a, int
 inline void head_forward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels, N_held = tokens_held(model, B * T_local);
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, B * T_local);
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).params);
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stage_output(model, a, B, T_local), h.lnfw, h.lnfb, N_held, C);
-    floatX* lnf = tp_f_forward(tp, a.lnf, model->scratch.all_tokens, (size_t)N_held * C);  // all N tokens
+    floatX* lnf = tp_f_forward(tp, a.lnf);  // all N tokens
     matmul_forward(a.logits, lnf, e.wte, NULL, B * T_local, C, vocab_range(model).rows);
 }
 // cross-entropy of the logits against targets (B,T), vocabulary-parallel (tp.h); with
@@ -399,17 +398,16 @@ inline void head_loss(GPT2* model, const ActivationTensors& a, const int* target
 inline void head_backward(GPT2* model, const ActivationTensors& a, int B, int T_local) {
     Zero* z = &model->zero;
     int norm_unit = final_norm_unit(model), C = model->config.channels, N = B * T_local, N_held = tokens_held(model, N);
-    size_t n_held = (size_t)N_held * C;
-    TensorParallel tp = tensor_parallel(model);
+    TensorParallel tp = tensor_parallel(model, N);
     ScratchTensors& s = model->scratch;
     EmbeddingParameters e = embedding_parameters(z->units[0], zero_unit(z, 0).params);
     EmbeddingParameters de = embedding_parameters(z->units[0], zero_unit(z, 0).grads);
     FinalNormParameters h = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).params);
     FinalNormParameters dh = final_norm_parameters(z->units[norm_unit], zero_unit(z, norm_unit).grads);
-    floatX* lnf = tp_f_forward(tp, a.lnf, s.all_tokens, n_held);  // -sp: lnf's N tokens again, for wte's gradient
+    floatX* lnf = tp_f_forward(tp, a.lnf);  // -sp: lnf's N tokens again, for wte's gradient
     matmul_backward(s.dln, de.wte, NULL, a.logits, lnf, e.wte, N, C, vocab_range(model).rows, s.partials);
-    floatX* dln = tp_f_backward(tp, s.dln, s.summed, n_held);  // this rank's tokens of the sum
-    device_zero(s.dresidual, n_held * sizeof(floatX));
+    floatX* dln = tp_f_backward(tp, s.dln, s.summed);  // this rank's tokens of the sum
+    device_zero(s.dresidual, tp.n_held * sizeof(floatX));
     layernorm_backward(s.dresidual, dh.lnfw, dh.lnfb, dln, stage_output(model, a, B, T_local), h.lnfw, a.lnf_mean,
                        a.lnf_rstd, N_held, C, s.partials);
 }

@@ -80,7 +80,6 @@ static std::vector<float> held_rows(const std::vector<float>& whole, int N, int 
 
 static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_parallel) {
     const int N = 3 * tp, C = 4 * tp, H = 4 * C;  // fc: (H, C), fcproj: (C, H)
-    const TensorParallel group = {&comm->tp, sequence_parallel};
     const int parts = sequence_parallel ? tp : 1, part = sequence_parallel ? r : 0;  // this rank's tokens outside the pair:
     const int Nh = N / parts;                                                          // all, or its 1/tp
     auto x = random_normal((size_t)N * C, 1, 1.0f), dy = random_normal((size_t)N * C, 2, 1.0f);
@@ -103,19 +102,21 @@ static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_paralle
     std::vector<float> x_whole(N * C), dy_whole(N * C), dx_whole(N * C), dx_r(Nh * C);
     std::vector<float> dfcw_r(Hr * C, 0.0f), dfcb_r(Hr, 0.0f), dprojw_r(C * Hr, 0.0f), dprojb_r(C, 0.0f);
     std::vector<float> x_r = held_rows(x, N, C, parts, part), dy_r = held_rows(dy, N, C, parts, part);
-    float* x_all = tp_f_forward(group, x_r.data(), x_whole.data(), x_r.size());  // x_r itself, or -sp's all-gather
+    // f and g as block_forward calls them: -sp's gathered tokens into x_whole, g's sum into y_r
+    const TensorParallel group = {&comm->tp, sequence_parallel, (size_t)Nh * C, x_whole.data(), y_r.data()};
+    float* x_all = tp_f_forward(group, x_r.data());  // x_r itself, or -sp's all-gather
     matmul_forward(h_r.data(), x_all, fcw_r.data(), fcb_r.data(), N, C, Hr);
     gelu_forward(a_r.data(), h_r.data(), h_r.size());
     // the bias as block_forward adds it: through tp.h's two calls, which must add it once, to g's sum
     // (added by every rank before g, the sum would hold it tp times)
     matmul_forward(y_whole.data(), a_r.data(), projw_r.data(), tp_bias_before_g(group, projb.data()), N, Hr, C);
-    float* y_held = tp_g_forward(group, y_whole.data(), y_r.data(), y_r.size());  // y_whole summed, or -sp's y_r
-    tp_bias_after_g(group, y_held, projb.data(), Nh, C);
-    tp_g_backward(group, dy_r.data(), dy_whole.data(), dy_r.size());
+    float* y_held = tp_g_forward(group, y_whole.data());  // y_whole summed, or -sp's y_r
+    tp_bias_after_g(group, y_held, projb.data(), C);
+    tp_g_backward(group, dy_r.data(), dy_whole.data());
     matmul_backward(da_r.data(), dprojw_r.data(), dprojb_r.data(), dy_whole.data(), a_r.data(), projw_r.data(), N, Hr, C, nullptr);
     gelu_backward(dh_r.data(), h_r.data(), da_r.data(), h_r.size());
     matmul_backward(dx_whole.data(), dfcw_r.data(), dfcb_r.data(), dh_r.data(), x_all, fcw_r.data(), N, C, Hr, nullptr);
-    float* dx_held = tp_f_backward(group, dx_whole.data(), dx_r.data(), dx_r.size());  // dx_whole summed, or dx_r
+    float* dx_held = tp_f_backward(group, dx_whole.data(), dx_r.data());  // dx_whole summed, or dx_r
     const double tol = 1e-5;  // fp32: the sharded sums add the same products in another grouping
     std::vector<float> want_y = held_rows(y, N, C, parts, part), want_dx = held_rows(dx, N, C, parts, part);
     EXPECT(max_abs_diff(y_held, want_y.data(), want_y.size()) < tol);
@@ -132,12 +133,13 @@ static void megatron_mlp(Collectives* comm, int tp, int r, bool sequence_paralle
 static void sequence_parallel_collectives(Collectives* comm, int tp, int r) {
     const int N = 2 * tp, C = 3;
     std::vector<float> mine = random_normal((size_t)N * C, 100 + r, 1.0f), summed = mine;  // this rank's partial sums
-    tp_g_forward(TensorParallel{&comm->tp, false}, summed.data(), summed.data(), summed.size());  // all-reduce
+    tp_g_forward(TensorParallel{&comm->tp, false, summed.size(), nullptr, nullptr}, summed.data());  // all-reduce
     std::vector<float> scattered((size_t)N / tp * C), gathered((size_t)N * C);
-    tp_g_forward(TensorParallel{&comm->tp, true}, mine.data(), scattered.data(), scattered.size());
+    const TensorParallel sp = {&comm->tp, true, scattered.size(), gathered.data(), scattered.data()};
+    tp_g_forward(sp, mine.data());
     std::vector<float> want = held_rows(summed, N, C, tp, r);
     EXPECT(max_abs_diff(scattered.data(), want.data(), want.size()) < 1e-6);  // MPI may add in another order
-    tp_f_forward(TensorParallel{&comm->tp, true}, scattered.data(), gathered.data(), scattered.size());
+    tp_f_forward(sp, scattered.data());
     EXPECT(max_abs_diff(gathered.data(), summed.data(), summed.size()) < 1e-6);
     std::vector<float> back = held_rows(gathered, N, C, tp, r);  // this rank's rows come back as they left
     EXPECT(back == scattered);
