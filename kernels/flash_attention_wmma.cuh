@@ -41,7 +41,8 @@ Included by kernels/flash_attention.cuh (it uses that file's FLASH_* tiles' help
 applied in its launchers flash_launch_forward, flash_launch_backward.
 */
 #pragma once
-// defines: WMMA_SIDE, WMMA_KEYS, WMMA_FORWARD_WARPS, wmma_forward_keys, wmma_kv_ld, wmma_s_ld, wmma_p_ld,
+// defines: WMMA_SIDE, WMMA_KEYS, WMMA_PAD_BYTES, wmma_padded, WMMA_FORWARD_WARPS, wmma_forward_keys, wmma_kv_ld,
+//          wmma_s_ld, wmma_p_ld, WMMA_BACKWARD_S_LD,
 //          flash_forward_wmma_kernel, wmma_load_rows, wmma_accumulator_rows, wmma_softmax_tile, wmma_rescale_add_pv,
 //          wmma_read_rows, wmma_divide_rows, WmmaSums, WmmaRows, wmma_start_rows, WmmaColsT, WmmaCols,
 //          WMMA_BACKWARD_WARPS, WMMA_BACKWARD_P_LD, wmma_warp_floats, wmma_load_row_fragments, wmma_probabilities,
@@ -65,11 +66,20 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, WMMA_SIDE, WMMA_SIDE, WMM
 // so that everything fits the 48 KB of static shared memory). Shared memory holds k and v (and q
 // once, on its way into registers), rows padded by 16 bytes so that a fragment's 16 rows start in
 // different banks; each warp's scores (fp32) and probabilities (floatX), padded likewise
+#define WMMA_PAD_BYTES 16  // after each row of a shared tile
+// the leading dimension, in elements of T, of a shared tile whose rows hold `values` of T
+template <typename T> __host__ __device__ constexpr int wmma_padded(int values) {
+    return values + WMMA_PAD_BYTES / (int)sizeof(T);
+}
 #define WMMA_FORWARD_WARPS 4
 template <int HS_MAX> __host__ __device__ constexpr int wmma_forward_keys() { return HS_MAX >= 128 ? 32 : 64; }
-template <int HS_MAX> __host__ __device__ constexpr int wmma_kv_ld() { return HS_MAX + 8; }
-template <int HS_MAX> __host__ __device__ constexpr int wmma_s_ld() { return wmma_forward_keys<HS_MAX>() + 4; }
-template <int HS_MAX> __host__ __device__ constexpr int wmma_p_ld() { return wmma_forward_keys<HS_MAX>() + 8; }
+template <int HS_MAX> __host__ __device__ constexpr int wmma_kv_ld() { return wmma_padded<floatX>(HS_MAX); }
+template <int HS_MAX> __host__ __device__ constexpr int wmma_s_ld() {  // scores, fp32
+    return wmma_padded<float>(wmma_forward_keys<HS_MAX>());
+}
+template <int HS_MAX> __host__ __device__ constexpr int wmma_p_ld() {  // probabilities, floatX
+    return wmma_padded<floatX>(wmma_forward_keys<HS_MAX>());
+}
 
 // rows first .. of one head into a shared floatX tile (row-major, leading dimension ld), zeros past
 // valid: 16 bytes (8 values) a thread where every address allows it, else one value
@@ -107,7 +117,7 @@ __device__ inline void wmma_accumulator_rows(int (&row_of)[WmmaSums::num_element
 }
 
 // one warp: its 16 rows first .. of one head (zeros past valid) into matrix_a fragments, staged
-// through `stage` (16 x (HS_MAX + 8) floatX of its own)
+// through `stage` (16 x wmma_kv_ld floatX of its own)
 template <int HS_MAX>
 __device__ inline void wmma_load_row_fragments(WmmaRows (&part)[HS_MAX / WMMA_SIDE], floatX* stage, const floatX* src,
                                                size_t stride, size_t first, int valid, int hs) {
@@ -124,7 +134,7 @@ __device__ inline void wmma_load_row_fragments(WmmaRows (&part)[HS_MAX / WMMA_SI
     __syncwarp();  // the lanes are done with stage before it is written again
 }
 // one warp: out (16 x COLS fp32, leading dimension ld) = rows (its 16, in fragments) times cols^T,
-// where cols is a (COLS, hs) row-major tile (ld HS_MAX + 8) read column-major: the scores q k^T or
+// where cols is a (COLS, hs) row-major tile (ld wmma_kv_ld) read column-major: the scores q k^T or
 // k q^T, and the products dout v^T or v dout^T
 template <int HS_MAX, int COLS = WMMA_KEYS>
 __device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (&rows)[HS_MAX / WMMA_SIDE],
@@ -145,7 +155,7 @@ __device__ inline void wmma_rows_times_cols(float* out, int ld, const WmmaRows (
     }
 }
 // one warp: acc[f] (its 16 rows, channels 16 f ..) += left (16 x COLS floatX, leading dimension
-// left_ld) times right (COLS x hs, row-major, ld HS_MAX + 8), the COLS in order: the forward's
+// left_ld) times right (COLS x hs, row-major, ld wmma_kv_ld), the COLS in order: the forward's
 // o += p v, the backward's dv += p^T dout, dk += ds^T q, dq += ds k
 template <int HS_MAX, int COLS = WMMA_KEYS>
 __device__ inline void wmma_add_product(WmmaSums (&acc)[HS_MAX / WMMA_SIDE], const floatX* left, int left_ld,
@@ -356,16 +366,17 @@ __global__ void __launch_bounds__(32 * WMMA_FORWARD_WARPS)
 // FlashAttention-2 does.
 #if !FLOATX_IS_FP32
 #define WMMA_BACKWARD_WARPS 4
-#define WMMA_BACKWARD_P_LD (WMMA_KEYS + 8)  // p and ds, floatX (s and dp, fp32: WMMA_KEYS + 4)
+#define WMMA_BACKWARD_P_LD wmma_padded<floatX>(WMMA_KEYS)  // p and ds, floatX
+#define WMMA_BACKWARD_S_LD wmma_padded<float>(WMMA_KEYS)   // s and dp, fp32
 // a warp's fp32 scratch: its scores and dout . v products (16 x WMMA_KEYS each, padded); first its
-// own rows of the two inputs it keeps in registers, on their way in (16 x (HS_MAX + 8) floatX each)
+// own rows of the two inputs it keeps in registers, on their way in (16 x wmma_kv_ld floatX each)
 template <int HS_MAX> __host__ __device__ constexpr int wmma_warp_floats() {
-    return 2 * WMMA_SIDE * (WMMA_KEYS + 4) > WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2
-               ? 2 * WMMA_SIDE * (WMMA_KEYS + 4)
+    return 2 * WMMA_SIDE * WMMA_BACKWARD_S_LD > WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2
+               ? 2 * WMMA_SIDE * WMMA_BACKWARD_S_LD
                : WMMA_SIDE * wmma_kv_ld<HS_MAX>() / 2;
 }
 
-// one warp, one tile: p and ds (16 x WMMA_KEYS floatX) from s and dp (fp32, ld WMMA_KEYS + 4) and the
+// one warp, one tile: p and ds (16 x WMMA_KEYS floatX) from s and dp (fp32, ld WMMA_BACKWARD_S_LD) and the
 // statistics of each element's query; `keys_by_queries`: the warp's rows are keys (dk, dv) or queries (dq)
 __device__ inline void wmma_probabilities(const AttentionRange& a, floatX* p, floatX* ds, const float* s,
                                           const float* dp, const float* lse_tile, const float* D_tile, int row0,
@@ -376,7 +387,7 @@ __device__ inline void wmma_probabilities(const AttentionRange& a, floatX* p, fl
         int t = keys_by_queries ? col0 + c : row0 + r, j = keys_by_queries ? row0 + r : col0 + c;  // query, key
         int stat = keys_by_queries ? c : stat0 + r;                                                // t's in the tiles
         bool seen = j < a.Tk && t < a.Tq && (!a.causal || j <= t);
-        int at = r * (WMMA_KEYS + 4) + c;
+        int at = r * WMMA_BACKWARD_S_LD + c;
         float pe = seen ? exp2f(s[at] * scale_log2 - lse_tile[stat] * LOG2E) : 0.0f;
         if (p) p[r * WMMA_BACKWARD_P_LD + c] = from_float(pe);
         ds[r * WMMA_BACKWARD_P_LD + c] = from_float(pe * (dp[at] - D_tile[stat]) * scale);
@@ -389,7 +400,7 @@ template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dkv_wmma_kernel(AttentionRange a, const floatX* q,
         const floatX* kv, Out* dkv, int dkv_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int KEYS = WMMA_SIDE * WMMA_BACKWARD_WARPS, QT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
-    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
+    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_BACKWARD_S_LD, WF = wmma_warp_floats<HS_MAX>();
     constexpr int PW = WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // a p (or ds) tile for every warp
     __shared__ __align__(32) uint16_t q_bits[QT * LD], dy_bits[QT * LD], p_bits[PW], ds_bits[PW];
     __shared__ __align__(32) float warp_floats[WMMA_BACKWARD_WARPS * WF];
@@ -443,7 +454,7 @@ template <int HS_MAX, typename Out>
 __global__ void __launch_bounds__(32 * WMMA_BACKWARD_WARPS) flash_dq_wmma_kernel(AttentionRange a, const floatX* q,
         const floatX* kv, Out* dq, int dq_stride, const floatX* dout, const float* lse, const float* D) {
     constexpr int QUERIES = WMMA_SIDE * WMMA_BACKWARD_WARPS, KT = WMMA_KEYS, F = HS_MAX / WMMA_SIDE;
-    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_KEYS + 4, WF = wmma_warp_floats<HS_MAX>();
+    constexpr int LD = wmma_kv_ld<HS_MAX>(), S_LD = WMMA_BACKWARD_S_LD, WF = wmma_warp_floats<HS_MAX>();
     constexpr int PW = WMMA_BACKWARD_WARPS * WMMA_SIDE * WMMA_BACKWARD_P_LD;  // a ds tile for every warp
     __shared__ __align__(32) uint16_t k_bits[KT * LD], v_bits[KT * LD], ds_bits[PW];
     __shared__ __align__(32) float warp_floats[WMMA_BACKWARD_WARPS * WF];

@@ -18,8 +18,8 @@ and 16-bit loads and packing took many (a reviewer's reading, not yet measured).
 Applied in kernels/flash_attention_mma.cuh: flash_forward_mma_kernel, flash_dkv_mma_kernel, flash_dq_mma_kernel.
 */
 #pragma once
-// defines: mma_head_size, mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD, mma_load_a,
-//          mma_load_tile, mma_rows_times_tile, mma_add_times_tile
+// defines: mma_head_size, mma_m16n8k16, ldmatrix_x4, ldmatrix_x4_trans, pack_pair, MMA_TILE, MMA_PAD_BYTES, MMA_PAD,
+//          mma_load_a, mma_load_tile, mma_rows_times_tile, mma_add_times_tile
 #include <stdint.h>  // defines: uint32_t, uint16_t
 #include <string.h>  // defines: memcpy
 #include "common.cuh"  // defines: Packed128, load128, store128
@@ -70,7 +70,8 @@ __device__ inline uint32_t pack_pair(floatX lo, floatX hi) {
 // What FlashAttention-2's kernels do with the instruction: a warp owns 16 rows (queries,
 // or keys) held as A fragments, and meets MMA_TILE rows of the other side staged in shared memory
 #define MMA_TILE 64    // rows of the other side a tile
-#define MMA_PAD 8      // elements after each shared row (16 bytes): an ldmatrix's 8 rows start in different banks
+#define MMA_PAD_BYTES 16  // after each shared row, so that an ldmatrix's 8 rows start in different banks
+#define MMA_PAD (MMA_PAD_BYTES / 2)  // the same in elements (16-bit)
 
 // 16 rows from row `first` (row stride `stride` elements: 3C in qkv, C in dout) as A fragments,
 // straight from global memory; rows past T are zeros
