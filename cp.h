@@ -5,7 +5,7 @@ Everything in a transformer block but attention works token by token, so c ranks
 1/c of every sequence and run the block on their tokens alone; attention is where a token needs
 the others (every earlier key and value of its sequence). Ring attention (Liu et al. 2023;
 Megatron-LM's context parallelism, picotron's context_parallel) keeps each rank's queries at home
-and passes the keys and values round the ring: c steps, each merging one rank's block into every
+and passes the keys and values round the ring: c steps, each merging one rank's keys into every
 query's softmax with the online rescaling of flash attention (kernels/attention.cuh: running max
 and sum): each step is flash attention of this rank's queries against the visitor's keys.
 
@@ -32,20 +32,21 @@ early chunk of every sequence of the micro-batch, then the late chunk of every s
 wpe's rows from the chunk's first position on, and an AttentionRange (kernels/attention.cuh) is
 one half's queries against one half's keys.
 
-Only k and v travel, as [k | v] rows of 2C (attention_pack_kv): a rank's queries never leave it.
-The backward recomputes the scores block by block from the forward's log-sum-exp (flash
-attention's backward on each block), and passes the keys and values round the ring again, each
-block with the sum of its dk and dv so far (fp32); after c steps every block's gradient is back
-at its owner.
+Only k and v travel, as [k | v] rows of 2 C_rank (attention_pack_kv): a rank's queries never
+leave it. The backward recomputes the scores range by range from the forward's log-sum-exp (flash
+attention's backward on each range), and passes the keys and values round the ring again, each
+[k | v] with the sum of its dk and dv so far (fp32); after c steps every rank's keys' and values'
+gradient is back at its owner.
 
-Per rank and layer, with T_c = T/c local tokens, C and NH of this TP rank, X = sizeof(floatX):
+Per rank and layer, with T_c = T/c local tokens, C_rank and NH_rank this TP rank's channels and
+heads, X = sizeof(floatX):
     activations   q, k, v, the output, lse and everything outside attention: 1/c of one rank's
-    scratch       one rank's attention scratch (the fp32 output and dq, B T_c C 4 each, a dk dv
-                  sum, B T_c 2C 4, D, B NH T_c 4), and two [k | v] blocks in flight (2 B T_c 2C X)
-                  and a second dk dv sum (B T_c 2C 4)
-    sent          forward (c-1) blocks of B T_c 2C X; backward the same, and c sums of dk, dv
-                  of B T_c 2C 4 bytes
-On the critical path, for now: each step computes its blocks, then passes the visitor on
+    scratch       one rank's attention scratch (the fp32 output and dq, B T_c C_rank 4 each, a dk dv
+                  sum, B T_c 2C_rank 4, D, B NH_rank T_c 4), and two [k | v] buffers in flight
+                  (2 B T_c 2C_rank X) and a second dk dv sum (B T_c 2C_rank 4)
+    sent          forward (c-1) [k | v] of B T_c 2C_rank X; backward the same, and c sums of dk, dv
+                  of B T_c 2C_rank 4 bytes
+On the critical path, for now: each step computes its ranges, then passes the visitor on
 (comm_send_recv) and waits for the next. The two [k | v] buffers are what overlap needs (the
 next visitor can arrive in one while the other is read), but on one stream, as every collective
 runs here, the exchange cannot start before the compute queued ahead of it ends; posting it
@@ -81,9 +82,9 @@ inline void cp_locate(int c, int T, int p, int* rank, size_t* row) {
 }
 
 // the scratch of a ring beyond one rank's attention (kernels/attention.cuh: AttentionScratch, whose
-// fp32 output, dq, D and dk dv sums it uses as well): two [k | v] blocks in flight and a second dk dv sum
+// fp32 output, dq, D and dk dv sums it uses as well): two [k | v] buffers in flight and a second dk dv sum
 struct RingBuffers { floatX* kv[2]; float* dkv; };
-// the ring's buffers, declared for the model's buffer list (gpt2.h): two [k | v] blocks of BT
+// the ring's buffers, declared for the model's buffer list (gpt2.h): two [k | v] buffers of BT
 // tokens (the one in use, the one arriving) and the fp32 gradient travelling with them; none
 // without a ring (cp = 1)
 inline std::vector<BufferSpec> ring_buffer_list(RingBuffers* ring, int cp, size_t BT, size_t C_rank) {
@@ -132,7 +133,7 @@ inline void ring_attention_forward(Comm* cp, floatX* out, float* lse, const floa
 }
 
 // its backward: dqkv (B, T_local, 3C) from dout, the forward's out and lse, and qkv; the keys and
-// values go round the ring again, each block with its dk, dv summed so far, home after c steps
+// values go round the ring again, each [k | v] with its dk, dv summed so far, home after c steps
 inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, const floatX* out, const float* lse,
                                     const floatX* qkv, const AttentionScratch& a, const RingBuffers& s, int B,
                                     int T_local, int C_rank, int NH) {
@@ -143,7 +144,7 @@ inline void ring_attention_backward(Comm* cp, floatX* dqkv, const floatX* dout, 
     device_zero(a.dq, rows * C_rank * sizeof(float));
     device_zero(dkv_buffers[0], dkv_elements * sizeof(float));
     attention_pack_kv(s.kv[0], qkv, rows, C_rank);
-    float* dkv = dkv_buffers[0];  // the visiting block's dk, dv so far
+    float* dkv = dkv_buffers[0];  // the visiting [k | v]'s dk, dv so far
     for (int step = 0; step < c; step++) {
         const floatX* visiting = s.kv[step % 2];
         cp_for_each_range(c, r, (r - step + c) % c, B, T_local, C_rank, NH, [&](int, AttentionRange range) {

@@ -1,11 +1,11 @@
 /*
 zero.h: ZeRO, stages 0-3: shard the model state over the data-parallel group.
 
-Data parallelism replicates the model on dp ranks and sums their gradients. Each
-rank then holds, per parameter, X bytes of parameter, X of gradient and K of
-optimizer state (K = 8 for m and v, + 4 for the fp32 master in 16-bit builds):
-with X = 2 and K = 12 that is mixed precision's 16 bytes per parameter, Psi
-parameters -> 16 Psi bytes on every rank. ZeRO removes the redundancy:
+Data parallelism replicates the model on dp ranks and sums their gradients (under -cp the dp x cp
+ranks of the replica group, process_grid.h: their number is the dp written below). Each rank then
+holds, per parameter, X bytes of parameter, X of gradient and K of optimizer state (K = 8 for m
+and v, + 4 for the fp32 master in 16-bit builds): with X = 2 and K = 12 that is mixed precision's
+16 bytes per parameter, Psi parameters -> 16 Psi bytes on every rank. ZeRO removes the redundancy:
     stage 0  nothing sharded; gradients all-reduced                  (X + X + K) Psi
     stage 1  optimizer state sharded                                 (X + X) Psi + K Psi/dp
     stage 2  + gradients: reduce-scattered as each layer's backward  X Psi + (X + K) Psi/dp
