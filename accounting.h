@@ -120,16 +120,16 @@ inline std::string accounting_json(const Accounting& a) {
 
 // print_plan's memory: each kind, the total, the state per parameter, the activation sets and ZB-H1's waiting W's
 inline void print_plan_memory(const GPT2* model, const Accounting& a, int B, int T) {
-    const ProcessGrid& g = model->comm->grid;
-    printf("[rank %d]   %-22s %16s\n", g.rank, "memory", "bytes");
+    const ProcessGrid& grid = model->comm->grid;
+    printf("[rank %d]   %-22s %16s\n", grid.rank, "memory", "bytes");
     size_t total = 0;
     for (int k = 0; k < NUM_MEMORY_KINDS; k++) {
-        printf("[rank %d]   %-22s %16zu\n", g.rank, memory_kind_names[k], a.memory[k]);
+        printf("[rank %d]   %-22s %16zu\n", grid.rank, memory_kind_names[k], a.memory[k]);
         total += a.memory[k];
     }
     size_t state = a.memory[MEM_PARAMETERS] + a.memory[MEM_GRADIENTS] + a.memory[MEM_OPTIMIZER];
-    printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", g.rank, "total", total, total / 1073741824.0);
-    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", g.rank, state,
+    printf("[rank %d]   %-22s %16zu (%.2f GiB)\n", grid.rank, "total", total, total / 1073741824.0);
+    printf("[rank %d]   persistent model state: %zu bytes = %.2f bytes per parameter held\n", grid.rank, state,
            (double)state / model->num_parameters);
     std::string layers;
     for (const LayerRange& r : model->layout.chunks)
@@ -137,9 +137,9 @@ inline void print_plan_memory(const GPT2* model, const Accounting& a, int B, int
     printf(
         "[rank %d]   activation sets: %zu (micro-batches in flight on this stage; interleaved: chunk-forwards), "
         "layers%s\n",
-        g.rank, model->sets.size(), layers.c_str());
+        grid.rank, model->sets.size(), layers.c_str());
     if (model->holds.weight_slots > 0)  // ZB-H1: output gradients kept from B to W, within "activations" above
-        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", g.rank,
+        printf("[rank %d]   waiting W's: %d micro-batches' layer output gradients, %zu bytes\n", grid.rank,
                model->holds.weight_slots,
                (size_t)model->holds.weight_slots * gpt2_layers(model) *
                    layer_output_gradient_elements((size_t)B * T, tokens_held(model, B * T), model->config.channels,
@@ -148,24 +148,25 @@ inline void print_plan_memory(const GPT2* model, const Accounting& a, int B, int
 }
 
 inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     const Zero& z = model->zero;
     printf(
         "[rank %d] grid dp=%d cp=%d tp=%d%s pp=%d (dp_rank %d, cp_rank %d, tp_rank %d) | ZeRO-%d | %s | recompute %d | "
         "B=%d T=%d | %zu parameters\n",
-        g.rank, g.dp, g.cp, g.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", g.pp, g.dp_rank,
-        g.cp_rank, g.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T, model->num_parameters);
-    if (g.rank == 0) {
+        grid.rank, grid.dp, grid.cp, grid.tp, model->layout.sequence_parallel ? " (sequence-parallel)" : "", grid.pp,
+        grid.dp_rank, grid.cp_rank, grid.tp_rank, z.stage, PRECISION_NAME, model->recompute, B, T,
+        model->num_parameters);
+    if (grid.rank == 0) {
         printf("parameter tensors held by this rank (layers x rows x cols):\n");
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
             printf("  %-9s %3d x %6d x %5d\n", parameter_names[i], model->shapes[i].layers, model->shapes[i].rows,
                    model->shapes[i].cols);
     }
     print_plan_memory(model, a, B, T);
-    printf("[rank %d]   %-22s %14s %14s %14s %14s %14s\n", g.rank, "sent per step", "dp group", "tp group", "pp group",
-           "embedding", "cp group");
+    printf("[rank %d]   %-22s %14s %14s %14s %14s %14s\n", grid.rank, "sent per step", "dp group", "tp group",
+           "pp group", "embedding", "cp group");
     for (int k = 0; k < NUM_COMM_KINDS; k++)
-        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu %14llu\n", g.rank, comm_kind_names[k],
+        printf("[rank %d]   %-22s %14llu %14llu %14llu %14llu %14llu\n", grid.rank, comm_kind_names[k],
                a.comm[GROUP_DP][k], a.comm[GROUP_TP][k], a.comm[GROUP_PP][k], a.comm[GROUP_EMBEDDING][k],
                a.comm[GROUP_CP][k]);
     printf(
@@ -173,9 +174,9 @@ inline void print_plan(const GPT2* model, const Accounting& a, int B, int T) {
         "\"precision\": \"%s\", "
         "\"recompute\": %d, \"activation_sets\": %zu, \"weight_slots\": %d, \"num_parameters\": %zu, "
         "\"activations_per_layer\": %zu, %s}\n",
-        g.rank, g.dp, g.cp, g.tp, (int)model->layout.sequence_parallel, g.pp, g.pp_rank, z.stage, PRECISION_NAME,
-        model->recompute, model->sets.size(), model->holds.weight_slots, model->num_parameters, a.activations_per_layer,
-        accounting_json(a).c_str());
+        grid.rank, grid.dp, grid.cp, grid.tp, (int)model->layout.sequence_parallel, grid.pp, grid.pp_rank, z.stage,
+        PRECISION_NAME, model->recompute, model->sets.size(), model->holds.weight_slots, model->num_parameters,
+        a.activations_per_layer, accounting_json(a).c_str());
     fflush(stdout);
 }
 
@@ -270,15 +271,15 @@ inline LedgerModel ledger_model(const GPT2* model, const TrainConfig& tc, int gr
                        tc.flash};
 }
 // -gpu: a GPU ledger.h knows, for the layout it describes (one GPU holding the whole model), with -plan 1
-inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& g) {
+inline void check_ledger_flags(const TrainConfig& tc, const ProcessGrid& grid) {
     if (!tc.gpu) return;
     if (!gpu_spec(tc.gpu)) comm_fail_all("-gpu expects H100, H200 or A100, got '%s'", tc.gpu);
     if (!tc.plan) comm_fail_all("-gpu %s prints the kernel ledger of -plan 1; add -plan 1", tc.gpu);
-    if (g.tp > 1 || g.cp > 1 || g.pp > 1)
+    if (grid.tp > 1 || grid.cp > 1 || grid.pp > 1)
         comm_fail_all("-gpu: the kernel ledger describes one GPU holding the whole model (tp, cp, pp 1), "
-                      "not tp %d cp %d pp %d", g.tp, g.cp, g.pp);
-    if (g.world % tc.nodes != 0)
-        comm_fail_all("-nodes %d does not divide the %d ranks into nodes of equal size", tc.nodes, g.world);
+                      "not tp %d cp %d pp %d", grid.tp, grid.cp, grid.pp);
+    if (grid.world % tc.nodes != 0)
+        comm_fail_all("-nodes %d does not divide the %d ranks into nodes of equal size", tc.nodes, grid.world);
 }
 // with -gpu over more than one replica: the data-parallel communication's time and its exposed part
 // (comm_time.h), printed, and the roofline's "comm" object; "" at one replica
@@ -323,9 +324,9 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     if (model->layout.pp == 1) return "";
     double idle = timing.total_ms > 0 ? 1.0 - timing.busy_ms / timing.total_ms : 0.0;
     double worst = comm_max_over_world(idle), last = comm_max_over_world(is_last_stage(model->layout) ? idle : -1.0);
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     // ranks are pp-major: these come in stage order
-    bool pipeline_zero = g.dp_rank == 0 && g.tp_rank == 0 && g.cp_rank == 0;
+    bool pipeline_zero = grid.dp_rank == 0 && grid.tp_rank == 0 && grid.cp_rank == 0;
     std::vector<double> mine;
     const PipelineOp computes[] = {FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT};
     int V = gpt2_chunks(model);
@@ -338,15 +339,15 @@ inline std::string bubble_json(GPT2* model, const ScheduleTiming& timing, int gr
     char text[160];
     snprintf(text, sizeof(text), ", \"bubble\": %.4f, \"bubble_last_stage\": %.4f, \"bubble_formula\": %.4f", worst,
              last, schedule_bubble_formula(model->schedule, model->layout.pp, grad_accum, gpt2_chunks(model)));
-    if (g.rank != 0) return text;
+    if (grid.rank != 0) return text;
     std::vector<std::vector<double>>
         per_stage;  // idle, then the mean ms of each of `computes` on each chunk, of stage s
     for (const std::vector<double>& q : stages) if (!q.empty()) per_stage.push_back(q);
-    PipelineSimulation sim = pipeline_simulate(model->schedule, g.pp, grad_accum, [&](int s, PipelineOp op, int v) {
+    PipelineSimulation sim = pipeline_simulate(model->schedule, grid.pp, grad_accum, [&](int s, PipelineOp op, int v) {
         return per_stage[s][1 + 4 * v + (std::find(computes, computes + 4, op) - computes)];
     }, V);
     std::string measured = ", \"bubble_stages\": [", simulated = ", \"bubble_simulated\": [";
-    for (int s = 0; s < g.pp; s++) {
+    for (int s = 0; s < grid.pp; s++) {
         char a[32], b[32];
         snprintf(a, sizeof(a), "%s%.4f", s ? ", " : "", per_stage[s][0]);
         // as measured: its own span
@@ -391,7 +392,7 @@ inline void check_memory(GPT2* model, const TrainConfig& tc, int ranks_sharing) 
     const char* outside_name = "NCCL buffers";
     Collectives* c = model->comm;
     Comm* groups[] = {&c->replicas, &c->tp, &c->pp, &c->embedding, &c->cp};
-    for (Comm* g : groups) outside += g->use_nccl ? (size_t)512 << 20 : 0;
+    for (Comm* group : groups) outside += group->use_nccl ? (size_t)512 << 20 : 0;
 #else
     const char* outside_name = "loading";
     TensorShape whole[NUM_PARAMETER_TENSORS];

@@ -90,12 +90,12 @@ inline void state_path(char* out, size_t size, const char* dir, int step, int ra
 
 // die_midway: a test hook (tests/test_resume.sh): the process kills itself (SIGKILL) with the
 // file half written, as a crash would
-inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s, const ProcessGrid& g,
-                                        uint64_t layers_held, bool die_midway = false) {
+inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const TrainingState* s,
+                                        const ProcessGrid& grid, uint64_t layers_held, bool die_midway = false) {
     char path[4096];
-    state_path(path, sizeof(path), dir, s->step, g.rank);
+    state_path(path, sizeof(path), dir, s->step, grid.rank);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, g.world, g.rank, g.dp, g.tp, g.pp, opt.stage,
+    StateHeader h = {STATE_MAGIC, STATE_VERSION, s->step, grid.world, grid.rank, grid.dp, grid.tp, grid.pp, opt.stage,
                      (int)sizeof(floatX), opt.num_buffers, s->adam_steps, s->scaler.clean_steps, s->epoch,
                      s->shard_index, s->micro_batch_tokens, s->step_tokens, s->scaler.scale, opt.elements,
                      s->sample_index, s->sample_rng, layers_held, s->outliers};
@@ -111,9 +111,9 @@ inline FileDigest checkpoint_write_state(const char* dir, const Zero* z, const T
 }
 
 // every rank's state file check (size, hash), at rank 0 (empty elsewhere), once every rank has written its file
-inline std::vector<FileCheck> checkpoint_gather_checks(FileCheck mine, const ProcessGrid& g) {
+inline std::vector<FileCheck> checkpoint_gather_checks(FileCheck mine, const ProcessGrid& grid) {
     uint64_t pair[2] = {(uint64_t)mine.bytes, mine.hash};
-    std::vector<uint64_t> all(g.rank == 0 ? 2 * (size_t)g.world : 0);
+    std::vector<uint64_t> all(grid.rank == 0 ? 2 * (size_t)grid.world : 0);
     MPI_Gather(pair, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     std::vector<FileCheck> checks;
     for (size_t r = 0; r < all.size() / 2; r++) checks.push_back(FileCheck{(size_t)all[2 * r], all[2 * r + 1]});
@@ -133,9 +133,9 @@ inline bool read_state_header(const char* dir, int step, int rank, StateHeader* 
     return true;
 }
 // whether the state file's header was written by this layout (rank, grid, layers, ZeRO shard, precision)
-inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& g,
+inline bool header_matches_layout(const StateHeader& h, const ZeroOptimizerState& opt, const ProcessGrid& grid,
                                   uint64_t layers_held) {
-    return h.world == g.world && h.rank == g.rank && h.dp == g.dp && h.tp == g.tp && h.pp == g.pp &&
+    return h.world == grid.world && h.rank == grid.rank && h.dp == grid.dp && h.tp == grid.tp && h.pp == grid.pp &&
            h.zero_stage == opt.stage && h.floatx_bytes == (int)sizeof(floatX) && h.num_buffers == opt.num_buffers &&
            h.shard_elements == opt.elements && h.layers_held == layers_held;
 }
@@ -155,11 +155,11 @@ inline void take_run_state(const StateHeader& h, TrainingState* s) {
 
 // whether this rank's state file of `step` was written by this very layout (then it resumes
 // bit for bit from it; otherwise from the optimizer file, checkpoint_read_optimizer)
-inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& g,
+inline bool checkpoint_same_layout(const char* dir, int step, const Zero* z, const ProcessGrid& grid,
                                    uint64_t layers_held) {
     StateHeader h;
-    if (!read_state_header(dir, step, g.rank, &h, NULL)) return false;
-    return header_matches_layout(h, zero_optimizer_state(z), g, layers_held);
+    if (!read_state_header(dir, step, grid.rank, &h, NULL)) return false;
+    return header_matches_layout(h, zero_optimizer_state(z), grid, layers_held);
 }
 
 // the run state alone (step, scaler, data position), from rank 0's state file: what a resume
@@ -175,21 +175,21 @@ inline void checkpoint_read_run_state(const char* dir, int step, TrainingState* 
 }
 
 // restores this rank's optimizer shard and the run state; every mismatch is one clear error
-inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& g,
+inline void checkpoint_read_state(const char* dir, int step, Zero* z, TrainingState* s, const ProcessGrid& grid,
                                   uint64_t layers_held) {
     char path[4096];
-    state_path(path, sizeof(path), dir, step, g.rank);
+    state_path(path, sizeof(path), dir, step, grid.rank);
     StateHeader h;
     FILE* f = NULL;
-    if (!read_state_header(dir, step, g.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
+    if (!read_state_header(dir, step, grid.rank, &h, &f)) fail("cannot open checkpoint state %s", path);
     ZeroOptimizerState opt = zero_optimizer_state(z);
-    if (!header_matches_layout(h, opt, g, layers_held))
+    if (!header_matches_layout(h, opt, grid, layers_held))
         fail(
             "checkpoint state %s was written by another layout (world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte "
             "floatX%s); "
             "this run is world %d, dp %d, tp %d, pp %d, ZeRO-%d, %d-byte floatX",
             path, h.world, h.dp, h.tp, h.pp, h.zero_stage, h.floatx_bytes,
-            h.layers_held == layers_held ? "" : ", other layers", g.world, g.dp, g.tp, g.pp, opt.stage,
+            h.layers_held == layers_held ? "" : ", other layers", grid.world, grid.dp, grid.tp, grid.pp, opt.stage,
             (int)sizeof(floatX));
     struct stat st;
     stat(path, &st);
@@ -259,13 +259,13 @@ inline void marker_path(char* out, size_t size, const char* dir, int step) {
 //     step 4: model file and 2 state files, dp 2 tp 1 pp 1 ZeRO-1
 //     file model_00000004.bin 1060864 9c1185a5c5e9fc54
 //     file state_00000004_00001.bin ...
-inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& g, int zero_stage, FileCheck model,
+inline void checkpoint_write_marker(const char* dir, int step, const ProcessGrid& grid, int zero_stage, FileCheck model,
                                     FileCheck optimizer, const std::vector<FileCheck>& states) {
     char path[4096], line[256];
     marker_path(path, sizeof(path), dir, step);
-    std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(g.world) +
-                       " state files, dp " + std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " +
-                       std::to_string(g.pp) + " ZeRO-" + std::to_string(zero_stage) + "\n";
+    std::string text = "step " + std::to_string(step) + ": model file and " + std::to_string(grid.world) +
+                       " state files, dp " + std::to_string(grid.dp) + " tp " + std::to_string(grid.tp) + " pp " +
+                       std::to_string(grid.pp) + " ZeRO-" + std::to_string(zero_stage) + "\n";
     auto add = [&](const char* name, FileCheck d) {
         snprintf(line, sizeof(line), "file %s %zu %016llx\n", name, d.bytes, (unsigned long long)d.hash);
         text += line;
@@ -441,19 +441,19 @@ inline void remove_unfinished_checkpoints(const char* dir) {
 // writable, room for `bytes`, checkpoint_bytes); rank 0 takes its lock, checks that this start may use
 // it (run_dir.h: run.json) and clears an unfinished checkpoint's files; the first rank that finds a
 // problem names it on every rank, which all exit 1
-inline void check_output_dir(const TrainConfig& tc, const ProcessGrid& g, size_t bytes) {
+inline void check_output_dir(const TrainConfig& tc, const ProcessGrid& grid, size_t bytes) {
     const char* dir = tc.output_dir;
     char problem[1024] = "";
     // (EEXIST: another run started at the same moment made it; the lock below decides between them)
-    if (g.rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (grid.rank == 0 && !file_exists(dir) && mkdir(dir, 0755) != 0 && errno != EEXIST)
         snprintf(problem, sizeof(problem), "-o %s: cannot create the directory (%s)", dir, strerror(errno));
     MPI_Barrier(MPI_COMM_WORLD);
-    if (!problem[0]) output_dir_problem(dir, bytes, g.rank, problem, sizeof(problem));
-    if (g.rank == 0 && !problem[0]) {
+    if (!problem[0]) output_dir_problem(dir, bytes, grid.rank, problem, sizeof(problem));
+    if (grid.rank == 0 && !problem[0]) {
         run_dir_lock(dir, problem, sizeof(problem));  // one run at a time in -o
         std::vector<int> markers = steps_named(dir, "complete_", "");
         if (!problem[0])
-            run_dir_check(dir, run_identity(tc, g), tc.resume != 0, markers.empty() ? 0 : markers.back(), problem,
+            run_dir_check(dir, run_identity(tc, grid), tc.resume != 0, markers.empty() ? 0 : markers.back(), problem,
                           sizeof(problem));
         if (!problem[0]) remove_unfinished_checkpoints(dir);
     }

@@ -15,7 +15,7 @@ once for training and for -plan. train_gpt.cu is the model that runs on them; mo
                        which), what -r keeps of each layer (recompute.h), ZB-H1's slots of
                        output gradients (waiting_grads), the scratch (ScratchTensors)
     GPT2               all of the above, with ZeRO's shards, the communicators, the staging
-                       arena (staging.h), built by gpt2_build (model_file.h)
+                       arena (staging.h), laid out by gpt2_build (its values: gpt2_create, model_file.h)
 
 The gradient's reductions that are the model's to know (each tensor's norm counted once,
 sequence parallelism's LayerNorm sums) are here too: gpt2_grad_norm_squared,
@@ -29,6 +29,7 @@ sum_layernorm_gradients. Applied in train_gpt.cu: build_model, block_forward, tr
 //          layer_output_gradient_size, layer_output_gradient_elements, ScratchTensors, LayerActivations, GPT2,
 //          gpt2_layers, tensor_parallel, tokens_held, sequence_multiple, gpt2_chunks, chunk_has_embedding,
 //          chunk_has_head, final_norm_unit, layer_unit, vocab_range, layer_activations, for_each_layernorm_gradient,
+//          gpt2_build,
 //          for_each_position_run, tokens_of_rank, activation_set, waiting_grads, scratch_buffer_list,
 //          activation_buffer_list, staging_for_step, gpt2_allocate_activations, gpt2_grad_norm_squared,
 //          sum_layernorm_gradients, gpt2_free
@@ -324,6 +325,38 @@ template <typename Visit> inline void for_each_layernorm_gradient(const GPT2* mo
     });
 }
 
+// ---------------------------------------------------------------- the model laid out on this rank
+
+// the model of config c as this rank holds it: the layers of each pipeline stage (-pl) and chunk
+// (-vp), its TP part of every tensor (parameter_shapes), and the ZeRO units of `stage` over its
+// replica group, allocated unless allocate = false (-plan: only laid out). A layout the model does not
+// fit is one line on every rank, exit 1. The values come after (model_file.h: gpt2_create)
+inline void gpt2_build(GPT2* model, const GPT2Config& c, Collectives* comm, int stage, bool grads_fp32, bool allocate,
+                       const char* stage_layers, int chunks, bool master_weights, bool overlap) {
+    model->config = c;
+    model->comm = comm;
+    int tp = comm->grid.tp, pp = comm->grid.pp;
+    if (c.num_layers < pp) comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", pp, c.num_layers);
+    std::string error;
+    model->stage_layers = stage_layer_counts(c.num_layers, pp, stage_layers, &error);
+    if (model->stage_layers.empty()) comm_fail_all("-pl %s %s", stage_layers ? stage_layers : "", error.c_str());
+    if (chunks > 1 && c.num_layers < pp * chunks)
+        comm_fail_all("-vp %d: the model has %d layers, fewer than the pp*vp = %d chunks", chunks, c.num_layers,
+                      pp * chunks);
+    std::vector<int> over_chunks(pp);  // each stage's layers, over its chunks
+    for (int s = 0; s < pp; s++) over_chunks[s] = layout_layers(stage_layout(model->stage_layers, 1, 0, s, chunks));
+    model->stage_layers = over_chunks;
+    model->layout = model_layout(comm->grid, model->stage_layers, chunks);
+    if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
+        comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
+                      tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
+    parameter_shapes(model->shapes, c, model->layout);
+    model->num_parameters = parameter_count(model->shapes);
+    zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
+              grads_fp32, master_weights, allocate, model->memory, overlap);
+    pipeline_links_init(&model->links, overlap, &comm->pp, allocate);
+}
+
 // ----------------------------------------------------------------------------
 // the tokens of this rank, and each micro-batch's activation set
 
@@ -348,13 +381,13 @@ inline std::vector<int> tokens_of_rank(const GPT2* model, const int* tokens, int
 }
 
 // micro-batch k's activations in chunk v: set k % sets (pipeline_activation_sets), or under
-// interleaved 1F1B the set the schedule gives it (interleaved_set_slots), with the head's tensors
+// interleaved 1F1B the set the schedule gives it (interleaved_set_of), with the head's tensors
 // (lnf, logits, losses) of set k % head_sets: they live from forward to backward, which fewer micro-batches
 // are between under ZB-H1 (pipeline_backward_sets). The set is for chunk v's layers
 inline ActivationTensors activation_set(const GPT2* model, int v, int k) {
-    const std::vector<int>& slots = model->holds.set_slots;  // (chunk, micro-batch) -> set, interleaved
-    int m = (int)slots.size() / gpt2_chunks(model);
-    ActivationTensors a = model->sets[slots.empty() ? k % model->sets.size() : slots[v * m + k]];
+    const std::vector<int>& set_of = model->holds.set_of;  // (chunk, micro-batch) -> set, interleaved
+    int m = (int)set_of.size() / gpt2_chunks(model);
+    ActivationTensors a = model->sets[set_of.empty() ? k % model->sets.size() : set_of[v * m + k]];
     a.first_layer = 0;
     for (int u = 0; u < v; u++) a.first_layer += model->layout.chunks[u].end - model->layout.chunks[u].begin;
     a.layers = model->layout.chunks[v].end - model->layout.chunks[v].begin;
@@ -391,7 +424,7 @@ inline LayerOutputGradients waiting_grads(GPT2* model, int slot, int l) {
 
 // the scratch every layer and set reuses, with what the techniques add (pipeline.h's received
 // gradient, tp.h's -sp pair, cp.h's ring): a buffer a technique does not declare is never
-// allocated and its pointer stays null, as gpt2_build value-initialises the model
+// allocated and its pointer stays null, as gpt2_create value-initialises the model
 inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_local) {
     const GPT2Config& c = model->config;
     bool sp = model->layout.sequence_parallel;
@@ -399,7 +432,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     size_t BT = (size_t)B * T_local, BT_held = tokens_held(model, B * T_local), C = c.channels, C_rank = C / tp;
     size_t NH_rank = c.num_heads / tp;
     ScratchTensors& s = model->scratch;
-    LayerOutputGradients& g = s.layer_grads;
+    LayerOutputGradients& grads = s.layer_grads;
     const size_t X = sizeof(floatX), FP32 = sizeof(float);
     const MemoryKind WORK = MEM_ACTIVATIONS_TRANSIENT;
     std::vector<BufferSpec> scratch = {
@@ -413,7 +446,7 @@ inline std::vector<BufferSpec> scratch_buffer_list(GPT2* model, int B, int T_loc
     append(ring_buffer_list(&s.ring, model->layout.cp, BT, C_rank));                                 // cp.h
     for (int i = 0; i < 6; i++) {  // one layer's output gradients, each its own buffer
         size_t n = layer_output_gradient_size(i, BT, BT_held, C, tp);
-        scratch.push_back({(void**)layer_output_gradient(&g, i), n, X, WORK});
+        scratch.push_back({(void**)layer_output_gradient(&grads, i), n, X, WORK});
     }
     append({
         {(void**)&s.attention.out, BT * C_rank, FP32, WORK}, {(void**)&s.attention.dq, BT * C_rank, FP32, WORK},

@@ -9,7 +9,7 @@ activations and buffers on them.
     ModelLayout  tp and this rank's TP part, pp and this rank's stage, the layer ranges it holds
                  (stage_layout: pipeline_sim.h's split of the layers; model_layout: from the process grid)
 
-Applied in gpt2.h (GPT2, parameter_shapes) and model_file.h (gpt2_build: -e, the layout).
+Applied in gpt2.h (GPT2, parameter_shapes, gpt2_build: the layout) and model_file.h (gpt2_create: -e).
 */
 #pragma once
 // defines: GPT2Config, ModelLayout, LayerRange, whole_model_layout, stage_layout, model_layout, is_first_stage,
@@ -66,8 +66,8 @@ inline ModelLayout stage_layout(const std::vector<int>& stage_layers, int tp, in
     return lay;
 }
 // this rank's part, from the process grid: the one source of tp, pp and the ranks
-inline ModelLayout model_layout(const ProcessGrid& g, const std::vector<int>& stage_layers, int V) {
-    return stage_layout(stage_layers, g.tp, g.tp_rank, g.pp_rank, V);
+inline ModelLayout model_layout(const ProcessGrid& grid, const std::vector<int>& stage_layers, int V) {
+    return stage_layout(stage_layers, grid.tp, grid.tp_rank, grid.pp_rank, V);
 }
 inline bool is_first_stage(const ModelLayout& lay) { return lay.pp_rank == 0; }
 inline bool is_last_stage(const ModelLayout& lay) { return lay.pp_rank == lay.pp - 1; }

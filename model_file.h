@@ -12,8 +12,8 @@ where the file wants them. The same two carry the optimizer state (m, v, fp32 ma
 into optimizer_%08d.bin, in the model file's order, so a run resumes under any layout.
 
     reading  -e FILE or dN -> values in file order -> reorder_part (this rank's part)
-             -> zero_set_params (this rank's shard, zero.h): gpt2_build, which also lays out
-             the rank's part of the model (gpt2.h) and its ZeRO shards
+             -> zero_set_params (this rank's shard, zero.h): gpt2_create, after gpt2_build
+             (gpt2.h) lays out the rank's part of the model and its ZeRO shards
     writing  zero_params_to_host -> gather_in_file_order (rank 0) -> llm.c file
 A checkpoint at step n (-o, -n; checkpoint.h has the formats) is the model file, the
 optimizer file and one state file per rank, then a marker: only a complete set counts.
@@ -23,7 +23,7 @@ another it re-shards the optimizer file. The model it reads and writes is gpt2.h
 #pragma once
 // defines: reorder_part, layers_held, gpt2_validate_config, read_model_header, read_model_file, gpt2_init_values,
 //          init_model_values, gather_in_file_order, gpt2_write_file, find_resume_step,
-//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_build, checkpoint_bytes
+//          write_optimizer_file, read_optimizer_file, write_checkpoint, resume_state, gpt2_create, checkpoint_bytes
 #include <stdio.h>      // defines: fopen, fread
 #include <sys/stat.h>   // defines: stat
 #include <vector>       // defines: std::vector
@@ -157,23 +157,23 @@ inline float* init_model_values(const GPT2Config& c, uint64_t seed) {
 // A collective over the world.
 template <typename AddToPart>
 inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<float>& mine, AddToPart add_to_part) {
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     std::vector<std::vector<float>> received = comm_gatherv_to_root(&model->comm->world, mine);
-    if (g.rank != 0) return {};
+    if (grid.rank != 0) return {};
     const GPT2Config& c = model->config;
     TensorShape whole[NUM_PARAMETER_TENSORS];
     parameter_shapes(whole, c, whole_model_layout(c));
     std::vector<float> values(parameter_count(whole));
-    for (int part = g.tp * g.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
-        int tp_rank = part % g.tp, pp_rank = part / g.tp;
-        ModelLayout lay = stage_layout(model->stage_layers, g.tp, tp_rank, pp_rank, gpt2_chunks(model));
+    for (int part = grid.tp * grid.pp - 1; part >= 0; part--) {  // part 0's copies of shared tensors land last
+        int tp_rank = part % grid.tp, pp_rank = part / grid.tp;
+        ModelLayout lay = stage_layout(model->stage_layers, grid.tp, tp_rank, pp_rank, gpt2_chunks(model));
         TensorShape shapes[NUM_PARAMETER_TENSORS];
         parameter_shapes(shapes, c, lay);
         int L = layout_layers(lay);
         Unit* part_units = gpt2_units(shapes, L);
         std::vector<float> part_values(parameter_count(shapes));
-        for (int q = 0; q < g.world; q++) {  // the DP ranks holding this part
-            ProcessGrid other = make_grid(g.world, q, g.tp, g.pp, g.cp);
+        for (int q = 0; q < grid.world; q++) {  // the DP ranks holding this part
+            ProcessGrid other = make_grid(grid.world, q, grid.tp, grid.pp, grid.cp);
             if (other.tp_rank == tp_rank && other.pp_rank == pp_rank && !received[q].empty())
                 add_to_part(other, part_units, L + 2, received[q], part_values.data());
         }
@@ -188,15 +188,15 @@ inline std::vector<float> gather_in_file_order(GPT2* model, const std::vector<fl
 // gathers over DP; world rank 0 gathers one DP replica's parts (every stage, every TP
 // rank) and places each with that part's layout.
 inline FileDigest gpt2_write_file(GPT2* model, const char* path) {
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     std::vector<float> units(model->num_parameters);
     zero_params_to_host(&model->zero, units.data());
-    if (g.replica_rank != 0) units.clear();  // the whole model is the parts of one DP replica (and of one cp rank)
+    if (grid.replica_rank != 0) units.clear();  // the whole model is the parts of one DP replica (and of one cp rank)
     std::vector<float> values = gather_in_file_order(model, units, [](const ProcessGrid&, const Unit*, int,
                                                                        const std::vector<float>& part, float* out) {
         memcpy(out, part.data(), part.size() * sizeof(float));
     });
-    if (g.rank != 0) return FileDigest{0, 0};
+    if (grid.rank != 0) return FileDigest{0, 0};
     const GPT2Config& c = model->config;
     size_t total = values.size();
     bool bf16 = PRECISION == PRECISION_BF16;  // the parameters are bf16 values: the conversion is exact
@@ -272,20 +272,20 @@ inline void write_checkpoint(GPT2* model, const TrainConfig& tc, int done, const
     watchdog_progress("writing a checkpoint", nullptr);
     FileDigest model_file = gpt2_write_file(model, path);
     if (tc.checkpoint_every > 0) {
-        const ProcessGrid& g = model->comm->grid;
-        TrainingState state = {done, tc.B * tc.T * g.dp, tc.total_batch_tokens, model->adam_steps, scaler, loader.epoch,
-                               loader.shard_index, loader.sample_index, sample_rng.state, outliers};
+        const ProcessGrid& grid = model->comm->grid;
+        TrainingState state = {done, tc.B * tc.T * grid.dp, tc.total_batch_tokens, model->adam_steps, scaler,
+                               loader.epoch, loader.shard_index, loader.sample_index, sample_rng.state, outliers};
         FileDigest optimizer_file = write_optimizer_file(model, tc.output_dir, done);
         FileDigest state_file =
-            checkpoint_write_state(tc.output_dir, &model->zero, &state, g, layers_held(model->layout),
-                                   done == tc.die_in_checkpoint && g.rank == g.world - 1);
+            checkpoint_write_state(tc.output_dir, &model->zero, &state, grid, layers_held(model->layout),
+                                   done == tc.die_in_checkpoint && grid.rank == grid.world - 1);
         // rank 0: every rank's, after all wrote
-        std::vector<FileCheck> states = checkpoint_gather_checks(file_check(state_file), g);
-        if (g.rank == 0) {  // every rank's files are complete: now it counts
-            checkpoint_write_marker(tc.output_dir, done, g, tc.zero_stage, file_check(model_file),
+        std::vector<FileCheck> states = checkpoint_gather_checks(file_check(state_file), grid);
+        if (grid.rank == 0) {  // every rank's files are complete: now it counts
+            checkpoint_write_marker(tc.output_dir, done, grid, tc.zero_stage, file_check(model_file),
                                     file_check(optimizer_file), states);
             checkpoint_prune(tc.output_dir, tc.keep_checkpoints, tc.major_checkpoint_every);
-            run_dir_record(tc.output_dir, tc, g);  // the first checkpoint: -o is this run's
+            run_dir_record(tc.output_dir, tc, grid);  // the first checkpoint: -o is this run's
         }
         comm_barrier(&model->comm->world);  // no rank goes on before the checkpoint is complete
     }
@@ -314,19 +314,21 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
                          Rng* sample_rng, OutlierWindows* outliers) {
     TrainingState state = {};
     state.scaler = *scaler;
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     uint64_t layers = layers_held(model->layout);
-    bool same = comm_min_over_world(checkpoint_same_layout(tc.output_dir, step, &model->zero, g, layers) ? 1 : 0) == 1;
+    bool same_here = checkpoint_same_layout(tc.output_dir, step, &model->zero, grid, layers);
+    bool same = comm_min_over_world(same_here ? 1 : 0) == 1;
     if (same) {
-        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, g, layers);
+        checkpoint_read_state(tc.output_dir, step, &model->zero, &state, grid, layers);
     } else {
         checkpoint_read_run_state(tc.output_dir, step, &state);
-        if (state.micro_batch_tokens != tc.B * tc.T * g.dp || state.step_tokens != tc.total_batch_tokens)
+        if (state.micro_batch_tokens != tc.B * tc.T * grid.dp || state.step_tokens != tc.total_batch_tokens)
             comm_fail_all("checkpoint step %d was written with %d tokens per global micro-batch (dp*B*T) and -d %d; "
                           "under another layout it resumes with the same (now %d and %d): they fix the data order",
-                          step, state.micro_batch_tokens, state.step_tokens, tc.B * tc.T * g.dp, tc.total_batch_tokens);
+                          step, state.micro_batch_tokens, state.step_tokens, tc.B * tc.T * grid.dp,
+                          tc.total_batch_tokens);
         read_optimizer_file(model, tc.output_dir, step);
-        if (g.rank == 0)
+        if (grid.rank == 0)
             printf("resuming under another layout: the optimizer state re-sharded from %s/optimizer_%08d.bin\n",
                    tc.output_dir, step);
     }
@@ -342,12 +344,12 @@ inline void resume_state(GPT2* model, const TrainConfig& tc, int step, LossScale
 
 // ---------------------------------------------------------------- the model built from a file or from scratch
 
-// the model this rank holds, from -e (a model file or dN): its TP part of the whole (every
-// layout starts from the same values), with ZeRO `stage` over its replica group.
-// allocate = false only lays it out (-plan): no memory, no parameter values.
-inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
-                       bool allocate, const char* stage_layers = NULL, int chunks = 1, bool master_weights = true,
-                       bool overlap = false) {
+// -e's model (a model file, or dN from scratch: its values drawn from seed), built as gpt2_build
+// lays it out (gpt2.h), with this rank's part of the values set. allocate = false only lays it out
+// (-plan): no memory, no parameter values.
+inline void gpt2_create(GPT2* model, const char* init, uint64_t seed, Collectives* comm, int stage, bool grads_fp32,
+                        bool allocate, const char* stage_layers = NULL, int chunks = 1, bool master_weights = true,
+                        bool overlap = false) {
     *model = GPT2{};
     GPT2Config c;
     float* file_values = NULL;
@@ -361,28 +363,7 @@ inline void gpt2_build(GPT2* model, const char* init, uint64_t seed, Collectives
     } else {
         read_model_header(init, &c, NULL);
     }
-    model->config = c;
-    model->comm = comm;
-    int tp = comm->grid.tp, pp = comm->grid.pp;
-    if (c.num_layers < pp) comm_fail_all("-pp %d: the model has %d layers, fewer than the stages", pp, c.num_layers);
-    std::string error;
-    model->stage_layers = stage_layer_counts(c.num_layers, pp, stage_layers, &error);
-    if (model->stage_layers.empty()) comm_fail_all("-pl %s %s", stage_layers ? stage_layers : "", error.c_str());
-    if (chunks > 1 && c.num_layers < pp * chunks)
-        comm_fail_all("-vp %d: the model has %d layers, fewer than the pp*vp = %d chunks", chunks, c.num_layers,
-                      pp * chunks);
-    std::vector<int> over_chunks(pp);  // each stage's layers, over its chunks
-    for (int s = 0; s < pp; s++) over_chunks[s] = layout_layers(stage_layout(model->stage_layers, 1, 0, s, chunks));
-    model->stage_layers = over_chunks;
-    model->layout = model_layout(comm->grid, model->stage_layers, chunks);
-    if (c.num_heads % tp != 0 || (4 * c.channels) % tp != 0 || c.padded_vocab_size % tp != 0)
-        comm_fail_all("-tp %d must divide the heads NH=%d, the MLP width 4C=%d and the padded vocabulary Vp=%d",
-                      tp, c.num_heads, 4 * c.channels, c.padded_vocab_size);
-    parameter_shapes(model->shapes, c, model->layout);
-    model->num_parameters = parameter_count(model->shapes);
-    zero_init(&model->zero, stage, comm, gpt2_units(model->shapes, gpt2_layers(model)), gpt2_layers(model) + 2,
-              grads_fp32, master_weights, allocate, model->memory, overlap);
-    pipeline_links_init(&model->links, overlap, &comm->pp, allocate);
+    gpt2_build(model, c, comm, stage, grads_fp32, allocate, stage_layers, chunks, master_weights, overlap);
     if (!allocate) return;
     float* values = (float*)malloc(model->num_parameters * sizeof(float));
     reorder_part(c, model->layout, model->zero.units, file_values, values, true);

@@ -129,7 +129,7 @@ under -sp, where each TP rank holds its share of the tokens (interleaved: V m of
 the model's two ends); holds (1F1B) min(p - s, m), (GPipe) m or (ZB-H1,
 s > 0) min(p, m) micro-batches of its layers' activations (interleaved: up to
 2(p - s - 1) + (V - 1)p + 2 of a chunk's layers, each set taken when its input arrives and given
-back at its backward, interleaved_set_slots, since the chunks' micro-batches do not leave in
+back at its backward, interleaved_set_of, since the chunks' micro-batches do not leave in
 the order they came); the
 tied wte lives on stage 0 and stage p-1 (its gradient summed between them, once a
 step: the embedding group of comm.h).
@@ -154,12 +154,12 @@ Interleaved lists keep both in their own form: a gradient's receive is paired wi
 of the one before (the gradient shift), so it lands beside the stage's buffer
 (PipelineStage::received_gradient) and is moved in once the other has left, and only
 forwards, which touch no gradient, come between it and its backward; and a chunk's
-micro-batch takes whichever set is free when its input arrives (interleaved_set_slots). Both are
+micro-batch takes whichever set is free when its input arrives (interleaved_set_of). Both are
 checked for p 2..6, m up to 12, V 2..4.
 Read one_f_one_b_schedule first, then zb_h1_schedule (1F1B with the backward split),
 interleaved_schedule (1F1B over chunks, round a ring), then pipeline_run.h.
 
-Applied in gpt2.h: activation_set (k % sets, or interleaved_set_slots); train_gpt.cu: train_step
+Applied in gpt2.h: activation_set (k % sets, or interleaved_set_of); train_gpt.cu: train_step
 (pipeline_schedule, the one place the schedule is chosen, then pipeline_run.h's run_schedule),
 build_model (stage_buffers). Which layers each stage holds, the bubble's formulas and the simulator:
 pipeline_sim.h.
@@ -168,7 +168,7 @@ pipeline_sim.h.
 // defines: ScheduleKind, schedule_kind_from_name, PipelineOp, PipelineAction, take_lowest_free, add_chunk_action,
 //          add_action, gpipe_schedule, one_f_one_b_schedule,
 //          zb_h1_schedule, interleaved_order, interleaved_warmup, interleaved_schedule, interleaved_activation_sets,
-//          interleaved_set_slots, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
+//          interleaved_set_of, pipeline_schedule, pipeline_activation_sets, pipeline_backward_sets,
 //          pipeline_weight_slots, StageBuffers, stage_buffers, is_compute
 #include <string.h>    // defines: strcmp
 #include <math.h>      // defines: INFINITY
@@ -426,28 +426,28 @@ inline int interleaved_activation_sets(int s, int p, int m, int V) {
 // walking the list. (k % sets, as the other schedules
 // do, would not do: the chunks take turns, so the micro-batches do not leave in the order they
 // came; sets per chunk would hold more, 12 for stage 1 at p 4, m 8, V 2 where 9 are ever busy)
-inline std::vector<int> interleaved_set_slots(int s, int p, int m, int V) {
-    std::vector<int> slot(m * V, -1);
+inline std::vector<int> interleaved_set_of(int s, int p, int m, int V) {
+    std::vector<int> set_of(m * V, -1);
     std::vector<bool> busy;
     for (const PipelineAction& a : interleaved_schedule(s, p, m, V)) {
         int id = a.chunk * m + a.micro;
         bool receives = a.op == RECV_ACTIVATION || a.op == SEND_ACTIVATION_RECV_ACTIVATION ||
                         a.op == SEND_GRADIENT_RECV_ACTIVATION;  // its input, before its forward
         int arriving = a.op == RECV_ACTIVATION ? id : a.received_chunk * m + a.received_micro;
-        if (receives && slot[arriving] < 0) slot[arriving] = take_lowest_free(&busy);
-        if (a.op == FORWARD && slot[id] < 0) slot[id] = take_lowest_free(&busy);
-        if (a.op == BACKWARD) busy[slot[id]] = false;
+        if (receives && set_of[arriving] < 0) set_of[arriving] = take_lowest_free(&busy);
+        if (a.op == FORWARD && set_of[id] < 0) set_of[id] = take_lowest_free(&busy);
+        if (a.op == BACKWARD) busy[set_of[id]] = false;
     }
-    return slot;
+    return set_of;
 }
 // the three, for the trainer to allocate, and under interleaved 1F1B the set of each chunk's
-// micro-batch (set_slots; empty otherwise: micro-batch k uses set k % activation_sets). The head's
+// micro-batch (set_of; empty otherwise: micro-batch k uses set k % activation_sets). The head's
 // tensors (its chunk's micro-batches, in order) use set k % head_sets under every schedule
-struct StageBuffers { int activation_sets, head_sets, weight_slots; std::vector<int> set_slots; };
+struct StageBuffers { int activation_sets, head_sets, weight_slots; std::vector<int> set_of; };
 inline StageBuffers stage_buffers(ScheduleKind kind, int s, int p, int m, int V = 1) {
     if (kind == SCHEDULE_INTERLEAVED && p > 1 && V > 1) {
         // the head's chunk (the last stage's last) runs each forward's backward right after it: one set
-        return StageBuffers{interleaved_activation_sets(s, p, m, V), 1, 0, interleaved_set_slots(s, p, m, V)};
+        return StageBuffers{interleaved_activation_sets(s, p, m, V), 1, 0, interleaved_set_of(s, p, m, V)};
     }
     return StageBuffers{pipeline_activation_sets(kind, s, p, m), pipeline_backward_sets(kind, s, p, m),
                         pipeline_weight_slots(kind, s, p, m), {}};

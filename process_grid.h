@@ -60,14 +60,14 @@ struct ProcessGrid {
 
 // rank = ((pp_rank * dp + dp_rank) * cp + cp_rank) * tp + tp_rank
 inline ProcessGrid make_grid(int world, int rank, int tp, int pp, int cp = 1) {
-    ProcessGrid g = {world, rank, 0, world / (tp * pp * cp), tp, pp, cp, 0, 0, 0, 0, 0, 0};
-    g.tp_rank = rank % tp;
-    g.cp_rank = (rank / tp) % cp;
-    g.dp_rank = (rank / (tp * cp)) % g.dp;
-    g.pp_rank = rank / (tp * cp * g.dp);
-    g.replicas = g.dp * cp;
-    g.replica_rank = g.dp_rank * cp + g.cp_rank;
-    return g;
+    ProcessGrid grid = {world, rank, 0, world / (tp * pp * cp), tp, pp, cp, 0, 0, 0, 0, 0, 0};
+    grid.tp_rank = rank % tp;
+    grid.cp_rank = (rank / tp) % cp;
+    grid.dp_rank = (rank / (tp * cp)) % grid.dp;
+    grid.pp_rank = rank / (tp * cp * grid.dp);
+    grid.replicas = grid.dp * cp;
+    grid.replica_rank = grid.dp_rank * cp + grid.cp_rank;
+    return grid;
 }
 
 struct Comm {
@@ -105,7 +105,7 @@ inline void comm_set_step_time(Collectives* c, StepTime* time) {
 #ifdef __CUDACC__
     (void)c, (void)time;
 #else
-    for (Comm* g : comm_groups(c)) g->time = time;
+    for (Comm* group : comm_groups(c)) group->time = time;
     c->pp.pipeline = true;
 #endif
 }
@@ -214,8 +214,8 @@ inline void comm_abort_job() {
 #ifdef __CUDACC__
 // the watchdog's last act before it ends the rank (watchdog.h): every communicator's work aborted
 inline void comm_abort_nccl(void* context) {
-    for (Comm* g : comm_groups((Collectives*)context))
-        if (g->use_nccl) ncclCommAbort(g->nccl);
+    for (Comm* group : comm_groups((Collectives*)context))
+        if (group->use_nccl) ncclCommAbort(group->nccl);
 }
 #endif
 
@@ -264,11 +264,11 @@ inline int comm_ranks_on_node() { return comm_ranks_on_node_with(0); }
 inline const char* comm_nccl_async_error(void* context) {
     Collectives* c = (Collectives*)context;
     static char message[256];
-    for (Comm* g : comm_groups(c)) {
+    for (Comm* group : comm_groups(c)) {
         ncclResult_t state = ncclSuccess;
-        if (!g->use_nccl || ncclCommGetAsyncError(g->nccl, &state) != ncclSuccess) continue;
+        if (!group->use_nccl || ncclCommGetAsyncError(group->nccl, &state) != ncclSuccess) continue;
         if (state == ncclSuccess || state == ncclInProgress) continue;
-        snprintf(message, sizeof(message), "NCCL failed in the %s group: %s", g->name, ncclGetErrorString(state));
+        snprintf(message, sizeof(message), "NCCL failed in the %s group: %s", group->name, ncclGetErrorString(state));
         return message;
     }
     return nullptr;
@@ -282,16 +282,16 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
                       world, tp, pp, cp);
     c->grid = make_grid(world, rank, tp, pp, cp);
     c->grid.local_rank = local_rank;
-    const ProcessGrid& g = c->grid;
-    int data = g.dp_rank * cp + g.cp_rank;  // the ranks of a pipeline and a TP group see one sequence slice
+    const ProcessGrid& grid = c->grid;
+    int data = grid.dp_rank * cp + grid.cp_rank;  // the ranks of a pipeline and a TP group see one sequence slice
     MPI_Comm dp, tpc, ppc, cpc, emb;
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * tp + g.tp_rank, g.replica_rank, &dp);    // same (pp, tp): dp x cp
-    MPI_Comm_split(MPI_COMM_WORLD, g.pp_rank * g.replicas + data, g.tp_rank, &tpc);      // same (pp, dp, cp)
-    MPI_Comm_split(MPI_COMM_WORLD, data * tp + g.tp_rank, g.pp_rank, &ppc);              // same (dp, cp, tp)
+    MPI_Comm_split(MPI_COMM_WORLD, grid.pp_rank * tp + grid.tp_rank, grid.replica_rank, &dp);  // same (pp, tp): dp x cp
+    MPI_Comm_split(MPI_COMM_WORLD, grid.pp_rank * grid.replicas + data, grid.tp_rank, &tpc);      // same (pp, dp, cp)
+    MPI_Comm_split(MPI_COMM_WORLD, data * tp + grid.tp_rank, grid.pp_rank, &ppc);              // same (dp, cp, tp)
     // same (pp, dp, tp)
-    MPI_Comm_split(MPI_COMM_WORLD, (g.pp_rank * g.dp + g.dp_rank) * tp + g.tp_rank, g.cp_rank, &cpc);
-    bool ends = g.pp_rank == 0 || g.pp_rank == pp - 1;                                   // first and last stage
-    MPI_Comm_split(MPI_COMM_WORLD, ends ? data * tp + g.tp_rank : MPI_UNDEFINED, g.pp_rank, &emb);
+    MPI_Comm_split(MPI_COMM_WORLD, (grid.pp_rank * grid.dp + grid.dp_rank) * tp + grid.tp_rank, grid.cp_rank, &cpc);
+    bool ends = grid.pp_rank == 0 || grid.pp_rank == pp - 1;                                   // first and last stage
+    MPI_Comm_split(MPI_COMM_WORLD, ends ? data * tp + grid.tp_rank : MPI_UNDEFINED, grid.pp_rank, &emb);
     comm_group_init(&c->world, MPI_COMM_WORLD, false, "world");  // host data only (files, logs, scalars): MPI
     comm_group_init(&c->replicas, dp, use_nccl, "dp");
     comm_group_init(&c->tp, tpc, use_nccl, "tp");
@@ -310,7 +310,7 @@ inline void comm_init(Collectives* c, int world, int rank, int local_rank, int t
 
 // -trace: every group's collectives record spans into `trace` (NULL: none)
 inline void comm_set_trace(Collectives* c, Trace* trace) {
-    for (Comm* g : comm_groups(c)) g->trace = trace;
+    for (Comm* group : comm_groups(c)) group->trace = trace;
 }
 inline std::string comm_span_name(const Comm* c, const char* what) {
     return std::string(what) + " " + (c->name ? c->name : "");
@@ -322,9 +322,9 @@ inline void comm_shutdown() { MPI_Finalize(); }
 inline void comm_finalize(Collectives* c) {
 #ifdef __CUDACC__
     async_error_watch() = AsyncErrorWatch{nullptr, nullptr};
-    for (Comm* g : comm_groups(c)) {
-        if (g->use_nccl) ncclCommDestroy(g->nccl);
-        for (void* s : g->staging) pinned_host_free(s);
+    for (Comm* group : comm_groups(c)) {
+        if (group->use_nccl) ncclCommDestroy(group->nccl);
+        for (void* s : group->staging) pinned_host_free(s);
     }
 #endif
     MPI_Op_free(&c->world.sum_floatX);  // the others hold the same handle
@@ -335,6 +335,6 @@ inline void comm_finalize(Collectives* c) {
 inline Collectives comm_single_process() {
     Collectives c = {};
     c.grid = make_grid(1, 0, 1, 1);
-    for (Comm* g : comm_groups(&c)) { *g = Comm{}; g->size = 1; g->chunk_bytes = (size_t)1 << 30; }
+    for (Comm* group : comm_groups(&c)) { *group = Comm{}; group->size = 1; group->chunk_bytes = (size_t)1 << 30; }
     return c;
 }

@@ -89,16 +89,16 @@ inline void run_dir_lock(const char* dir, char* problem, size_t size) {
 // ---------------------------------------------------------------- run.json
 
 // what fixes this run's trajectory: the flags, the shards -i matches (name and bytes), the layout
-inline RunJson run_identity(const TrainConfig& tc, const ProcessGrid& g) {
+inline RunJson run_identity(const TrainConfig& tc, const ProcessGrid& grid) {
     RunJson id;
     id["-e"] = tc.init_given ? tc.init_given : tc.init;
     id["-t"] = tc.T;
     id["-d"] = tc.total_batch_tokens;
     id["-seed"] = tc.seed;
     id["-shuffle"] = tc.shuffle;
-    id["global micro-batch"] = tc.B * g.dp;
+    id["global micro-batch"] = tc.B * grid.dp;
     id["-b"] = tc.B;
-    id["dp"] = g.dp;
+    id["dp"] = grid.dp;
     id["-i"] = tc.train_pattern;
     id["shards"] = RunJson::array();
     glob_t files;
@@ -111,14 +111,15 @@ inline RunJson run_identity(const TrainConfig& tc, const ProcessGrid& g) {
         }
         globfree(&files);
     }
-    id["layout"] = "dp " + std::to_string(g.dp) + " tp " + std::to_string(g.tp) + " pp " + std::to_string(g.pp) +
-                   " cp " + std::to_string(g.cp) + " ZeRO-" + std::to_string(tc.zero_stage);
+    id["layout"] = "dp " + std::to_string(grid.dp) + " tp " + std::to_string(grid.tp) + " pp " +
+                   std::to_string(grid.pp) + " cp " + std::to_string(grid.cp) + " ZeRO-" +
+                   std::to_string(tc.zero_stage);
     return id;
 }
 
 // rank 0, with a checkpoint: -o/run.json, once (the run's first checkpoint, or a resumed older directory's;
 // later checkpoints find it there and do nothing, not even glob the shards)
-inline void run_dir_record(const char* dir, const TrainConfig& tc, const ProcessGrid& g) {
+inline void run_dir_record(const char* dir, const TrainConfig& tc, const ProcessGrid& grid) {
     std::string path = std::string(dir) + "/" RUN_FILE;
     if (file_exists(path.c_str())) return;
     char host[128] = "", when[64] = "";
@@ -128,7 +129,7 @@ inline void run_dir_record(const char* dir, const TrainConfig& tc, const Process
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &utc));
     RunJson record;
     record["run"] = "process " + std::to_string(getpid()) + " on " + host + ", first checkpoint " + when;
-    RunJson identity = run_identity(tc, g);  // (named: items() would outlive a temporary)
+    RunJson identity = run_identity(tc, grid);  // (named: items() would outlive a temporary)
     for (auto& item : identity.items()) record[item.key()] = item.value();
     std::string text = record.dump(1) + "\n";
     WholeFile w = whole_file_open(path, "run identity");

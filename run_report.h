@@ -57,18 +57,20 @@ inline void log_step(FILE* log, int step, const StepResult& r, double ms, int to
 inline void print_run_header(const GPT2* model, const TrainConfig& tc, bool use_nccl, int grad_accum, int max_steps,
                              const DataLoader& train_loader) {
     const GPT2Config& c = model->config;
-    const ProcessGrid& g = model->comm->grid;
+    const ProcessGrid& grid = model->comm->grid;
     printf("train_gpt | %s | %s | model L=%d NH=%d C=%d V=%d Vp=%d maxT=%d | %zu parameters on rank 0\n", device_name(),
            PRECISION_NAME, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
            model->num_parameters);
-    printf("grid: %d ranks = dp %d x cp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", g.world, g.dp, g.cp, g.tp,
-           tc.sequence_parallel ? " (sequence-parallel)" : "", g.pp, tc.zero_stage, use_nccl ? "NCCL" : "MPI");
-    if (g.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
+    printf("grid: %d ranks = dp %d x cp %d x tp %d%s x pp %d | ZeRO-%d | %s collectives", grid.world, grid.dp, grid.cp,
+           grid.tp, tc.sequence_parallel ? " (sequence-parallel)" : "", grid.pp, tc.zero_stage,
+           use_nccl ? "NCCL" : "MPI");
+    if (grid.pp > 1)  // pipeline.h's formula: (p-1)/(m+p-1), ZB-H1's, or interleaved's (p-1)/(Vm+p-1)
         printf(" | %s schedule, %d chunk(s) a stage, bubble %.3f with equal stages", tc.schedule, gpt2_chunks(model),
-               schedule_bubble_formula(model->schedule, g.pp, grad_accum, gpt2_chunks(model)));
+               schedule_bubble_formula(model->schedule, grid.pp, grad_accum, gpt2_chunks(model)));
     printf("\n");
     printf("batch: B=%d T=%d dp=%d, %d tokens per step = %d accumulation steps | %d steps | train %s (%zu tokens)\n",
-           tc.B, tc.T, g.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern, train_loader.total_tokens);
+           tc.B, tc.T, grid.dp, tc.total_batch_tokens, grad_accum, max_steps, tc.train_pattern,
+           train_loader.total_tokens);
 }
 
 // the step line; elapsed: seconds since this run's first step, steps_run: steps since then
@@ -91,11 +93,11 @@ inline void write_trace(Collectives* comm, Trace* trace, const char* path) {
     trace->on = false;
     std::vector<char> mine(trace->events.begin(), trace->events.end());
     std::vector<std::vector<char>> all = comm_gatherv_to_root(&comm->world, mine);
-    const ProcessGrid& g = comm->grid;
-    if (g.rank != 0) return;
+    const ProcessGrid& grid = comm->grid;
+    if (grid.rank != 0) return;
     std::vector<std::string> names;
-    for (int q = 0; q < g.world; q++) {
-        ProcessGrid other = make_grid(g.world, q, g.tp, g.pp, g.cp);
+    for (int q = 0; q < grid.world; q++) {
+        ProcessGrid other = make_grid(grid.world, q, grid.tp, grid.pp, grid.cp);
         names.push_back("rank " + std::to_string(q) + ": stage " + std::to_string(other.pp_rank) + ", dp " +
                         std::to_string(other.dp_rank) + ", tp " + std::to_string(other.tp_rank));
     }

@@ -726,8 +726,8 @@ inline std::string sample_text(GPT2* model, const TrainConfig& tc, Rng* rng, con
 // the model this rank holds and its activations for the schedule; allocate = false lays them
 // out and books their bytes without allocating (-plan, the memory check)
 inline void build_model(GPT2* model, const TrainConfig& tc, Collectives* comm, int grad_accum, bool allocate) {
-    gpt2_build(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0,
-               allocate, tc.stage_layers, tc.chunks, tc.master_weights != 0, tc.overlap != 0);
+    gpt2_create(model, tc.init, (uint64_t)tc.seed, comm, tc.zero_stage, strcmp(tc.grad_accum_type, "fp32") == 0,
+                allocate, tc.stage_layers, tc.chunks, tc.master_weights != 0, tc.overlap != 0);
     model->layout.sequence_parallel = tc.sequence_parallel;
     model->layout.cp = comm->grid.cp;
     model->layout.cp_rank = comm->grid.cp_rank;

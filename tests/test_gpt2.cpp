@@ -80,7 +80,7 @@ TEST_CASE("forward, loss and every gradient match PyTorch float64") {
     device_init(0, 1);  // the GPU build's device and cuBLAS handle; the CPU build's threads
     Collectives comm = comm_single_process();
     GPT2 model;
-    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
+    gpt2_create(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     const GPT2Config& c = model.config;
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     REQUIRE(c.num_layers == s.L);
@@ -127,7 +127,7 @@ TEST_CASE("AdamW steps with clipping and weight decay match PyTorch float64") {
     device_init(0, 1);
     Collectives comm = comm_single_process();
     GPT2 model;
-    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
+    gpt2_create(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     DebugState s = load_debug_state(model.num_parameters, model.config.padded_vocab_size);
     gpt2_allocate_activations(&model, s.B, s.T, 0, StageBuffers{1, 1, 0}, true);
     model.schedule = SCHEDULE_1F1B;
@@ -153,7 +153,7 @@ TEST_CASE("the KV cache's logits match PyTorch float64 and the full forward's; s
     device_init(0, 1);
     Collectives comm = comm_single_process();
     GPT2 model;
-    gpt2_build(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
+    gpt2_create(&model, (reference_dir() + "/model.bin").c_str(), 0, &comm, 0, false, true);
     const GPT2Config& c = model.config;
     DebugState s = load_debug_state(model.num_parameters, c.padded_vocab_size);
     gpt2_allocate_activations(&model, 1, s.T, 0, StageBuffers{1, 1, 0}, true);

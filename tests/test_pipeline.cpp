@@ -314,13 +314,13 @@ TEST_CASE("pipeline_simulate: the bubble formula, the activation bound, and an i
 
 // Interleaved 1F1B: stage s holds chunks 0..V-1 (virtual stages v*p + s); each (chunk, micro-batch)
 // runs forward once, then backward once, each chunk in micro-batch order; what the stage holds at
-// once is the stated bound, and interleaved_set_slots gives each a set no other one in flight has
+// once is the stated bound, and interleaved_set_of gives each a set no other one in flight has
 static void check_interleaved_order(const vector<PipelineAction>& list, int s, int p, int m, int V) {
     vector<int> forwarded(m * V, 0), backwarded(m * V, 0), next_forward(V, 0), next_backward(V, 0);
-    vector<int> slots = interleaved_set_slots(s, p, m, V), holder(m * V, -1);  // holder[set]: the (chunk, k) in it
+    vector<int> set_of = interleaved_set_of(s, p, m, V), holder(m * V, -1);  // holder[set]: the (chunk, k) in it
     int held = 0, most = 0, sets = 0;
     auto take = [&](int id) {  // a chunk-forward's set: from its input's arrival (or its forward) to its backward
-        int set = slots[id];
+        int set = set_of[id];
         REQUIRE((set >= 0 && set < m * V));
         most = std::max(most, ++held);
         CHECK(holder[set] == -1);
@@ -333,7 +333,7 @@ static void check_interleaved_order(const vector<PipelineAction>& list, int s, i
             take(a.received_chunk * m + a.received_micro);
         if (!is_compute(a.op)) continue;
         REQUIRE((a.op == FORWARD || a.op == BACKWARD));
-        int id = a.chunk * m + a.micro, set = slots[id];
+        int id = a.chunk * m + a.micro, set = set_of[id];
         REQUIRE((set >= 0 && set < m * V));
         if (a.op == FORWARD) {
             CHECK(forwarded[id]++ == 0);
