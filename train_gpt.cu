@@ -206,15 +206,16 @@ inline void recompute_block(GPT2* model, const ActivationTensors& a, int l, int 
     if (r >= 1) block_gelu(model, a, l, B, T_local);
 }
 
-// block l's backward in two halves (pipeline.h's ZB-H1 runs them apart, its "B" and "W"). The input
-// half: from dout, the gradient of the block's output, to dinp, that of its input (the same buffer, or
-// another); on the way, the gradients of the six weighted ops' outputs land in `d`, which the weight
-// half reads. The mirror of block_forward:
-// g's backward, then f's, around each pair. The residual stream's gradient is fcproj's output's
-// (g's backward: a copy into d.fcproj unless d.fcproj is dout itself, under -sp all N tokens
-// gathered), then, with ln2's input gradient added, attproj's: written into d.attproj (-sp: added
-// into dout, then gathered), to which ln1's is added into dinp. Given dw (the weight half follows at
-// once), the LayerNorms' parameter gradients are summed in the same passes, and the weight half leaves them
+// block l's backward in two halves, which pipeline.h's ZB-H1 runs apart (its "B" and "W"). The input
+// half is the mirror of block_forward, g's backward then f's around each pair: from dout, the
+// gradient of the block's output, to dinp, that of its input (the same buffer, or another), leaving
+// the gradients of the six weighted ops' outputs in `d` for the weight half. The residual stream:
+//     d(residual3) = dout: fcproj's output gradient, handed to d.fcproj by g's backward (a copy, or
+//                    under -sp all N tokens gathered; nothing when d.fcproj is dout itself)
+//     d(residual2) = that + ln2's input gradient: in d.attproj (-sp: added into dout, then gathered)
+//     dinp         = d(residual2) + ln1's input gradient
+// Given dw (the weight half follows at once), the LayerNorms' parameter gradients are summed in the
+// same passes, and the weight half leaves them
 inline void block_backward_input(GPT2* model, const ActivationTensors& a, int l, int B, int T_local,
                                  const LayerOutputGradients& d, floatX* dout, floatX* dinp, const LayerParameters* dw) {
     const GPT2Config& c = model->config;
