@@ -224,7 +224,7 @@ struct ScratchTensors {  // reused by every layer; under -sp "held" is this rank
     floatX* datty;      // (B,T,C/tp)
     LayerOutputGradients layer_grads;  // one layer's, when its weight half follows its input half at once
     AttentionScratch attention;  // attention's fp32 output, dq, dk dv, D (kernels/attention.cuh)
-    RingBuffers ring;   // -cp: ring attention's [k | v] blocks in flight and a second dk dv sum (cp.h)
+    RingBuffers ring;   // -cp: ring attention's [k | v] buffers in flight and a second dk dv sum (cp.h)
     float *loss_max, *loss_sum, *loss_target;  // (B,T) each: the vocabulary-parallel loss's row statistics
     floatX* logit_row;  // (Vp): one position's logits gathered over the TP ranks, for sampling
     int* inputs;        // (B,T) a micro-batch's tokens, uploaded for its embedding's forward

@@ -9,7 +9,7 @@ activations and buffers on them.
     ModelLayout  tp and this rank's TP part, pp and this rank's stage, the layer ranges it holds
                  (stage_layout: pipeline_sim.h's split of the layers; model_layout: from the process grid)
 
-Applied in gpt2.h (GPT2, parameter_shapes, gpt2_build: the layout) and model_file.h (gpt2_create: -e).
+Applied in gpt2.h: GPT2, parameter_shapes, gpt2_build (the layout); model_file.h: gpt2_create (-e).
 */
 #pragma once
 // defines: GPT2Config, ModelLayout, LayerRange, whole_model_layout, stage_layout, model_layout, is_first_stage,

@@ -156,17 +156,17 @@ inline const GpuSpec* gpu_spec(const char* name) {
         {"A100", 312e12, 19.5e12, 2.039e12,
          "NVIDIA A100 datasheet (2021), SXM4 80GB: 312 TFLOP/s bf16 dense, 19.5 fp32, 2.039 TB/s HBM2e"},
     };
-    for (const GpuSpec& g : table) if (strcmp(g.name, name) == 0) return &g;
+    for (const GpuSpec& gpu : table) if (strcmp(gpu.name, name) == 0) return &gpu;
     return nullptr;
 }
 // a row's roofline time in ms: its FLOPs at the peak (a fraction of it on tensor cores), its bytes at the bandwidth
-inline double ledger_roofline_ms(const LedgerRow& r, const GpuSpec& g) {
-    double flops_per_s = r.tensor_cores ? TENSOR_CORE_FRACTION * g.tensor_flops : g.fp32_flops;
-    return 1e3 * std::max(r.flops / flops_per_s, ledger_traffic(r) / g.bandwidth);
+inline double ledger_roofline_ms(const LedgerRow& r, const GpuSpec& gpu) {
+    double flops_per_s = r.tensor_cores ? TENSOR_CORE_FRACTION * gpu.tensor_flops : gpu.fp32_flops;
+    return 1e3 * std::max(r.flops / flops_per_s, ledger_traffic(r) / gpu.bandwidth);
 }
-inline double ledger_roofline_ms(const Ledger& l, const GpuSpec& g) {
+inline double ledger_roofline_ms(const Ledger& l, const GpuSpec& gpu) {
     double ms = 0;
-    for (const LedgerRow& r : l.rows) ms += ledger_roofline_ms(r, g);
+    for (const LedgerRow& r : l.rows) ms += ledger_roofline_ms(r, gpu);
     return ms;
 }
 // ---------------------------------------------------------------- calibrated by the last GPU run
@@ -197,23 +197,23 @@ inline const KernelClass* kernel_class(const std::string& kernel) {
         }
     return nullptr;
 }
-inline double ledger_calibrated_ms(const Ledger& l, const GpuSpec& g) {
+inline double ledger_calibrated_ms(const Ledger& l, const GpuSpec& gpu) {
     double ms = 0;
     for (const LedgerRow& r : l.rows) {
         const KernelClass* c = kernel_class(r.kernel);
-        ms += ledger_roofline_ms(r, g) * (c ? c->slowdown : 1.0);
+        ms += ledger_roofline_ms(r, gpu) * (c ? c->slowdown : 1.0);
     }
     return ms;
 }
 
 // the rows, largest time first, as text; and as JSON rows appended to `json`
-inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per, std::string* json) {
+inline void print_ledger_rows(const Ledger& l, const GpuSpec& gpu, const char* per, std::string* json) {
     std::vector<LedgerRow> rows = l.rows;
     std::stable_sort(rows.begin(), rows.end(),
                      [&](const LedgerRow& a, const LedgerRow& b) { return ledger_roofline_ms(a,
-                         g) > ledger_roofline_ms(b, g); });
+                         gpu) > ledger_roofline_ms(b, gpu); });
     for (const LedgerRow& r : rows) {
-        double ms = ledger_roofline_ms(r, g);
+        double ms = ledger_roofline_ms(r, gpu);
         printf("  %-36s %5s %8lld %10.1f %10.1f %10.1f %9.3f\n", r.kernel.c_str(), per, r.launches, r.flops / 1e9,
                (r.read + r.written + r.updated) / 1e6, ledger_traffic(r) / 1e6, ms);
         char row[512];
@@ -225,23 +225,24 @@ inline void print_ledger_rows(const Ledger& l, const GpuSpec& g, const char* per
         *json += row;
     }
 }
-// the ledger of a step on GPU g, its sums, and one JSON line {"ledger": [...], "roofline": {...}}
+// the ledger of a step on `gpu`, its sums, and one JSON line {"ledger": [...], "roofline": {...}}
 // comm: the roofline's "comm" object (comm_time.h), or ""
-inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_per_token, const std::string& comm = "") {
+inline void print_ledger(const LedgerModel& m, const GpuSpec& gpu, double flops_per_token,
+                         const std::string& comm = "") {
     Ledger micro = micro_step_ledger(m), once = step_ledger(m);
-    double micro_ms = ledger_roofline_ms(micro, g), step_ms = m.grad_accum * micro_ms + ledger_roofline_ms(once, g);
+    double micro_ms = ledger_roofline_ms(micro, gpu), step_ms = m.grad_accum * micro_ms + ledger_roofline_ms(once, gpu);
     double tokens_per_s = (double)m.B * m.T * m.grad_accum / (step_ms / 1e3),
-                           mfu = flops_per_token * tokens_per_s / g.tensor_flops;
+                           mfu = flops_per_token * tokens_per_s / gpu.tensor_flops;
     long long launches = 0;
     for (const LedgerRow& r : micro.rows) launches += r.launches;
     printf("kernel ledger of a step on an %s (%s; tensor-core kernels at %.0f%% of peak), B=%zu T=%zu, "
            "%d micro-step%s:\n",
-           g.name, g.source, 100 * TENSOR_CORE_FRACTION, m.B, m.T, m.grad_accum, m.grad_accum > 1 ? "s" : "");
+           gpu.name, gpu.source, 100 * TENSOR_CORE_FRACTION, m.B, m.T, m.grad_accum, m.grad_accum > 1 ? "s" : "");
     printf("  %-36s %5s %8s %10s %10s %10s %9s\n", "kernel", "per", "launches", "GFLOP", "MB touched", "MB DRAM", "ms");
     std::string json;
-    print_ledger_rows(micro, g, "micro", &json);
-    print_ledger_rows(once, g, "step", &json);
-    double calibrated_ms = m.grad_accum * ledger_calibrated_ms(micro, g) + ledger_calibrated_ms(once, g);
+    print_ledger_rows(micro, gpu, "micro", &json);
+    print_ledger_rows(once, gpu, "step", &json);
+    double calibrated_ms = m.grad_accum * ledger_calibrated_ms(micro, gpu) + ledger_calibrated_ms(once, gpu);
     printf("  roofline: %.2f ms per micro-step (%lld launches, %.1f per layer), %.2f ms per step, %.0f tokens/s, "
            "MFU %.1f%%\n", micro_ms, launches, (double)launches / m.L, step_ms, tokens_per_s, 100 * mfu);
     printf("  calibrated (each kernel class at the slowdown the last GPU run measured, ledger.h: kernel_classes): "
@@ -249,6 +250,6 @@ inline void print_ledger(const LedgerModel& m, const GpuSpec& g, double flops_pe
     printf("{\"ledger\": [%s], \"roofline\": {\"gpu\": \"%s\", \"ms_per_micro_step\": %.4f, \"ms_per_step\": %.4f, "
            "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"launches_per_layer\": %.2f, \"calibrated_ms_per_step\": %.4f"
            "%s%s}}\n",
-           json.c_str(), g.name, micro_ms, step_ms, tokens_per_s, mfu, (double)launches / m.L, calibrated_ms,
+           json.c_str(), gpu.name, micro_ms, step_ms, tokens_per_s, mfu, (double)launches / m.L, calibrated_ms,
            comm.empty() ? "" : ", \"comm\": ", comm.c_str());
 }

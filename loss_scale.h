@@ -27,7 +27,7 @@ Applied in train_gpt.cu: train_step, in three places: dloss = S / tokens seeds t
 backward (head_loss), loss_scaler_update(isfinite(norm^2)) decides whether the step is
 applied, and zero_optimizer_step's grad_scale = clip / S unscales inside AdamW. main
 builds the scaler (loss_scaler_init); model_file.h: write_checkpoint and resume_state
-carry it; train_loop counts the streak (nonfinite_streak_ends_run).
+carry it; train_gpt.cu: end_of_step_files counts the streak (nonfinite_streak_ends_run).
 */
 #pragma once
 // defines: LossScaler, loss_scaler_init, loss_scaler_update, nonfinite_streak_ends_run, NONFINITE_STEPS_TO_END

@@ -18,7 +18,7 @@ collectives and element-wise kernels all lower it. Peaks:
     CPU build   what OpenBLAS's sgemm reaches, measured at start-up by every rank at once (ranks
                 sharing cores share the rate) and summed over the ranks: MFU against sgemm, not
                 against a datasheet
-Applied in train_gpt.cu: main (the peak, once); run_report.h: print_run_header, print_step and log_step.
+Applied in train_gpt.cu: measure_peak (the peak, once); run_report.h: print_run_header, print_step and log_step.
 */
 #pragma once
 // defines: PeakFlops, model_flops_per_token, device_peak_flops, sgemm_flops_per_s, rank_peak_flops, world_peak_flops,
@@ -54,8 +54,8 @@ inline double device_peak_flops(const char* name, bool fp32) {
         {"NVIDIA A100-SXM4-80GB", 312.0, 19.5}, {"NVIDIA A100-SXM4-40GB", 312.0, 19.5},
         {"NVIDIA A100 80GB PCIe", 312.0, 19.5}, {"NVIDIA A100-PCIE-40GB", 312.0, 19.5},
     };
-    for (const Gpu& g : table)
-        if (strcmp(g.name, name) == 0) return 1e12 * (fp32 ? g.fp32 : g.tensor_16bit);
+    for (const Gpu& gpu : table)
+        if (strcmp(gpu.name, name) == 0) return 1e12 * (fp32 ? gpu.fp32 : gpu.tensor_16bit);
     return 0.0;
 }
 

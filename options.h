@@ -3,8 +3,8 @@ options.h: the command line. One table (make_options) gives both the parser and 
 a flag cannot be parsed without being documented, or documented without being parsed.
 Each flag writes one field of TrainConfig, whose initialisers are the defaults that -h
 prints. Numbers are checked against the table's [min, max] here; what depends on the
-world (the batch against dp, -pp against the layers) is checked in train_gpt.cu, on
-every rank alike (check_batch_flags, gpt2_build).
+world (the batch against dp, -pp against the layers) is checked on every rank alike
+(run_checks.h: check_batch_flags; gpt2.h: gpt2_build).
 */
 #pragma once
 // defines: TrainConfig, OptionKind, Option, OPTION_FIELD, option_table, option_value, print_usage, llmc_launch_flag,

@@ -423,9 +423,9 @@ inline int interleaved_activation_sets(int s, int p, int m, int V) {
 }
 // which of those sets chunk v's micro-batch k uses, at index v*m + k: the lowest one free when its
 // input arrives (or at its forward, on the model's first chunk), free again after its backward,
-// walking the list. (k % sets, as the other schedules
-// do, would not do: the chunks take turns, so the micro-batches do not leave in the order they
-// came; sets per chunk would hold more, 12 for stage 1 at p 4, m 8, V 2 where 9 are ever busy)
+// walking the list. (k % sets, as the other schedules do, would not do: the chunks take turns, so
+// the micro-batches do not leave in the order they came; sets per chunk would hold more, 12 for
+// stage 1 at p 4, m 8, V 2 where 9 are ever busy)
 inline std::vector<int> interleaved_set_of(int s, int p, int m, int V) {
     std::vector<int> set_of(m * V, -1);
     std::vector<bool> busy;

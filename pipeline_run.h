@@ -46,7 +46,9 @@ inline std::vector<BufferSpec> received_gradient_buffer_list(floatX** received_g
 }
 
 // what the executor needs of the model (GPT-2's in train_gpt.cu: pipeline_stage)
-// Each function takes the chunk v (0 but under interleaved 1F1B) and the micro-batch k.
+// Each function takes the chunk v (0 but under interleaved 1F1B) and the micro-batch k. A forward may
+// return its loss sum; GPT-2's returns 0, its token losses coming down through staging.h instead,
+// summed after the step's one wait (train_step)
 struct PipelineStage {
     std::function<double(int v, int k)> forward;   // k through chunk v; its loss sum on the model's last chunk, else 0
     std::function<void(int v, int k)>
@@ -186,7 +188,7 @@ inline void run_transfer(const PipelineStage& stage, const PipelineAction& a, Co
 }
 
 // does stage pp->rank's actions for one step, over its pipeline group `pp`; returns the sum of
-// the forwards' losses (the last stage's; 0 elsewhere). With timing->clock, stamps the device's
+// what the forwards returned (PipelineStage: the last stage's losses, or 0). With timing->clock, stamps the device's
 // clock around each compute action, for schedule_timing_read after the step's wait: a receive
 // only queues work on the GPU, and its wait falls between one action's end and the next's start,
 // where it belongs (the bubble), without the host waiting for either. links (pipeline_links.h,

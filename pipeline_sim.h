@@ -27,9 +27,10 @@ its peer has posted the matching half; a stage is idle while it waits. Every lis
 the proof that no schedule deadlocks (pass_messages pairs the halves as the executor's blocking
 sends would).
 
-Applied in gpt2_config.h: stage_layout (stage_layer_counts, the split; the chunks of distribute_layers
-over p*V under interleaving); accounting.h: bubble_json and print_stage_balance (pipeline_simulate,
-balanced_stage_layers); run_report.h: print_run_header (the formulas).
+Applied in gpt2_config.h: stage_layout (stage_layer_range, the split; the chunks of distribute_layers
+over p*V under interleaving); gpt2.h: gpt2_build (stage_layer_counts, -pl); accounting.h:
+bubble_json and print_stage_balance (pipeline_simulate, balanced_stage_layers); run_report.h:
+print_run_header (the formulas).
 */
 #pragma once
 // defines: distribute_layers, stage_layer_counts, stage_layer_range, interleaved_bubble_fraction,

@@ -24,7 +24,7 @@ OpenMPI and under srun. A problem found by some ranks only ends every rank with 
 (comm_fail_if_any); fail() anywhere ends the whole job (comm_abort_job), so no rank waits
 forever in a collective for one that failed.
 
-Applied in train_gpt.cu: main (comm_start, comm_init, comm_finalize); the groups are used
+Applied in train_gpt.cu: main (comm_start, comm_finalize), start_collectives (comm_init); the groups are used
 through comm.h's collectives by every technique.
 */
 #pragma once

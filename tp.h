@@ -111,9 +111,10 @@ trainer does not do; -tp belongs inside a node, on NVLink. The data-parallel red
 gathers, whose results are needed a layer or a step later, are where overlap pays (zero.h).
 Read the four f and g functions first, then tp_crossentropy.
 Applied in train_gpt.cu: block_forward, block_backward (f and g around each pair),
-embed_forward (g), head_forward/head_backward (f), head_loss (tp_crossentropy), stage_forward (-sp:
-the pipeline's messages are this rank's tokens); gpt2.h: parameter_partition (how each of GPT-2's
-tensors is cut), tokens_held and sum_layernorm_gradients (-sp); model_file.h: reorder_part.
+embed_forward (g, its N tokens in scratch.proj and the sum into the input), head_forward/head_backward
+(f), head_loss (tp_crossentropy), pipeline_stage (-sp: the pipeline's messages are this rank's
+tokens); gpt2.h: tensor_parallel (f and g's TensorParallel), parameter_partition (how each of
+GPT-2's tensors is cut), tokens_held and sum_layernorm_gradients (-sp); model_file.h: reorder_part.
 */
 #pragma once
 // defines: TensorParallel, tp_all_tokens, sequence_parallel_buffer_list,
@@ -166,7 +167,7 @@ inline std::vector<BufferSpec> sequence_parallel_buffer_list(bool sequence_paral
 // (identity: f returns the input), or under -sp gathers it (into tp.all_tokens, which f returns).
 // Backward: the input's gradient summed over the group, since each rank's rows of the matrix gave
 // only their part of it (`dpartial` all-reduced in place, or under -sp its tokens' sums in `dheld`).
-// The forward's results are scratch (tp's buffers), the backward's land where the caller says.
+// Under -sp the forward's result is scratch (tp's buffer), the backward's lands where the caller says.
 inline floatX* tp_f_forward(TensorParallel tp, floatX* input) {
     if (!tp.sequence_parallel) return input;
     comm_all_gather(tp.group, input, tp.all_tokens, tp.n_held);

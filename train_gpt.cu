@@ -169,7 +169,7 @@ inline void sequence_attention_backward(GPT2* model, const LayerActivations& la,
 
 // block l (local index) on its input, writing the layer's activations; its unit must be gathered.
 // Each matrix pair is f, column-parallel matrix, local work, row-parallel matrix, g (tp.h). The
-// LayerNorms and the residual adds run on the tokens this rank holds (N_held: all N, or N/tp
+// LayerNorms and the residual adds run on the tokens this rank holds (tokens_held: all N, or N/tp
 // under -sp, when f gathers the LayerNorm's output and g scatters the sum); the pair on all N.
 inline void block_forward(GPT2* model, const ActivationTensors& a, int l, int B, int T_local) {
     const GPT2Config& c = model->config;

@@ -18,8 +18,8 @@ waiting for another pipeline stage's micro-batch, another rank's checkpoint writ
 not arrived, so every waiting rank names only its own last operation. Off at 0 and in a job of
 one rank (nothing to wait for). The exit code is WATCHDOG_EXIT_CODE (3), so that a supervisor
 (scripts/supervise.sh) can tell a hang from a refusal (1).
-Applied in train_gpt.cu: train_loop (started, stopped, a step's progress), comm.h: every operation
-(comm_progress), comm_init (the abort of NCCL's communicators).
+Applied in train_gpt.cu: train_loop (started, stopped, a step's progress); comm.h: every operation
+(comm_progress); process_grid.h: comm_init (the abort of NCCL's communicators).
 */
 #pragma once
 // defines: WATCHDOG_EXIT_CODE, Watchdog, watchdog, watchdog_progress, watchdog_step, watchdog_start, watchdog_stop,

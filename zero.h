@@ -74,14 +74,15 @@ Under tensor and pipeline parallelism (tp.h, pipeline.h) each rank runs its own 
 over its own replica group, on its own units; nothing here crosses TP ranks or stages.
 The trainer says which tensors the gradient norm counts (a copy is counted once) and
 sums the tied embedding's gradient over its two stages (zero_sum_unit_gradient).
-Read zero_unit and zero_reduce_unit first: they are what the forward and
+Read zero_gather_unit, zero_unit and zero_reduce_unit first: they are what the forward and
 backward call.
 
 Applied in gpt2.h: gpt2_units (the units) and gpt2_grad_norm_squared (the norm);
-train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward
-(zero_gather_unit, zero_prefetch_unit, zero_unit, zero_reduce_unit), train_step (zero_begin_step,
-zero_reduce_step, zero_optimizer_step); model_file.h
-(files and checkpoints: zero_set_params, zero_params_to_host, the optimizer shards).
+train_gpt.cu: blocks_forward, blocks_backward and stage_forward/stage_backward (zero_gather_unit,
+zero_prefetch_unit, zero_reduce_unit), block_params and block_grads (zero_unit), pipeline_stage
+(zero_begin_micro_step, zero_end_micro_step), train_step (zero_begin_step, zero_reduce_step,
+zero_optimizer_step); model_file.h (files and checkpoints: zero_set_params, zero_params_to_host,
+the optimizer shards).
 */
 #pragma once
 // defines: TensorSlice, Unit, GradientBuffer, with_gradient, UnitBuffer, Zero, unit_buffer, unit_shard,
@@ -513,8 +514,8 @@ inline std::vector<AdamWSlice> zero_adamw_slices(Zero* z) {
 
 // AdamW on this rank's shard of every unit: one launch over the table zero_init made; then the updated
 // parameters gathered for the next forward (stages 1-2 every unit, in place; stage 3 its two ends:
-// zero_gather_after_update). Two launches where those gathers are posted under overlap: the embeddings'
-// slices first, so that their gather runs beside the other units' update
+// zero_gather_after_update). Two launches under stage 3, and under stages 1-2 with overlap: the
+// embeddings' slices first, so that their gather (posted, under overlap) runs beside the other units' update
 inline void zero_optimizer_step(Zero* z, float lr, float weight_decay, float grad_scale, int t, uint64_t seed) {
     overlap_wait_every_ahead(&z->overlap);  // the step before's gathers (each waited where its unit ran)
     AdamWConfig c;
