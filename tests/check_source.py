@@ -112,10 +112,23 @@ def without_comments(text):
                      for line in text.split('\n'))
 
 
+def source_files():
+    """the files git tracks (or would: new ones count); outside a git repository (make test-mutants'
+    copies of the tree) every file but the build outputs (tests/build, the data)"""
+    listed = subprocess.run(['git', 'ls-files', '-co', '--exclude-standard'], capture_output=True, text=True)
+    if listed.returncode == 0:
+        return listed.stdout.split()
+    paths = []
+    for root, dirs, files in os.walk('.'):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in ('./tests/build', './data', './.git')]
+        paths += [os.path.relpath(os.path.join(root, f)) for f in files]
+    return paths
+
+
 def repository_names():
-    """every word of the code of the files git tracks (or would: new ones count), and their names"""
+    """every word of the code of the source files (source_files), and their names"""
     names = set()
-    for path in subprocess.run(['git', 'ls-files', '-co', '--exclude-standard'], capture_output=True, text=True).stdout.split():
+    for path in source_files():
         if not os.path.isfile(path) or path.endswith('.md'):
             continue
         names.update(re.findall(r'\w+', os.path.basename(path)))
