@@ -113,10 +113,11 @@ def without_comments(text):
 
 
 def source_files():
-    """the files git tracks (or would: new ones count); outside a git repository (make test-mutants'
-    copies of the tree) every file but the build outputs (tests/build, the data)"""
+    """the files git tracks (or would: new ones count); in a copy of the tree that git does not track
+    (make test-mutants' copies, under the ignored tests/build or outside any repository) every file
+    but the build outputs (tests/build, the data)"""
     listed = subprocess.run(['git', 'ls-files', '-co', '--exclude-standard'], capture_output=True, text=True)
-    if listed.returncode == 0:
+    if listed.returncode == 0 and listed.stdout.split():
         return listed.stdout.split()
     paths = []
     for root, dirs, files in os.walk('.'):
