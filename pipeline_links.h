@@ -47,8 +47,8 @@ stream's and the TP and CP collectives on the default one; NCCL does not promise
 communicators' kernels progress at once (overlap.h's note). Every rank issues each stream's work in
 its schedule's order, and -overlap 0 turns the links off.
 
-Applied in pipeline_run.h: run_schedule (links_compute, links_transfer, links_finish); GPT2 holds the
-PipelineLinks, gpt2_build makes it (-overlap, options.h).
+Applied in pipeline_run.h: run_schedule (links_compute, links_transfer, links_finish); gpt2.h: GPT2
+holds the PipelineLinks, gpt2_build makes it (-overlap, options.h).
 */
 #pragma once
 // defines: PipelineLinks, pipeline_links_init, pipeline_links_free, link_buffer, link_event, link_wait_transfer,

@@ -11,7 +11,8 @@ tests/check_source.py: five promises of the style guide, checked on the trainer'
   4. No line is longer than 120 columns, but the rows of pipeline.h's schedule drawings ("  stage 0: F0 ..."),
      a timeline of 44 slots each, which tests/test_pipeline.cpp checks against the schedule it draws.
   5. The map is true: the functions a header's "Applied in FILE: f, g and h" names (code names, up to
-     the first plain word, parenthesised parts passed over) are defined in FILE.
+     the first plain word, parenthesised parts passed over; a type too, GPT2 or TensorParallel) are
+     defined in FILE.
   6. dev/README.md's table of labs describes every version each lab has (up to its VERSIONS).
 Functions are found by brace depth on the code with strings and comments removed; a
 function's length runs from its first signature line to its closing brace.
@@ -179,11 +180,11 @@ def applied_in_findings(path, text):
                 continue
             lines = code_lines(open(where).read())
             defined = defined_names(lines, top_level_items(lines))
-            for name in re.findall(r'\w+', m.group(2)):  # the list: code names (snake_case, or main), to the first word
+            for name in re.findall(r'\w+', m.group(2)):  # the list: code names, to the first plain word
                 if name == 'and' or name.startswith('_'):  # "f_forward and _backward": a shorthand, not checked
                     continue
-                if '_' not in name and name != 'main':
-                    break
+                if '_' not in name and name != 'main' and not re.search(r'.[A-Z]', name):
+                    break  # a plain word ends the list; code names: snake_case, main, or a type (GPT2, ZeroPlan)
                 if name not in defined:
                     findings.append(f"{path}: 'Applied in {file}: {name}', but {file} does not define {name}")
     return findings
